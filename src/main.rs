@@ -1,1 +1,8 @@
-fn main() {}
+//! `tcpx-perf`: see `tcpx-perf --help` and the README.
+
+use clap::Parser;
+
+fn main() {
+    let cli = tcpx_perf::cli::Cli::parse();
+    std::process::exit(tcpx_perf::run::run(cli));
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Quick start on a fresh machine: install, build, and run the headline job on tcpx-emu with four
+# ranks on this host (host memory when there is no GPU):
+#   mpirun -np 4 tcpx-perf --pattern fullmesh
+# Extra arguments go to tcpx-perf, e.g. `launch/quickstart.sh -b 1M -e 256M`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash launch/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+bash launch/build.sh
+source launch/mpirun-args.sh
+set -x
+mpirun "${MPIRUN_ARGS[@]}" -np 4 target/release/tcpx-perf --pattern fullmesh -b 1M -e 64M "$@"

@@ -1,0 +1,689 @@
+//! Command-line interface.
+//!
+//! Flags that mean the same thing as in nccl-tests keep nccl-tests' letters and long names
+//! (`-b -e -f -i -n -w -c -a -T -g`), so a user can carry a command line over. Everything
+//! else is a long option specific to tcpx-perf. Only flag-level checks live here
+//! ([`Cli::validate`]); checks that need the job shape (endpoint counts, plugin limits) are
+//! done once MPI and the plugin are up.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+/// `--pattern` and `--dir` parse straight into the plan's types (one definition, no
+/// conversion); `Dir` is the plan's `Direction`.
+pub use crate::plan::{Direction as Dir, Pattern};
+
+/// Pattern definitions and formulas, shown at the end of `--help`.
+const PATTERNS_HELP: &str = "\
+PATTERNS (n = endpoints; an endpoint is one GPU worker, -g per rank; GB = 10^9 bytes;
+size = the -b..-e size; time = per-iteration time reduced over ranks with -a):
+
+  sendrecv  Endpoint e sends size bytes to e+1 and receives size bytes from e-1 (mod n).
+            algbw = size / time; busbw = algbw.
+  pairs     Endpoint e exchanges size bytes with e+n/2 (n must be even). With --dir uni only
+            the lower half sends (the upper half only receives).
+            algbw = size / time; busbw = algbw.
+  ring      The traffic of a ring all-reduce without the arithmetic: 2(n-1) steps, each
+            moving one size/n block to the next endpoint, pipelined in --chunk pieces (each
+            step forwards the block received in the previous step).
+            algbw = size / time; busbw = algbw * 2(n-1)/n.
+  fullmesh  All-to-all: each endpoint sends size/n bytes to every endpoint; the block to
+            itself is a local copy.
+            algbw = size / time; busbw = algbw * (n-1)/n.
+
+SCOPE:
+  With --scope inter-node, same-node pairs are dropped (pairs, fullmesh), or the ring and
+  sendrecv order interleaves nodes so that every hop crosses nodes; busbw then counts
+  network bytes only: busbw = network bytes sent per endpoint / time.
+  --scope auto is inter-node when the job spans several nodes, else all.
+
+SIZES:
+  Sizes take binary suffixes K, M, G (1024-based), fractions allowed: 512K, 1.5M, 4G, 100.";
+
+/// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(name = "tcpx-perf", version, about, after_long_help = PATTERNS_HELP)]
+pub struct Cli {
+    /// Smallest message size (binary K/M/G suffixes, e.g. 1M)
+    #[arg(short = 'b', long = "minbytes", default_value = "1M", value_parser = parse_size)]
+    pub minbytes: u64,
+
+    /// Largest message size (binary K/M/G suffixes, e.g. 64M)
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub maxbytes: u64,
+
+    /// Multiplicative step between sizes; 1 switches to the additive step -i
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub stepfactor: u64,
+
+    /// Additive step between sizes, used when -f is 1
+    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_size)]
+    pub stepbytes: u64,
+
+    /// Timed iterations per size
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+
+    /// Untimed warmup iterations, run before every size (not only at doubling sizes)
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        visible_alias = "warmup-iters",
+        default_value_t = 5
+    )]
+    pub warmup_iters: usize,
+
+    /// Data check of the timed iterations: 1 on, 0 off (#wrong then shows N/A)
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u32,
+
+    /// How the per-rank time is reduced before computing bandwidth: 0 rank0, 1 avg, 2 min, 3 max
+    #[arg(short = 'a', long = "average", default_value = "1", value_parser = parse_reduction)]
+    pub average: TimeReduction,
+
+    /// Watchdog in seconds for every phase (connect, warmup, each size); must be >= 1
+    ///
+    /// Unlike nccl-tests' -T, 0 (off) is not accepted: every phase, including connection
+    /// setup and MPI barriers, is bounded so that a stuck plugin or peer fails the run with a
+    /// message instead of hanging the job.
+    #[arg(short = 'T', long = "timeout", default_value_t = 300)]
+    pub timeout: u64,
+
+    /// Endpoints (GPU workers) per rank
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ngpus: usize,
+
+    /// Traffic pattern (definitions and formulas at the end of --help)
+    #[arg(long, value_enum, default_value_t = Pattern::Sendrecv)]
+    pub pattern: Pattern,
+
+    /// Which endpoint pairs carry traffic: all, inter-node only, or auto
+    ///
+    /// auto is inter-node when the job spans several nodes, else all. With inter-node,
+    /// same-node pairs are dropped (pairs, fullmesh) or the ring/sendrecv order interleaves
+    /// nodes so every hop crosses nodes, and busbw counts network bytes only.
+    #[arg(long, value_enum, default_value_t = Scope::Auto)]
+    pub scope: Scope,
+
+    /// Direction for --pattern pairs: uni (lower half sends) or bi (both send)
+    #[arg(long, value_enum, default_value_t = Dir::Bi)]
+    pub dir: Dir,
+
+    /// Buffer memory: host, cuda, or auto (cuda when the plugin and a GPU allow it)
+    #[arg(long, value_enum, default_value_t = Mem::Auto)]
+    pub mem: Mem,
+
+    /// Ranks per node, overriding hostname-based node detection
+    ///
+    /// Lets one host stand in for several nodes (e.g. 4 ranks on one host with
+    /// --ranks-per-node 2 is treated as 2 nodes).
+    #[arg(long = "ranks-per-node")]
+    pub ranks_per_node: Option<usize>,
+
+    /// Bound on the peers an endpoint talks to at once (the peers are served in shifted rounds)
+    #[arg(long = "max-peers")]
+    pub max_peers: Option<usize>,
+
+    /// Size of one send/recv request (binary K/M/G suffixes)
+    #[arg(long, default_value = "512K", value_parser = parse_size)]
+    pub chunk: u64,
+
+    /// Communicators (connections) per peer
+    #[arg(long, default_value_t = 1)]
+    pub channels: usize,
+
+    /// Requests outstanding per communicator (1..=32; also bounded by the plugin)
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+
+    /// Net plugin: a path to a .so or a name (libnccl-net-NAME.so); default: the bundled tcpx-emu
+    #[arg(long)]
+    pub plugin: Option<String>,
+
+    /// Force one plugin ABI version (7..=12) instead of the newest the plugin exports
+    #[arg(long, value_parser = clap::value_parser!(u32).range(7..=12))]
+    pub abi: Option<u32>,
+
+    /// Plugin device index; default: the endpoint's local GPU index modulo the device count
+    #[arg(long = "net-dev")]
+    pub net_dev: Option<usize>,
+
+    /// Result directory; default: results/<UTC timestamp>-<pattern>
+    #[arg(long, conflicts_with = "no_out")]
+    pub out: Option<PathBuf>,
+
+    /// Write no result files (stdout only)
+    #[arg(long = "no-out")]
+    pub no_out: bool,
+
+    /// Progress bar: auto (only when stderr is a terminal), always, never
+    #[arg(long, value_enum, default_value_t = Progress::Auto)]
+    pub progress: Progress,
+
+    /// Plugin log level passed to the plugin's logger
+    #[arg(long = "plugin-log", value_enum, default_value_t = PluginLog::Warn)]
+    pub plugin_log: PluginLog,
+
+    /// More output (repeat for more)
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// How per-rank times are reduced to one number before bandwidth is computed (nccl-tests `-a`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeReduction {
+    /// `-a 0`: rank 0's time.
+    Rank0,
+    /// `-a 1`: the mean over ranks (default).
+    Avg,
+    /// `-a 2`: the fastest rank.
+    Min,
+    /// `-a 3`: the slowest rank.
+    Max,
+}
+
+/// Which endpoint pairs carry traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// Every pair, same node or not.
+    All,
+    /// Only pairs on different nodes.
+    InterNode,
+    /// inter-node when the job spans several nodes, else all.
+    Auto,
+}
+
+/// Buffer memory kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mem {
+    /// cuda when the plugin and a GPU allow it, else host.
+    Auto,
+    /// Host memory.
+    Host,
+    /// CUDA device memory.
+    Cuda,
+}
+
+/// When to draw a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Progress {
+    /// Only when the output is a terminal.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Plugin log level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginLog {
+    /// Warnings only.
+    Warn,
+    /// Informational messages.
+    Info,
+    /// Everything.
+    Trace,
+    /// Nothing.
+    None,
+}
+
+impl TimeReduction {
+    /// The name used in reports: `rank0`, `avg`, `min`, `max`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeReduction::Rank0 => "rank0",
+            TimeReduction::Avg => "avg",
+            TimeReduction::Min => "min",
+            TimeReduction::Max => "max",
+        }
+    }
+
+    /// nccl-tests' `-a` number.
+    pub fn code(self) -> u32 {
+        match self {
+            TimeReduction::Rank0 => 0,
+            TimeReduction::Avg => 1,
+            TimeReduction::Min => 2,
+            TimeReduction::Max => 3,
+        }
+    }
+}
+
+// Names for the plan's enums, as the other enums here have. (Inherent impls may live in any
+// module of the crate; if plan.rs grows its own `as_str`, delete these.)
+impl Pattern {
+    /// The name used on the command line and in result files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pattern::Sendrecv => "sendrecv",
+            Pattern::Pairs => "pairs",
+            Pattern::Ring => "ring",
+            Pattern::Fullmesh => "fullmesh",
+        }
+    }
+}
+
+impl Dir {
+    /// The name used on the command line and in result files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dir::Uni => "uni",
+            Dir::Bi => "bi",
+        }
+    }
+}
+
+impl Scope {
+    /// The name used on the command line and in result files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::All => "all",
+            Scope::InterNode => "inter-node",
+            Scope::Auto => "auto",
+        }
+    }
+
+    /// Resolves `auto`: inter-node when the job spans several nodes, else all.
+    /// `all` and `inter-node` are returned unchanged.
+    pub fn resolve(self, nodes: usize) -> Scope {
+        match self {
+            Scope::Auto if nodes > 1 => Scope::InterNode,
+            Scope::Auto => Scope::All,
+            other => other,
+        }
+    }
+}
+
+impl Mem {
+    /// The name used on the command line and in result files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mem::Auto => "auto",
+            Mem::Host => "host",
+            Mem::Cuda => "cuda",
+        }
+    }
+}
+
+impl PluginLog {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginLog::Warn => "warn",
+            PluginLog::Info => "info",
+            PluginLog::Trace => "trace",
+            PluginLog::None => "none",
+        }
+    }
+}
+
+macro_rules! display_as_str {
+    ($($t:ty),*) => {$(
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+display_as_str!(TimeReduction, Scope, Mem, PluginLog);
+
+impl Cli {
+    /// The message sizes of the sweep, in order: from `-b` up to `-e` inclusive, multiplying
+    /// by `-f` when it is greater than 1, else adding `-i` (as nccl-tests' size loop).
+    ///
+    /// Stops early instead of overflowing or looping forever on degenerate input (a zero
+    /// step); [`Cli::validate`] rejects those inputs with a message first.
+    pub fn sizes(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut size = self.minbytes;
+        while size <= self.maxbytes {
+            out.push(size);
+            let next = if self.stepfactor > 1 {
+                size.checked_mul(self.stepfactor)
+            } else {
+                size.checked_add(self.stepbytes)
+            };
+            match next {
+                Some(n) if n > size => size = n,
+                _ => break,
+            }
+        }
+        out
+    }
+
+    /// Whether the data check is on (`-c` other than 0).
+    pub fn check_enabled(&self) -> bool {
+        self.check != 0
+    }
+
+    /// Whether to draw a progress bar, given whether the output is a terminal.
+    pub fn progress_enabled(&self, is_terminal: bool) -> bool {
+        match self.progress {
+            Progress::Auto => is_terminal,
+            Progress::Always => true,
+            Progress::Never => false,
+        }
+    }
+
+    /// Every option as a JSON object, for `summary.json`'s `config`.
+    pub fn config_json(&self) -> serde_json::Value {
+        // Serializing plain data (numbers, strings, enums, paths) cannot fail except for a
+        // non-UTF-8 path; fall back to a lossy rendering rather than losing the config.
+        serde_json::to_value(self).unwrap_or_else(|_| serde_json::Value::String(format!("{self:?}")))
+    }
+
+    /// Checks that need only the flags. Each error is one line that names the fix.
+    /// Checks that depend on the job shape (endpoint counts, even n for pairs, plugin
+    /// limits) are done by the caller once MPI and the plugin are up.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.minbytes > self.maxbytes {
+            return Err(format!(
+                "-b {} is larger than -e {}: make the minimum size (-b) at most the maximum (-e)",
+                format_size(self.minbytes),
+                format_size(self.maxbytes)
+            ));
+        }
+        if self.stepfactor < 1 {
+            return Err("-f 0 is not a step factor: use -f 2 (doubling) or -f 1 with -i STEP".into());
+        }
+        if self.stepfactor > 1 && self.minbytes == 0 {
+            return Err("-b 0 never grows with a step factor: use -b 1 or larger, or -f 1 with -i STEP".into());
+        }
+        if self.stepfactor == 1 && self.stepbytes == 0 && self.minbytes != self.maxbytes {
+            return Err("-i 0 never advances the sweep: give -i a size above 0, or use -f 2".into());
+        }
+        if self.iters < 1 {
+            return Err("-n 0 measures nothing: use -n 1 or more timed iterations".into());
+        }
+        if self.timeout < 1 {
+            return Err("-T 0 would disable the watchdog, which tcpx-perf requires: use -T 1 or more seconds".into());
+        }
+        if self.ngpus < 1 {
+            return Err("-g 0 has no endpoints: use -g 1 or more endpoints per rank".into());
+        }
+        if self.chunk == 0 {
+            return Err("--chunk 0 is not a request size: use e.g. --chunk 512K".into());
+        }
+        if !(1..=32).contains(&self.window) {
+            return Err(format!(
+                "--window {} is out of range: use 1 to 32 requests outstanding per communicator",
+                self.window
+            ));
+        }
+        if !(1..=64).contains(&self.channels) {
+            return Err(format!(
+                "--channels {} is out of range: use 1 to 64 communicators per peer",
+                self.channels
+            ));
+        }
+        if self.ranks_per_node == Some(0) {
+            return Err("--ranks-per-node 0 is impossible: use 1 or more, or drop the flag".into());
+        }
+        if self.max_peers == Some(0) {
+            return Err("--max-peers 0 allows no traffic: use 1 or more, or drop the flag".into());
+        }
+        if self.dir == Dir::Uni && self.pattern != Pattern::Pairs {
+            return Err(format!(
+                "--dir uni applies only to --pattern pairs: drop --dir or use --pattern pairs (got {})",
+                self.pattern
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `-a`: nccl-tests' numbers 0..=3, or the names rank0, avg, min, max.
+fn parse_reduction(s: &str) -> Result<TimeReduction, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "0" | "rank0" => Ok(TimeReduction::Rank0),
+        "1" | "avg" => Ok(TimeReduction::Avg),
+        "2" | "min" => Ok(TimeReduction::Min),
+        "3" | "max" => Ok(TimeReduction::Max),
+        _ => Err(format!(
+            "invalid time reduction '{s}': use 0 (rank0), 1 (avg), 2 (min) or 3 (max)"
+        )),
+    }
+}
+
+/// Parses a size: a number (fractions allowed) with an optional binary suffix K, M or G
+/// (case-insensitive, 1024-based, as nccl-tests). `"1.5M"` is 1572864. The result must be a
+/// whole number of bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let invalid = || format!("invalid size '{s}': use a number with an optional K, M or G suffix (binary)");
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1u64 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1u64 << 30),
+        Some(_) => (t, 1u64),
+        None => return Err(invalid()),
+    };
+    // Only plain decimal numbers: f64's parser would also take "inf", "nan" and "1e3".
+    if num.is_empty()
+        || !num.chars().all(|c| c.is_ascii_digit() || c == '.')
+        || !num.chars().any(|c| c.is_ascii_digit())
+    {
+        return Err(invalid());
+    }
+    if !num.contains('.') {
+        return num
+            .parse::<u64>()
+            .ok()
+            .and_then(|v| v.checked_mul(mult))
+            .ok_or_else(|| format!("invalid size '{s}': too large"));
+    }
+    let v: f64 = num.parse().map_err(|_| invalid())?;
+    let bytes = v * mult as f64;
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("invalid size '{s}': too large"));
+    }
+    if bytes.fract() != 0.0 {
+        return Err(format!("invalid size '{s}': {bytes} is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats a size with the largest binary suffix that divides it exactly:
+/// `64M`, `1G`, `1536K`, `100`, `0`. [`parse_size`] reads it back to the same value.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (unit, suffix) in UNITS {
+        if bytes & (unit - 1) == 0 {
+            return format!("{}{}", bytes / unit, suffix);
+        }
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut v = vec!["tcpx-perf"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).expect("parse")
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cli(&[]);
+        assert_eq!(c.minbytes, 1 << 20);
+        assert_eq!(c.maxbytes, 64 << 20);
+        assert_eq!(c.stepfactor, 2);
+        assert_eq!(c.stepbytes, 1 << 20);
+        assert_eq!(c.iters, 20);
+        assert_eq!(c.warmup_iters, 5);
+        assert!(c.check_enabled());
+        assert_eq!(c.average, TimeReduction::Avg);
+        assert_eq!(c.timeout, 300);
+        assert_eq!(c.ngpus, 1);
+        assert_eq!(c.pattern, Pattern::Sendrecv);
+        assert_eq!(c.scope, Scope::Auto);
+        assert_eq!(c.dir, Dir::Bi);
+        assert_eq!(c.mem, Mem::Auto);
+        assert_eq!(c.chunk, 512 << 10);
+        assert_eq!(c.channels, 1);
+        assert_eq!(c.window, 8);
+        assert_eq!(c.progress, Progress::Auto);
+        assert_eq!(c.plugin_log, PluginLog::Warn);
+        assert_eq!(c.verbose, 0);
+        assert!(c.validate().is_ok());
+        assert_eq!(c.sizes().len(), 7);
+    }
+
+    #[test]
+    fn nccl_tests_flags() {
+        let c = cli(&[
+            "-b", "8", "-e", "1G", "-f", "4", "-n", "5", "-w", "1", "-c", "0", "-a", "3", "-T", "10", "-g", "8", "-vv",
+        ]);
+        assert_eq!((c.minbytes, c.maxbytes, c.stepfactor), (8, 1 << 30, 4));
+        assert_eq!((c.iters, c.warmup_iters, c.timeout, c.ngpus), (5, 1, 10, 8));
+        assert!(!c.check_enabled());
+        assert_eq!(c.average, TimeReduction::Max);
+        assert_eq!(c.verbose, 2);
+        let c = cli(&["--warmup_iters", "3", "--average", "min", "--minbytes", "1K"]);
+        assert_eq!(c.warmup_iters, 3);
+        assert_eq!(c.average, TimeReduction::Min);
+        assert_eq!(c.minbytes, 1024);
+        assert!(Cli::try_parse_from(["tcpx-perf", "-a", "4"]).is_err());
+        assert!(Cli::try_parse_from(["tcpx-perf", "--abi", "6"]).is_err());
+        assert!(Cli::try_parse_from(["tcpx-perf", "--abi", "12"]).is_ok());
+        assert!(Cli::try_parse_from(["tcpx-perf", "--out", "x", "--no-out"]).is_err());
+        let c = cli(&["--pattern", "fullmesh", "--scope", "inter-node", "--mem", "cuda"]);
+        assert_eq!(c.pattern, Pattern::Fullmesh);
+        assert_eq!(c.scope, Scope::InterNode);
+        assert_eq!(c.mem, Mem::Cuda);
+    }
+
+    #[test]
+    fn size_parsing() {
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("1k"), Ok(1024));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1.5M"), Ok(1_572_864));
+        assert_eq!(parse_size(" 2.0 "), Ok(2));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(
+            parse_size("12X").unwrap_err(),
+            "invalid size '12X': use a number with an optional K, M or G suffix (binary)"
+        );
+        for bad in ["", "M", "-1", "1e3", "inf", "nan", "1.2.3", ".", "1 M", "0x10"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be rejected");
+        }
+        assert!(parse_size("0.5").unwrap_err().contains("whole number"));
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("17179869184G").is_err());
+    }
+
+    #[test]
+    fn size_formatting_roundtrips() {
+        assert_eq!(format_size(64 << 20), "64M");
+        assert_eq!(format_size(1 << 30), "1G");
+        assert_eq!(format_size(1536 << 10), "1536K");
+        assert_eq!(format_size(100), "100");
+        assert_eq!(format_size(0), "0");
+        for v in [0, 1, 1023, 1024, 1536 << 10, 3 << 30, u64::MAX] {
+            assert_eq!(parse_size(&format_size(v)), Ok(v));
+        }
+    }
+
+    #[test]
+    fn sweep() {
+        let c = cli(&["-b", "1M", "-e", "8M"]);
+        assert_eq!(c.sizes(), vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]);
+        let c = cli(&["-b", "1M", "-e", "3.5M", "-f", "1", "-i", "1M"]);
+        assert_eq!(c.sizes(), vec![1 << 20, 2 << 20, 3 << 20]);
+        let c = cli(&["-b", "3", "-e", "3"]);
+        assert_eq!(c.sizes(), vec![3]);
+        let c = cli(&["-b", "8M", "-e", "1M"]);
+        assert!(c.sizes().is_empty());
+        // Degenerate inputs terminate (validate rejects them with a message).
+        let c = cli(&["-b", "0", "-e", "1M"]);
+        assert_eq!(c.sizes(), vec![0]);
+        let c = cli(&["-b", "1", "-e", "1M", "-f", "1", "-i", "0"]);
+        assert_eq!(c.sizes(), vec![1]);
+        let c = cli(&["-b", "8G", "-e", "17179869183G"]);
+        assert!(c.sizes().len() > 10);
+    }
+
+    #[test]
+    fn validation() {
+        let err = |args: &[&str]| cli(args).validate().unwrap_err();
+        assert!(err(&["-b", "2M", "-e", "1M"]).contains("-b 2M is larger than -e 1M"));
+        assert!(err(&["-f", "0"]).contains("-f"));
+        assert!(err(&["-b", "0"]).contains("-b 0"));
+        assert!(err(&["-f", "1", "-i", "0"]).contains("-i 0"));
+        assert!(cli(&["-f", "1", "-i", "0", "-b", "1M", "-e", "1M"]).validate().is_ok());
+        assert!(err(&["-n", "0"]).contains("-n"));
+        assert!(err(&["-T", "0"]).contains("watchdog"));
+        assert!(err(&["-g", "0"]).contains("-g"));
+        assert!(err(&["--chunk", "0"]).contains("--chunk"));
+        assert!(err(&["--window", "0"]).contains("1 to 32"));
+        assert!(err(&["--window", "33"]).contains("1 to 32"));
+        assert!(cli(&["--window", "32"]).validate().is_ok());
+        assert!(err(&["--channels", "65"]).contains("1 to 64"));
+        assert!(err(&["--ranks-per-node", "0"]).contains("--ranks-per-node"));
+        assert!(err(&["--max-peers", "0"]).contains("--max-peers"));
+        assert!(err(&["--dir", "uni"]).contains("pairs"));
+        assert!(cli(&["--dir", "uni", "--pattern", "pairs"]).validate().is_ok());
+        for args in [&["-b", "2M", "-e", "1M"][..], &["-T", "0"], &["--window", "99"]] {
+            assert!(!err(args).contains('\n'));
+        }
+    }
+
+    #[test]
+    fn scope_resolution_and_names() {
+        assert_eq!(Scope::Auto.resolve(2), Scope::InterNode);
+        assert_eq!(Scope::Auto.resolve(1), Scope::All);
+        assert_eq!(Scope::All.resolve(4), Scope::All);
+        assert_eq!(Scope::InterNode.resolve(1), Scope::InterNode);
+        assert_eq!(Scope::InterNode.to_string(), "inter-node");
+        assert_eq!(TimeReduction::Avg.as_str(), "avg");
+        assert_eq!(TimeReduction::Max.code(), 3);
+        assert_eq!(Pattern::Fullmesh.as_str(), "fullmesh");
+        assert_eq!(Pattern::Ring.to_string(), Pattern::Ring.as_str());
+        assert_eq!(Dir::Uni.as_str(), "uni");
+    }
+
+    #[test]
+    fn config_json_has_every_option() {
+        let c = cli(&["--scope", "inter-node", "-a", "0"]);
+        let v = c.config_json();
+        assert_eq!(v["scope"], "inter-node");
+        assert_eq!(v["average"], "rank0");
+        assert_eq!(v["minbytes"], 1 << 20);
+        assert_eq!(v["plugin_log"], "warn");
+        assert!(v["out"].is_null());
+    }
+
+    #[test]
+    fn help_defines_patterns() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("busbw = algbw * 2(n-1)/n"));
+        assert!(help.contains("busbw = algbw * (n-1)/n"));
+        assert!(help.contains("network bytes sent per endpoint / time"));
+        assert!(help.contains("--warmup_iters"));
+    }
+}

@@ -1,0 +1,416 @@
+//! The transfer engine: endpoint workers, their connections, and the timed iterations.
+//!
+//! The calling thread (the only one that talks to MPI, through [`Collectives`]) drives a crew of
+//! worker threads, one per endpoint of this rank, in lock-step phases: listen, exchange handles,
+//! connect, then per size prepare / (fill, barrier, run, verify) x iterations / totals, and close.
+//! Every phase has a deadline (`-T`): the progress loop reports a stall itself, and a watchdog
+//! thread ends the process with a state dump if a phase (an MPI barrier, a plugin call that
+//! blocks) outlives it.
+
+pub mod buffer;
+pub mod progress;
+pub mod schedule;
+pub mod watchdog;
+mod worker;
+
+use crate::plan::Plan;
+use crate::topology::Topology;
+use nccl_net::{NetHandle, Plugin};
+use progress::{IterationError, IterationTiming, LaneStats};
+use schedule::Lanes;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+use worker::Worker;
+
+pub use worker::SizeTotals;
+
+/// The collective operations the engine needs from the launcher (MPI in production).
+pub trait Collectives {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    fn barrier(&self);
+    /// Bitwise OR of `buf` across ranks, in place (handle exchange: each rank fills its slots).
+    fn or_bytes(&self, buf: &mut [u8]);
+    fn sum_u64(&self, buf: &mut [u64]);
+    fn sum_f64(&self, buf: &mut [f64]);
+    /// Every rank's `local` (all the same length), concatenated in rank order.
+    fn gather_f64(&self, local: &[f64]) -> Vec<f64>;
+    /// Ends the whole job now (after this rank printed why).
+    fn abort(&self, code: i32) -> !;
+}
+
+/// Engine knobs (validated before the engine starts).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub channels: usize,
+    pub window: usize,
+    pub chunk: u64,
+    pub timeout: Duration,
+    pub net_dev: Option<usize>,
+}
+
+/// State shared by the crew and the watchdog.
+pub struct Shared {
+    pub topology: Topology,
+    pub connections: Vec<(usize, usize)>,
+    pub channels: usize,
+    pub epoch: Instant,
+    pub abort: AtomicBool,
+    /// Set when a worker's progress loop hit the deadline (exit status 3, not 1).
+    pub stalled: AtomicBool,
+    pub watched: Mutex<Vec<(&'static str, String, Arc<LaneStats>)>>,
+}
+
+impl Shared {
+    /// Index of the handle of connection (src -> dst, channel) in the global handle table.
+    pub fn handle_slot(&self, src: usize, dst: usize, channel: usize) -> usize {
+        let conn = self
+            .connections
+            .binary_search(&(src, dst))
+            .expect("connection is in the plan");
+        conn * self.channels + channel
+    }
+
+    fn watch(&self, lane: (&'static str, String, Arc<LaneStats>)) {
+        self.watched.lock().unwrap_or_else(|p| p.into_inner()).push(lane);
+    }
+
+    /// The per-comm state dump of this rank.
+    pub fn dump(&self) -> String {
+        let watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        progress::dump_stats(self.epoch, watched.iter().map(|(k, p, s)| (*k, p.as_str(), &**s)))
+    }
+}
+
+enum Command {
+    Listen(u64),
+    Connect(Arc<Vec<NetHandle>>),
+    Prepare(Arc<Plan>),
+    Fill(u32),
+    Run { timed: bool },
+    Verify(u32),
+    Totals,
+    Close,
+    Exit,
+}
+
+enum Reply {
+    Handles(Vec<(usize, NetHandle)>),
+    Timing(IterationTiming),
+    Wrong(u64),
+    Totals(SizeTotals),
+    Done,
+}
+
+/// The crew's mailbox: one command for all, one reply slot per worker, two barriers per phase.
+struct Crew {
+    barrier: Barrier,
+    command: Mutex<Option<Arc<Command>>>,
+    replies: Vec<Mutex<Option<Result<Reply, String>>>>,
+}
+
+/// Per-iteration result of this rank.
+#[derive(Debug, Clone, Copy)]
+pub struct RankIteration {
+    /// Time to this rank's last completion (max over its endpoints).
+    pub elapsed: Duration,
+    pub bytes_received: u64,
+}
+
+/// The engine of one rank.
+pub struct Engine {
+    shared: Arc<Shared>,
+    crew: Arc<Crew>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    config: EngineConfig,
+    watchdog: watchdog::Watchdog,
+}
+
+impl Engine {
+    /// Starts one worker thread per endpoint of `rank`.
+    pub fn start(
+        plugin: Arc<Plugin>,
+        topology: Topology,
+        connections: Vec<(usize, usize)>,
+        config: EngineConfig,
+        rank: usize,
+    ) -> Result<Engine, String> {
+        let devices = plugin.device_count().map_err(|e| e.to_string())?;
+        if devices == 0 {
+            return Err(format!(
+                "net plugin '{}' reports no devices; check its interface settings",
+                plugin.name()
+            ));
+        }
+        if let Some(dev) = config.net_dev {
+            if dev >= devices {
+                return Err(format!(
+                    "--net-dev {dev} does not exist: the plugin has {devices} device(s)"
+                ));
+            }
+        }
+        let shared = Arc::new(Shared {
+            topology,
+            connections,
+            channels: config.channels,
+            epoch: Instant::now(),
+            abort: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
+            watched: Mutex::new(Vec::new()),
+        });
+        let endpoints = shared.topology.endpoints_of(rank);
+        let crew = Arc::new(Crew {
+            barrier: Barrier::new(endpoints.len() + 1),
+            command: Mutex::new(None),
+            replies: endpoints.clone().map(|_| Mutex::new(None)).collect(),
+        });
+        let watchdog = watchdog::Watchdog::start(shared.clone(), rank);
+        let mut threads = Vec::new();
+        for (slot, endpoint) in endpoints.enumerate() {
+            let lanes = Lanes::of(endpoint, &shared.connections, config.channels);
+            let net_dev = config
+                .net_dev
+                .unwrap_or_else(|| default_net_dev(&shared.topology, endpoint, devices));
+            let worker = Worker::new(endpoint, plugin.clone(), config.clone(), shared.clone(), lanes, net_dev);
+            let crew = crew.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("endpoint-{endpoint}"))
+                .spawn(move || crew_loop(worker, &crew, slot))
+                .map_err(|e| format!("cannot start a worker thread: {e}"))?;
+            threads.push(thread);
+        }
+        Ok(Engine {
+            shared,
+            crew,
+            threads,
+            config,
+            watchdog,
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Arms the watchdog for a phase: it fires a little after -T so the progress loop's own, more
+    /// precise stall report wins when it can.
+    pub fn phase(&self, name: &str) {
+        self.watchdog.arm(name, self.config.timeout + Duration::from_secs(10));
+    }
+
+    fn broadcast(&self, command: Command) -> Result<Vec<Reply>, String> {
+        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(command));
+        self.crew.barrier.wait();
+        self.crew.barrier.wait();
+        self.collect()
+    }
+
+    fn collect(&self) -> Result<Vec<Reply>, String> {
+        let mut replies = Vec::with_capacity(self.crew.replies.len());
+        let mut errors = Vec::new();
+        for slot in &self.crew.replies {
+            match slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(Ok(reply)) => replies.push(reply),
+                Some(Err(e)) => errors.push(e),
+                None => errors.push("a worker gave no reply".into()),
+            }
+        }
+        if errors.is_empty() {
+            Ok(replies)
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+
+    /// Listens, exchanges handles through `coll`, connects and accepts: all comms of the run.
+    pub fn connect(&self, coll: &dyn Collectives, buffer_len: u64) -> Result<(), String> {
+        self.phase("listen");
+        let replies = self.broadcast(Command::Listen(buffer_len))?;
+        let slots = self.shared.connections.len() * self.shared.channels;
+        let mut table = vec![0u8; slots * nccl_net::abi::NET_HANDLE_MAXSIZE];
+        for reply in replies {
+            if let Reply::Handles(handles) = reply {
+                for (slot, handle) in handles {
+                    let at = slot * handle.len();
+                    table[at..at + handle.len()].copy_from_slice(&handle);
+                }
+            }
+        }
+        self.phase("handle exchange (MPI)");
+        coll.or_bytes(&mut table);
+        let handles: Vec<NetHandle> = table
+            .chunks_exact(nccl_net::abi::NET_HANDLE_MAXSIZE)
+            .map(|c| c.try_into().expect("exact chunk"))
+            .collect();
+        self.phase("connect/accept");
+        self.broadcast(Command::Connect(Arc::new(handles)))?;
+        Ok(())
+    }
+
+    pub fn prepare(&self, plan: Arc<Plan>) -> Result<(), String> {
+        self.phase("prepare");
+        self.broadcast(Command::Prepare(plan)).map(drop)
+    }
+
+    pub fn fill(&self, iter: u32) -> Result<(), String> {
+        self.phase("fill");
+        self.broadcast(Command::Fill(iter)).map(drop)
+    }
+
+    /// One iteration: MPI barrier, then every worker starts its clock and runs to its last
+    /// completion. Returns this rank's time (max over its endpoints) and bytes received.
+    pub fn run(&self, coll: &dyn Collectives, timed: bool) -> Result<RankIteration, String> {
+        self.phase("barrier before iteration");
+        coll.barrier();
+        self.phase("iteration");
+        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Command::Run { timed }));
+        self.crew.barrier.wait();
+        self.crew.barrier.wait();
+        let mut result = RankIteration {
+            elapsed: Duration::ZERO,
+            bytes_received: 0,
+        };
+        for reply in self.collect()? {
+            if let Reply::Timing(t) = reply {
+                result.elapsed = result.elapsed.max(t.elapsed);
+                result.bytes_received += t.bytes_received;
+            }
+        }
+        Ok(result)
+    }
+
+    pub fn verify(&self, iter: u32) -> Result<u64, String> {
+        self.phase("verify");
+        let mut wrong = 0;
+        for reply in self.broadcast(Command::Verify(iter))? {
+            if let Reply::Wrong(w) = reply {
+                wrong += w;
+            }
+        }
+        Ok(wrong)
+    }
+
+    pub fn totals(&self) -> Result<Vec<SizeTotals>, String> {
+        self.phase("totals");
+        Ok(self
+            .broadcast(Command::Totals)?
+            .into_iter()
+            .filter_map(|r| if let Reply::Totals(t) = r { Some(t) } else { None })
+            .collect())
+    }
+
+    /// End-of-run barrier, then every worker deregisters and closes its comms.
+    pub fn close(mut self, coll: &dyn Collectives) -> Result<(), String> {
+        self.phase("barrier before close");
+        coll.barrier();
+        self.phase("close");
+        let closed = self.broadcast(Command::Close).map(drop);
+        self.shutdown();
+        self.watchdog.disarm();
+        closed
+    }
+
+    fn shutdown(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        self.shared.abort.store(true, Ordering::Relaxed);
+        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Command::Exit));
+        self.crew.barrier.wait();
+        self.crew.barrier.wait();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Workers only wait on the crew barrier between phases, so they can always be released.
+        self.shutdown();
+    }
+}
+
+/// The NIC an endpoint uses by default: GPUs spread evenly over the plugin's devices in order, as
+/// on A3-high where GPUs 0-1 sit next to eth1, 2-3 next to eth2, and so on.
+fn default_net_dev(topology: &Topology, endpoint: usize, devices: usize) -> usize {
+    let e = &topology.endpoints[endpoint];
+    let gpus_on_node = topology.endpoints.iter().filter(|x| x.node == e.node).count().max(1);
+    if gpus_on_node >= devices {
+        e.gpu * devices / gpus_on_node
+    } else {
+        e.gpu % devices
+    }
+}
+
+fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
+    loop {
+        crew.barrier.wait();
+        let command = crew
+            .command
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .expect("a command was posted");
+        let exit = matches!(*command, Command::Exit);
+        let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(&mut worker, &command)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(format!("worker for endpoint {} panicked: {what}", worker.endpoint))
+            });
+        if reply.is_err() {
+            // Release this rank's other workers from their progress loops.
+            worker.abort_rank();
+        }
+        *crew.replies[slot].lock().unwrap_or_else(|p| p.into_inner()) = Some(reply);
+        crew.barrier.wait();
+        if exit {
+            worker.close();
+            return;
+        }
+    }
+}
+
+fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
+    match command {
+        Command::Listen(len) => worker.listen(*len).map(Reply::Handles),
+        Command::Connect(handles) => worker.connect(handles).map(|()| Reply::Done),
+        Command::Prepare(plan) => {
+            worker.prepare(plan.clone());
+            Ok(Reply::Done)
+        }
+        Command::Fill(iter) => {
+            worker.fill(*iter);
+            Ok(Reply::Done)
+        }
+        Command::Run { timed } => {
+            // The clock starts when this worker leaves the barrier that followed the MPI barrier.
+            worker
+                .run(Instant::now(), *timed)
+                .map(Reply::Timing)
+                .map_err(|e| match e {
+                    IterationError::Stalled(dump) => {
+                        worker.mark_stalled();
+                        format!(
+                            "endpoint {} made no progress within -T: comm state:\n{}",
+                            worker.endpoint,
+                            dump.trim_end()
+                        )
+                    }
+                    other => format!("endpoint {}: {other}", worker.endpoint),
+                })
+        }
+        Command::Verify(iter) => Ok(Reply::Wrong(worker.verify(*iter))),
+        Command::Totals => Ok(Reply::Totals(worker.totals())),
+        Command::Close => {
+            worker.close();
+            Ok(Reply::Done)
+        }
+        Command::Exit => Ok(Reply::Done),
+    }
+}

@@ -1,0 +1,265 @@
+//! One endpoint: its buffer, its comms, and what it does in each phase.
+//!
+//! A worker owns everything the plugin hands out for its endpoint (comms, registrations), so all
+//! plugin calls for a comm happen on one thread, as NCCL's proxy thread does and as TCPX requires.
+
+use super::buffer::HostBuffer;
+use super::progress::{
+    run_iteration, IterationError, IterationState, IterationTiming, LoopContext, RecvLane, SendLane,
+};
+use super::schedule::{Lanes, Schedule};
+use super::{EngineConfig, Shared};
+use crate::check;
+use crate::plan::Plan;
+use nccl_net::{ListenComm, MemType, NetHandle, PendingConnect, Plugin, RecvComm, SendComm};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Worker {
+    pub endpoint: usize,
+    plugin: Arc<Plugin>,
+    config: EngineConfig,
+    shared: Arc<Shared>,
+    lanes: Lanes,
+    net_dev: usize,
+    buffer: Option<HostBuffer>,
+    listens: Vec<ListenComm>,
+    send: Vec<SendLane>,
+    recv: Vec<RecvLane>,
+    plan: Option<Arc<Plan>>,
+    schedule: Schedule,
+    state: Option<IterationState>,
+    /// Sum over timed iterations of each incoming flow's completion time (seconds).
+    flow_time_sum: Vec<f64>,
+    wrong: u64,
+}
+
+/// What a worker returns from a size: per-flow time sums and wrong bytes.
+#[derive(Debug, Clone, Default)]
+pub struct SizeTotals {
+    pub flow_time_sum: Vec<(u32, f64)>,
+    pub wrong: u64,
+}
+
+impl Worker {
+    pub fn new(
+        endpoint: usize,
+        plugin: Arc<Plugin>,
+        config: EngineConfig,
+        shared: Arc<Shared>,
+        lanes: Lanes,
+        net_dev: usize,
+    ) -> Self {
+        Self {
+            endpoint,
+            plugin,
+            config,
+            shared,
+            lanes,
+            net_dev,
+            buffer: None,
+            listens: Vec::new(),
+            send: Vec::new(),
+            recv: Vec::new(),
+            plan: None,
+            schedule: Schedule::default(),
+            state: None,
+            flow_time_sum: Vec::new(),
+            wrong: 0,
+        }
+    }
+
+    fn label(&self, endpoint: usize) -> String {
+        self.shared.topology.label(endpoint)
+    }
+
+    /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
+    /// (global handle slot, handle) pairs for the MPI exchange.
+    pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(usize, NetHandle)>, String> {
+        self.buffer = Some(HostBuffer::new(buffer_len as usize)?);
+        let mut handles = Vec::new();
+        for &peer in &self.lanes.recv_peers.clone() {
+            for ch in 0..self.lanes.channels {
+                let (comm, handle) = self
+                    .plugin
+                    .listen(self.net_dev, &self.label(peer))
+                    .map_err(|e| e.to_string())?;
+                self.listens.push(comm);
+                handles.push((self.shared.handle_slot(peer, self.endpoint, ch), handle));
+            }
+        }
+        Ok(handles)
+    }
+
+    /// Connects to every outgoing peer and accepts every incoming one, polling all of them in one
+    /// loop (both sides of every pair must make progress at once) until the deadline.
+    pub fn connect(&mut self, handles: &[NetHandle]) -> Result<(), String> {
+        let deadline = Instant::now() + self.config.timeout;
+        let mut pending: Vec<(usize, Option<PendingConnect>)> = Vec::new();
+        for &peer in &self.lanes.send_peers {
+            for ch in 0..self.lanes.channels {
+                let slot = self.shared.handle_slot(self.endpoint, peer, ch);
+                let connect = self.plugin.connect(self.net_dev, handles[slot], &self.label(peer));
+                pending.push((peer, Some(connect)));
+            }
+        }
+        let mut sends: Vec<Option<SendComm>> = (0..pending.len()).map(|_| None).collect();
+        let mut recvs: Vec<Option<RecvComm>> = (0..self.listens.len()).map(|_| None).collect();
+        loop {
+            let mut waiting = false;
+            for (i, (_, p)) in pending.iter_mut().enumerate() {
+                if let Some(connect) = p.as_mut() {
+                    match connect.poll().map_err(|e| e.to_string())? {
+                        Some(comm) => {
+                            sends[i] = Some(comm);
+                            *p = None;
+                        }
+                        None => waiting = true,
+                    }
+                }
+            }
+            for (i, listen) in self.listens.iter_mut().enumerate() {
+                if recvs[i].is_none() {
+                    match listen.poll_accept().map_err(|e| e.to_string())? {
+                        Some(comm) => recvs[i] = Some(comm),
+                        None => waiting = true,
+                    }
+                }
+            }
+            if !waiting {
+                break;
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<String> = pending
+                    .iter()
+                    .filter(|(_, p)| p.is_some())
+                    .map(|(peer, _)| format!("connect to {}", self.label(*peer)))
+                    .chain(recvs.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| {
+                        format!(
+                            "accept from {}",
+                            self.label(self.lanes.recv_peers[i / self.lanes.channels])
+                        )
+                    }))
+                    .collect();
+                return Err(format!(
+                    "connection setup did not finish within -T {} s: still waiting for {}",
+                    self.config.timeout.as_secs(),
+                    missing.join(", ")
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.listens.clear();
+        let buffer = self.buffer.as_mut().expect("listen allocated the buffer");
+        let (base, len) = (buffer.as_mut_ptr(), buffer.len());
+        let window = self.config.window;
+        for (i, comm) in sends.into_iter().enumerate() {
+            let mut comm = comm.expect("all connects completed");
+            // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
+            // in `close`).
+            let mr = unsafe { comm.register(base, len, MemType::Host) }.map_err(|e| e.to_string())?;
+            let peer = self.label(pending[i].0);
+            let lane = SendLane::new(comm, mr, peer, window);
+            self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
+            self.send.push(lane);
+        }
+        for (i, comm) in recvs.into_iter().enumerate() {
+            let mut comm = comm.expect("all accepts completed");
+            // SAFETY: as above.
+            let mr = unsafe { comm.register(base, len, MemType::Host) }.map_err(|e| e.to_string())?;
+            let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
+            let lane = RecvLane::new(comm, mr, peer, window);
+            self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
+            self.recv.push(lane);
+        }
+        Ok(())
+    }
+
+    /// Builds this endpoint's post sequences for a new size (before any clock runs).
+    pub fn prepare(&mut self, plan: Arc<Plan>) {
+        self.schedule = Schedule::build(&plan, self.endpoint, &self.lanes, self.config.chunk);
+        self.state = Some(IterationState::new(&self.schedule, plan.flows.len()));
+        self.flow_time_sum = vec![0.0; plan.flows.len()];
+        self.wrong = 0;
+        self.plan = Some(plan);
+    }
+
+    /// Writes this endpoint's pattern for iteration `iter` into its send ranges.
+    pub fn fill(&mut self, iter: u32) {
+        let plan = self.plan.as_ref().expect("prepared");
+        let buffer = self.buffer.as_mut().expect("allocated").as_mut_slice();
+        for f in &plan.fills[self.endpoint] {
+            let range = f.off as usize..(f.off + f.len) as usize;
+            check::fill(&mut buffer[range], self.endpoint as u32, iter, f.origin_off);
+        }
+    }
+
+    /// Runs one iteration from `start` (the instant the start signal arrived).
+    pub fn run(&mut self, start: Instant, timed: bool) -> Result<IterationTiming, IterationError> {
+        let base = self.buffer.as_mut().expect("allocated").as_mut_ptr();
+        let ctx = LoopContext {
+            schedule: &self.schedule,
+            window: self.config.window,
+            base,
+            epoch: self.shared.epoch,
+            deadline: self.config.timeout,
+            abort: &self.shared.abort,
+        };
+        let state = self.state.as_mut().expect("prepared");
+        let timing = run_iteration(&ctx, &mut self.send, &mut self.recv, state, start)?;
+        if timed {
+            for (flow, done) in state.flow_done.iter().enumerate() {
+                if let Some(t) = done {
+                    self.flow_time_sum[flow] += t.saturating_duration_since(start).as_secs_f64();
+                }
+            }
+        }
+        Ok(timing)
+    }
+
+    /// Counts wrong bytes in every range this endpoint received in iteration `iter`.
+    pub fn verify(&mut self, iter: u32) -> u64 {
+        let plan = self.plan.as_ref().expect("prepared");
+        let buffer = self.buffer.as_ref().expect("allocated").as_slice();
+        let mut wrong = 0;
+        for f in plan.flows.iter().filter(|f| f.dst == self.endpoint) {
+            let range = f.dst_off as usize..(f.dst_off + f.len) as usize;
+            wrong += check::verify(&buffer[range], f.origin as u32, iter, f.origin_off);
+        }
+        self.wrong += wrong;
+        wrong
+    }
+
+    /// Per-flow time sums and wrong bytes for the size just measured.
+    pub fn totals(&self) -> SizeTotals {
+        let plan = self.plan.as_ref().expect("prepared");
+        let flow_time_sum = plan
+            .flows
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.dst == self.endpoint)
+            .map(|(i, _)| (i as u32, self.flow_time_sum[i]))
+            .collect();
+        SizeTotals {
+            flow_time_sum,
+            wrong: self.wrong,
+        }
+    }
+
+    /// Asks this rank's other workers to leave their progress loops (this one failed).
+    pub fn abort_rank(&self) {
+        self.shared.abort.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn mark_stalled(&self) {
+        self.shared.stalled.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Deregisters and closes every comm, then frees the buffer (the order the plugin needs).
+    pub fn close(&mut self) {
+        self.send.clear();
+        self.recv.clear();
+        self.listens.clear();
+        self.buffer = None;
+    }
+}

@@ -1,0 +1,308 @@
+//! `results.csv`, `samples.csv` and `pairs.csv`, exactly as `results/README.md` (schema
+//! version 1) specifies: the first column is `schema_version`, headers are written from
+//! the row structs below so names and order cannot drift from the values, numbers are
+//! plain (bytes, microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty.
+
+use std::io;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::SCHEMA_VERSION;
+use crate::report::{RunInfo, SizeResult};
+
+/// File names in the result directory.
+pub const RESULTS_CSV: &str = "results.csv";
+/// See [`RESULTS_CSV`].
+pub const SAMPLES_CSV: &str = "samples.csv";
+/// See [`RESULTS_CSV`].
+pub const PAIRS_CSV: &str = "pairs.csv";
+
+/// One row of `results.csv`.
+#[derive(Serialize)]
+struct ResultRow<'a> {
+    schema_version: u32,
+    pattern: &'a str,
+    scope: &'a str,
+    dir: &'a str,
+    mem: &'a str,
+    size_bytes: u64,
+    count: u64,
+    #[serde(rename = "type")]
+    type_: &'a str,
+    iters: usize,
+    time_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    wrong: Option<u64>,
+    time_min_us: f64,
+    time_median_us: f64,
+    time_p99_us: f64,
+    time_cv_pct: f64,
+    bytes_planned: u64,
+    bytes_moved: u64,
+    ranks: usize,
+    endpoints: usize,
+    nodes: usize,
+    plugin: &'a str,
+    abi: u32,
+}
+
+/// One row of `samples.csv`.
+#[derive(Serialize)]
+struct SampleRow<'a> {
+    schema_version: u32,
+    pattern: &'a str,
+    size_bytes: u64,
+    iter: usize,
+    time_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+}
+
+/// One row of `pairs.csv`.
+#[derive(Serialize)]
+struct PairRow<'a> {
+    schema_version: u32,
+    pattern: &'a str,
+    size_bytes: u64,
+    src_rank: usize,
+    src_gpu: usize,
+    src_host: &'a str,
+    dst_rank: usize,
+    dst_gpu: usize,
+    dst_host: &'a str,
+    bytes: u64,
+    time_us: f64,
+    gbps: f64,
+}
+
+/// Writes the three CSV files into `dir` (which must exist), replacing files of the same
+/// names. `samples.csv` bandwidths are computed per iteration from the sample time with the
+/// row's `busbw_factor`, the same way as the row's own algbw/busbw.
+pub fn write_all(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    write_results_csv(dir, info, results)?;
+    write_samples_csv(dir, info, results)?;
+    write_pairs_csv(dir, info, results)
+}
+
+fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
+    let mut w = ::csv::Writer::from_path(path)?;
+    for row in rows {
+        w.serialize(row)?;
+    }
+    w.flush()
+}
+
+fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    let rows = results.iter().map(|r| ResultRow {
+        schema_version: SCHEMA_VERSION,
+        pattern: &info.pattern,
+        scope: &info.scope,
+        dir: &info.dir,
+        mem: &info.mem,
+        size_bytes: r.size_bytes,
+        count: r.count,
+        type_: "float",
+        iters: r.iters,
+        time_us: r.time_us,
+        algbw_gbps: r.algbw_gbps,
+        busbw_gbps: r.busbw_gbps,
+        wrong: r.wrong,
+        time_min_us: r.stats.min,
+        time_median_us: r.stats.median,
+        time_p99_us: r.stats.p99,
+        time_cv_pct: r.stats.cv_pct,
+        bytes_planned: r.bytes_planned,
+        bytes_moved: r.bytes_moved,
+        ranks: info.ranks,
+        endpoints: info.endpoints,
+        nodes: info.nodes,
+        plugin: &info.plugin.name,
+        abi: info.plugin.abi,
+    });
+    if results.is_empty() {
+        return write_header_only(&dir.join(RESULTS_CSV), RESULT_COLUMNS);
+    }
+    write_rows(&dir.join(RESULTS_CSV), rows)
+}
+
+fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    let rows = results.iter().flat_map(|r| {
+        r.samples_us.iter().enumerate().map(move |(iter, &t)| {
+            let algbw = r.size_bytes as f64 / t / 1e3;
+            SampleRow {
+                schema_version: SCHEMA_VERSION,
+                pattern: &info.pattern,
+                size_bytes: r.size_bytes,
+                iter,
+                time_us: t,
+                algbw_gbps: algbw,
+                busbw_gbps: algbw * r.busbw_factor,
+            }
+        })
+    });
+    if results.iter().all(|r| r.samples_us.is_empty()) {
+        return write_header_only(&dir.join(SAMPLES_CSV), SAMPLE_COLUMNS);
+    }
+    write_rows(&dir.join(SAMPLES_CSV), rows)
+}
+
+fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    let rows = results.iter().flat_map(|r| {
+        r.pairs.iter().map(move |p| PairRow {
+            schema_version: SCHEMA_VERSION,
+            pattern: &info.pattern,
+            size_bytes: r.size_bytes,
+            src_rank: p.src_rank,
+            src_gpu: p.src_gpu,
+            src_host: &p.src_host,
+            dst_rank: p.dst_rank,
+            dst_gpu: p.dst_gpu,
+            dst_host: &p.dst_host,
+            bytes: p.bytes,
+            time_us: p.time_us,
+            gbps: p.gbps,
+        })
+    });
+    if results.iter().all(|r| r.pairs.is_empty()) {
+        return write_header_only(&dir.join(PAIRS_CSV), PAIR_COLUMNS);
+    }
+    write_rows(&dir.join(PAIRS_CSV), rows)
+}
+
+/// Column names, for files without rows (serde writes the header only with the first row,
+/// and a file with a header is easier for readers than an empty one).
+const RESULT_COLUMNS: &[&str] = &[
+    "schema_version",
+    "pattern",
+    "scope",
+    "dir",
+    "mem",
+    "size_bytes",
+    "count",
+    "type",
+    "iters",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+    "time_min_us",
+    "time_median_us",
+    "time_p99_us",
+    "time_cv_pct",
+    "bytes_planned",
+    "bytes_moved",
+    "ranks",
+    "endpoints",
+    "nodes",
+    "plugin",
+    "abi",
+];
+const SAMPLE_COLUMNS: &[&str] = &[
+    "schema_version",
+    "pattern",
+    "size_bytes",
+    "iter",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+];
+const PAIR_COLUMNS: &[&str] = &[
+    "schema_version",
+    "pattern",
+    "size_bytes",
+    "src_rank",
+    "src_gpu",
+    "src_host",
+    "dst_rank",
+    "dst_gpu",
+    "dst_host",
+    "bytes",
+    "time_us",
+    "gbps",
+];
+
+fn write_header_only(path: &Path, columns: &[&str]) -> io::Result<()> {
+    let mut w = ::csv::Writer::from_path(path)?;
+    w.write_record(columns)?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures;
+    use super::*;
+
+    fn read(path: &Path) -> (Vec<String>, Vec<::csv::StringRecord>) {
+        let mut r = ::csv::Reader::from_path(path).expect("open");
+        let headers = r.headers().expect("headers").iter().map(String::from).collect();
+        let rows = r.records().map(|x| x.expect("record")).collect();
+        (headers, rows)
+    }
+
+    #[test]
+    fn files_match_the_schema() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let info = fixtures::info();
+        let mut results = fixtures::results();
+        results[1].wrong = None;
+        write_all(tmp.path(), &info, &results).expect("write");
+
+        let (h, rows) = read(&tmp.path().join(RESULTS_CSV));
+        assert_eq!(h, RESULT_COLUMNS);
+        assert_eq!(rows.len(), 2);
+        let row = &rows[0];
+        let get = |name: &str| row.get(h.iter().position(|c| c == name).expect(name)).expect(name);
+        assert_eq!(get("schema_version"), "1");
+        assert_eq!(get("pattern"), "sendrecv");
+        assert_eq!(get("scope"), "inter-node");
+        assert_eq!(get("mem"), "host");
+        assert_eq!(get("size_bytes"), "256");
+        assert_eq!(get("count"), "64");
+        assert_eq!(get("type"), "float");
+        assert_eq!(get("time_us"), "34.24");
+        assert_eq!(get("wrong"), "0");
+        assert_eq!(get("plugin"), "tcpx-emu");
+        assert_eq!(get("abi"), "8");
+        assert_eq!(get("bytes_planned"), get("bytes_moved"));
+        let busbw: f64 = get("busbw_gbps").parse().expect("float");
+        assert_eq!(busbw, results[0].busbw_gbps);
+        let p99: f64 = get("time_p99_us").parse().expect("float");
+        assert_eq!(p99, results[0].stats.p99);
+        // Unchecked: empty cell.
+        assert_eq!(&rows[1][h.iter().position(|c| c == "wrong").expect("wrong")], "");
+
+        let (h, rows) = read(&tmp.path().join(SAMPLES_CSV));
+        assert_eq!(h, SAMPLE_COLUMNS);
+        assert_eq!(rows.len(), 6);
+        assert_eq!(&rows[3][2], "1048576");
+        assert_eq!(&rows[3][3], "0");
+        let t: f64 = rows[4][4].parse().expect("float");
+        let algbw: f64 = rows[4][5].parse().expect("float");
+        assert_eq!(t, 100.0);
+        assert!((algbw - 1048576.0 / 100.0 / 1e3).abs() < 1e-12);
+
+        let (h, rows) = read(&tmp.path().join(PAIRS_CSV));
+        assert_eq!(h, PAIR_COLUMNS);
+        assert_eq!(rows.len(), 4);
+        // Hostnames with commas and quotes survive the round trip.
+        assert_eq!(&rows[0][8], "b, \"quoted\"");
+        assert_eq!(&rows[1][5], "b, \"quoted\"");
+    }
+
+    #[test]
+    fn empty_run_still_has_headers() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        write_all(tmp.path(), &fixtures::info(), &[]).expect("write");
+        for (name, cols) in [
+            (RESULTS_CSV, RESULT_COLUMNS),
+            (SAMPLES_CSV, SAMPLE_COLUMNS),
+            (PAIRS_CSV, PAIR_COLUMNS),
+        ] {
+            let (h, rows) = read(&tmp.path().join(name));
+            assert_eq!(h, cols, "{name}");
+            assert!(rows.is_empty());
+        }
+    }
+}

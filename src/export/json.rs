@@ -1,0 +1,312 @@
+//! `summary.json`: provenance, configuration, the per-size results (without per-iteration
+//! samples and the pair matrix, which are in `samples.csv` and `pairs.csv`) and the run's
+//! verdict. Written last and atomically (a temporary file, fsync, rename), so a reader
+//! that finds `summary.json` finds it whole, and a directory without it is known to be
+//! partial.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{avg_busbw, wrong_total, SCHEMA_VERSION};
+use crate::report::{HostInfo, PluginInfo, RunInfo, SizeResult};
+
+/// File name in the result directory.
+pub const SUMMARY_JSON: &str = "summary.json";
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Every size measured, no wrong bytes (or unchecked).
+    Ok,
+    /// Every size measured, but the data check found wrong bytes.
+    WrongData,
+    /// The run stopped early; the message says why. The results are partial.
+    Failed(String),
+}
+
+impl RunStatus {
+    /// The `status` value: `ok`, `wrong-data`, `failed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunStatus::Ok => "ok",
+            RunStatus::WrongData => "wrong-data",
+            RunStatus::Failed(_) => "failed",
+        }
+    }
+
+    /// Whether the sweep ran to the end (`ok` or `wrong-data`).
+    pub fn is_complete(&self) -> bool {
+        !matches!(self, RunStatus::Failed(_))
+    }
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    name: &'static str,
+    version: &'a str,
+    git_commit: Option<&'a str>,
+}
+
+/// One size, as in `results.csv` plus the remaining statistics.
+#[derive(Serialize)]
+struct SizeSummary {
+    size_bytes: u64,
+    count: u64,
+    #[serde(rename = "type")]
+    type_: &'static str,
+    iters: usize,
+    time_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    busbw_factor: f64,
+    wrong: Option<u64>,
+    time_min_us: f64,
+    time_median_us: f64,
+    time_p99_us: f64,
+    time_max_us: f64,
+    time_stdev_us: f64,
+    time_cv_pct: f64,
+    bytes_planned: u64,
+    bytes_moved: u64,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema_version: u32,
+    /// True when the sweep ran to the end and every file was written.
+    complete: bool,
+    status: &'static str,
+    /// Why the run failed (`status` = `failed`), else null.
+    error: Option<&'a str>,
+    tool: Tool<'a>,
+    command: &'a [String],
+    start_time: &'a str,
+    end_time: &'a str,
+    config: &'a serde_json::Value,
+    pattern: &'a str,
+    scope: &'a str,
+    dir: &'a str,
+    mem: &'a str,
+    mem_path: &'a str,
+    ranks: usize,
+    endpoints: usize,
+    nodes: usize,
+    gpus_per_rank: usize,
+    iters: usize,
+    warmup: usize,
+    check: bool,
+    time_reduction: &'a str,
+    chunk: u64,
+    channels: usize,
+    window: usize,
+    plugin: &'a PluginInfo,
+    mpi: &'a str,
+    hosts: &'a [HostInfo],
+    env: BTreeMap<&'a str, &'a str>,
+    avg_busbw_gbps: Option<f64>,
+    wrong_total: Option<u64>,
+    results: Vec<SizeSummary>,
+}
+
+/// Writes `summary.json` into `dir` atomically (temporary file in `dir`, fsync, rename).
+/// `complete` is true unless `status` is [`RunStatus::Failed`]; `end_time` is RFC 3339 UTC.
+pub fn write_summary(
+    dir: &Path,
+    info: &RunInfo,
+    results: &[SizeResult],
+    status: RunStatus,
+    end_time: &str,
+) -> io::Result<()> {
+    let error = match &status {
+        RunStatus::Failed(msg) => Some(msg.as_str()),
+        _ => None,
+    };
+    let summary = Summary {
+        schema_version: SCHEMA_VERSION,
+        complete: status.is_complete(),
+        status: status.as_str(),
+        error,
+        tool: Tool {
+            name: "tcpx-perf",
+            version: &info.tool_version,
+            git_commit: info.git_commit.as_deref(),
+        },
+        command: &info.command,
+        start_time: &info.start_time,
+        end_time,
+        config: &info.config,
+        pattern: &info.pattern,
+        scope: &info.scope,
+        dir: &info.dir,
+        mem: &info.mem,
+        mem_path: &info.mem_path,
+        ranks: info.ranks,
+        endpoints: info.endpoints,
+        nodes: info.nodes,
+        gpus_per_rank: info.gpus_per_rank,
+        iters: info.iters,
+        warmup: info.warmup,
+        check: info.check,
+        time_reduction: &info.time_reduction,
+        chunk: info.chunk,
+        channels: info.channels,
+        window: info.window,
+        plugin: &info.plugin,
+        mpi: &info.mpi_library,
+        hosts: &info.hosts,
+        env: info.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+        avg_busbw_gbps: avg_busbw(results),
+        wrong_total: wrong_total(results),
+        results: results.iter().map(size_summary).collect(),
+    };
+    write_atomically(&dir.join(SUMMARY_JSON), |w| {
+        serde_json::to_writer_pretty(&mut *w, &summary)?;
+        w.write_all(b"\n")
+    })
+}
+
+fn size_summary(r: &SizeResult) -> SizeSummary {
+    SizeSummary {
+        size_bytes: r.size_bytes,
+        count: r.count,
+        type_: "float",
+        iters: r.iters,
+        time_us: r.time_us,
+        algbw_gbps: r.algbw_gbps,
+        busbw_gbps: r.busbw_gbps,
+        busbw_factor: r.busbw_factor,
+        wrong: r.wrong,
+        time_min_us: r.stats.min,
+        time_median_us: r.stats.median,
+        time_p99_us: r.stats.p99,
+        time_max_us: r.stats.max,
+        time_stdev_us: r.stats.stdev,
+        time_cv_pct: r.stats.cv_pct,
+        bytes_planned: r.bytes_planned,
+        bytes_moved: r.bytes_moved,
+    }
+}
+
+/// Writes `path` via a temporary sibling and a rename, so `path` is either absent or whole.
+fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let result = (|| {
+        let mut w = BufWriter::new(File::create(&tmp)?);
+        write(&mut w)?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        // Best effort: do not leave the temporary behind; the original error matters more.
+        let _ = fs::remove_file(&tmp);
+    } else if let Some(parent) = path.parent() {
+        // Make the rename itself durable where the platform allows syncing a directory.
+        if let Ok(d) = File::open(parent) {
+            let _ = d.sync_all();
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures;
+    use super::*;
+
+    fn read(dir: &Path) -> serde_json::Value {
+        let text = fs::read_to_string(dir.join(SUMMARY_JSON)).expect("read");
+        serde_json::from_str(&text).expect("json")
+    }
+
+    #[test]
+    fn summary_fields() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let info = fixtures::info();
+        let results = fixtures::results();
+        write_summary(
+            tmp.path(),
+            &info,
+            &results,
+            RunStatus::WrongData,
+            "2026-11-21T05:01:00Z",
+        )
+        .expect("write");
+        let v = read(tmp.path());
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["complete"], true);
+        assert_eq!(v["status"], "wrong-data");
+        assert!(v["error"].is_null());
+        assert_eq!(v["tool"]["name"], "tcpx-perf");
+        assert_eq!(v["tool"]["version"], "0.1.0");
+        assert_eq!(v["tool"]["git_commit"], "abc1234");
+        assert_eq!(v["command"][1], "-b");
+        assert_eq!(v["start_time"], "2026-11-21T05:00:00Z");
+        assert_eq!(v["end_time"], "2026-11-21T05:01:00Z");
+        assert_eq!(v["config"]["minbytes"], 256);
+        for key in ["path", "sha256", "name", "abi", "ptr_support", "device_type"] {
+            assert!(!v["plugin"][key].is_null(), "plugin.{key}");
+        }
+        assert_eq!(v["plugin"]["abi"], 8);
+        assert_eq!(v["mpi"], "Open MPI v4.1.6");
+        assert_eq!(v["hosts"][1]["node"], 1);
+        assert_eq!(v["hosts"][0]["gpus"][0], 0);
+        assert_eq!(v["env"]["NCCL_DEBUG"], "WARN");
+        assert_eq!(v["wrong_total"], 3);
+        let avg = v["avg_busbw_gbps"].as_f64().expect("avg");
+        assert!((avg - avg_busbw(&results).expect("avg")).abs() < 1e-12);
+        let r = &v["results"][1];
+        assert_eq!(r["size_bytes"], 1048576);
+        assert_eq!(r["time_us"], 100.0);
+        assert_eq!(r["wrong"], 3);
+        assert!(r.get("samples_us").is_none() && r.get("pairs").is_none());
+        assert_eq!(v["results"].as_array().map(Vec::len), Some(2));
+        // No temporary left behind.
+        let names: Vec<_> = fs::read_dir(tmp.path()).expect("ls").collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn failed_and_unchecked() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut info = fixtures::info();
+        info.check = false;
+        let results = vec![fixtures::size(8, 1.0, None)];
+        write_summary(
+            tmp.path(),
+            &info,
+            &results,
+            RunStatus::Failed("timeout after 300 s in connect".into()),
+            "t",
+        )
+        .expect("write");
+        let v = read(tmp.path());
+        assert_eq!(v["complete"], false);
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["error"], "timeout after 300 s in connect");
+        assert!(v["wrong_total"].is_null());
+        assert!(v["results"][0]["wrong"].is_null());
+        // Overwrites a previous summary atomically.
+        write_summary(tmp.path(), &info, &[], RunStatus::Ok, "t2").expect("rewrite");
+        let v = read(tmp.path());
+        assert_eq!(v["status"], "ok");
+        assert!(v["avg_busbw_gbps"].is_null());
+    }
+
+    #[test]
+    fn failed_write_leaves_nothing() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let missing = tmp.path().join("absent");
+        let info = fixtures::info();
+        assert!(write_summary(&missing, &info, &[], RunStatus::Ok, "t").is_err());
+        assert!(!missing.exists());
+    }
+}

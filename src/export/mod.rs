@@ -1,0 +1,241 @@
+//! Output formats, one small module per format (as hyperfine's `export/`):
+//! - [`table`]: the nccl-tests-style stdout table (header, one row per size, footer);
+//! - [`csv`]: `results.csv`, `samples.csv`, `pairs.csv`;
+//! - [`json`]: `summary.json`, written last and atomically.
+//!
+//! The file formats are specified in `results/README.md` (schema version 1).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::report::{RunInfo, SizeResult};
+
+pub mod csv;
+pub mod json;
+pub mod table;
+
+pub use json::RunStatus;
+
+/// Schema version written in every result file.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
+/// the working directory). Second precision: two runs of one pattern started within the
+/// same second collide, and [`prepare_out_dir`] then refuses the second instead of mixing.
+pub fn default_out_dir(pattern: &str) -> PathBuf {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let stamp = now.format(&fmt).unwrap_or_else(|_| now.unix_timestamp().to_string());
+    Path::new("results").join(format!("{stamp}-{pattern}"))
+}
+
+/// Creates `dir` (and its parents) for a new run, refusing one that exists and is not
+/// empty, so that results of two runs are never mixed. Call it before measuring to fail
+/// fast; [`write_results`] calls it again, which is fine on the still-empty directory.
+pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
+    match fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "result directory {} exists and is not empty: choose another --out",
+                        dir.display()
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("cannot use result directory {}: {e}", dir.display()),
+        )),
+    }
+}
+
+/// Writes a complete result directory: creates `dir` (an error if it exists and is not
+/// empty), writes the CSV files, then `summary.json` last (atomically), stamped with the
+/// current time as `end_time`.
+pub fn write_results(dir: &Path, info: &RunInfo, results: &[SizeResult], status: RunStatus) -> io::Result<()> {
+    prepare_out_dir(dir)?;
+    csv::write_all(dir, info, results)?;
+    json::write_summary(dir, info, results, status, &crate::report::now_rfc3339())
+}
+
+/// Mean of `busbw_gbps` over the rows, as nccl-tests' "Avg bus bandwidth"; `None` without
+/// rows.
+pub fn avg_busbw(results: &[SizeResult]) -> Option<f64> {
+    if results.is_empty() {
+        return None;
+    }
+    Some(results.iter().map(|r| r.busbw_gbps).sum::<f64>() / results.len() as f64)
+}
+
+/// Wrong bytes over all checked rows; `None` when no row was checked (`-c 0`).
+pub fn wrong_total(results: &[SizeResult]) -> Option<u64> {
+    results
+        .iter()
+        .filter_map(|r| r.wrong)
+        .fold(None, |acc, w| Some(acc.unwrap_or(0) + w))
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! A small, fully populated run shared by the exporter tests.
+    use crate::report::{HostInfo, PairResult, PluginInfo, RunInfo, SizeResult};
+    use crate::stats::summarize;
+
+    pub fn info() -> RunInfo {
+        RunInfo {
+            tool_version: "0.1.0".into(),
+            git_commit: Some("abc1234".into()),
+            command: vec!["tcpx-perf".into(), "-b".into(), "256".into()],
+            start_time: "2026-11-21T05:00:00Z".into(),
+            pattern: "sendrecv".into(),
+            scope: "inter-node".into(),
+            dir: "bi".into(),
+            mem: "host".into(),
+            mem_path: "host".into(),
+            ranks: 2,
+            endpoints: 2,
+            nodes: 2,
+            gpus_per_rank: 1,
+            hosts: vec![
+                HostInfo {
+                    rank: 0,
+                    hostname: "a".into(),
+                    node: 0,
+                    gpus: vec![0],
+                },
+                HostInfo {
+                    rank: 1,
+                    hostname: "b, \"quoted\"".into(),
+                    node: 1,
+                    gpus: vec![0],
+                },
+            ],
+            plugin: PluginInfo {
+                path: "/opt/libnccl-net-tcpx-emu.so".into(),
+                sha256: "00".repeat(32),
+                name: "tcpx-emu".into(),
+                abi: 8,
+                ptr_support: "host".into(),
+                device_type: "host".into(),
+                devices: 1,
+            },
+            mpi_library: "Open MPI v4.1.6".into(),
+            env: vec![("NCCL_DEBUG".into(), "WARN".into())],
+            config: serde_json::json!({"minbytes": 256}),
+            iters: 3,
+            warmup: 1,
+            check: true,
+            time_reduction: "avg".into(),
+            chunk: 524288,
+            channels: 1,
+            window: 8,
+        }
+    }
+
+    pub fn size(size_bytes: u64, time_us: f64, wrong: Option<u64>) -> SizeResult {
+        let samples = vec![time_us * 0.9, time_us, time_us * 1.1];
+        let algbw = size_bytes as f64 / time_us / 1e3;
+        SizeResult {
+            size_bytes,
+            count: size_bytes / 4,
+            iters: samples.len(),
+            time_us,
+            algbw_gbps: algbw,
+            busbw_gbps: algbw,
+            wrong,
+            stats: summarize(&samples),
+            bytes_planned: 2 * size_bytes,
+            bytes_moved: 2 * size_bytes,
+            samples_us: samples,
+            busbw_factor: 1.0,
+            pairs: vec![
+                PairResult {
+                    src_rank: 0,
+                    src_gpu: 0,
+                    src_host: "a".into(),
+                    dst_rank: 1,
+                    dst_gpu: 0,
+                    dst_host: "b, \"quoted\"".into(),
+                    bytes: size_bytes,
+                    time_us,
+                    gbps: algbw,
+                },
+                PairResult {
+                    src_rank: 1,
+                    src_gpu: 0,
+                    src_host: "b, \"quoted\"".into(),
+                    dst_rank: 0,
+                    dst_gpu: 0,
+                    dst_host: "a".into(),
+                    bytes: size_bytes,
+                    time_us,
+                    gbps: algbw,
+                },
+            ],
+        }
+    }
+
+    pub fn results() -> Vec<SizeResult> {
+        vec![size(256, 34.24, Some(0)), size(1 << 20, 100.0, Some(3))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_dir_shape() {
+        let d = default_out_dir("ring");
+        assert_eq!(d.parent(), Some(Path::new("results")));
+        let name = d.file_name().and_then(|n| n.to_str()).expect("name");
+        // YYYYmmddTHHMMSSZ-ring
+        assert_eq!(name.len(), 16 + 1 + 4, "{name}");
+        assert!(name.ends_with("Z-ring") && name.as_bytes()[8] == b'T');
+    }
+
+    #[test]
+    fn out_dir_must_be_new_or_empty() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("x/y");
+        prepare_out_dir(&dir).expect("create");
+        prepare_out_dir(&dir).expect("empty is fine");
+        fs::write(dir.join("f"), "").expect("write");
+        let err = prepare_out_dir(&dir).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(err.to_string().contains("--out"));
+        let info = fixtures::info();
+        assert!(write_results(&dir, &info, &fixtures::results(), RunStatus::Ok).is_err());
+    }
+
+    #[test]
+    fn write_results_writes_every_file() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("run");
+        let info = fixtures::info();
+        write_results(&dir, &info, &fixtures::results(), RunStatus::WrongData).expect("write");
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["pairs.csv", "results.csv", "samples.csv", "summary.json"]);
+    }
+
+    #[test]
+    fn aggregates() {
+        let r = fixtures::results();
+        assert_eq!(wrong_total(&r), Some(3));
+        assert_eq!(wrong_total(&[fixtures::size(8, 1.0, None)]), None);
+        assert_eq!(wrong_total(&[]), None);
+        let avg = avg_busbw(&r).expect("avg");
+        assert!((avg - (r[0].busbw_gbps + r[1].busbw_gbps) / 2.0).abs() < 1e-12);
+        assert_eq!(avg_busbw(&[]), None);
+    }
+}

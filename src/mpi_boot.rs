@@ -1,0 +1,182 @@
+//! MPI at the edge: start-up, node discovery, the collectives the engine needs, and the check
+//! that every rank runs the same plan.
+//!
+//! Plugin handles travel over these collectives: no TCP bootstrap, no ports, no IP addresses.
+//! Only the main thread calls MPI (`MPI_THREAD_FUNNELED`).
+
+use crate::engine::Collectives;
+use crate::topology::Topology;
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+
+/// The MPI world of this process.
+pub struct Mpi {
+    _universe: Universe,
+    world: SimpleCommunicator,
+}
+
+impl Mpi {
+    /// Initialises MPI. Fails with a clear message when the library cannot give the threading
+    /// level the engine needs.
+    pub fn init() -> Result<Mpi, String> {
+        let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or("MPI is already initialised or failed to initialise")?;
+        if level < mpi::Threading::Funneled {
+            return Err(format!(
+                "the MPI library only provides {level:?} threading; tcpx-perf needs MPI_THREAD_FUNNELED"
+            ));
+        }
+        let world = universe.world();
+        Ok(Mpi {
+            _universe: universe,
+            world,
+        })
+    }
+
+    /// The MPI library's version string (first line), for provenance.
+    pub fn library_version() -> String {
+        mpi::environment::library_version()
+            .map(|v| {
+                v.lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                    .to_string()
+            })
+            .unwrap_or_else(|_| "unknown".into())
+    }
+
+    /// Discovers nodes with a shared-memory split (or groups `ranks_per_node` consecutive ranks)
+    /// and gathers every rank's host name.
+    pub fn topology(&self, gpus_per_rank: usize, ranks_per_node: Option<usize>) -> Result<Topology, String> {
+        let ranks = self.world.size() as usize;
+        let hostname = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
+        let hostnames = self.gather_strings(&hostname);
+        if let Some(k) = ranks_per_node {
+            if k == 0 || ranks % k != 0 {
+                return Err(format!(
+                    "--ranks-per-node {k} does not divide the {ranks} ranks of the job; pick a divisor of {ranks}"
+                ));
+            }
+            return Ok(Topology::with_ranks_per_node(ranks, k, gpus_per_rank, hostnames));
+        }
+        let node_comm = self.world.split_shared(self.world.rank());
+        let local_rank = node_comm.rank() as usize;
+        // The node's lowest world rank names the node; gather it and renumber densely.
+        let mut leader = self.world.rank();
+        node_comm.all_reduce_into(&self.world.rank(), &mut leader, SystemOperation::min());
+        let mut leaders = vec![0i32; ranks];
+        self.world.all_gather_into(&leader, &mut leaders[..]);
+        let mut locals = vec![0u64; ranks];
+        self.world.all_gather_into(&(local_rank as u64), &mut locals[..]);
+        let mut distinct: Vec<i32> = leaders.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let node_of: Vec<usize> = leaders
+            .iter()
+            .map(|l| distinct.binary_search(l).expect("leader listed"))
+            .collect();
+        let local_of: Vec<usize> = locals.iter().map(|&l| l as usize).collect();
+        Ok(Topology::new(&node_of, &local_of, gpus_per_rank, hostnames))
+    }
+
+    fn gather_strings(&self, mine: &str) -> Vec<String> {
+        const WIDTH: usize = 256;
+        let mut fixed = [0u8; WIDTH];
+        let bytes = mine.as_bytes();
+        let n = bytes.len().min(WIDTH - 1);
+        fixed[..n].copy_from_slice(&bytes[..n]);
+        let mut all = vec![0u8; WIDTH * self.world.size() as usize];
+        self.world.all_gather_into(&fixed[..], &mut all[..]);
+        all.chunks_exact(WIDTH)
+            .map(|c| String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(WIDTH)]).into_owned())
+            .collect()
+    }
+
+    /// Checks that every rank runs the same plan. `fields` are (name, canonical value) pairs; the
+    /// first field whose hash differs from rank 0's is reported with the ranks that differ.
+    pub fn check_same_plan(&self, fields: &[(&str, String)]) -> Result<(), String> {
+        let mine: Vec<u64> = fields.iter().map(|(_, v)| fnv1a(v.as_bytes())).collect();
+        let ranks = self.world.size() as usize;
+        let mut all = vec![0u64; mine.len() * ranks];
+        self.world.all_gather_into(&mine[..], &mut all[..]);
+        for (i, (name, value)) in fields.iter().enumerate() {
+            let reference = all[i];
+            let differing: Vec<String> = (0..ranks)
+                .filter(|r| all[r * mine.len() + i] != reference)
+                .map(|r| r.to_string())
+                .collect();
+            if !differing.is_empty() {
+                let here = if mine[i] == reference { "" } else { " (this rank has " };
+                let detail = if here.is_empty() {
+                    String::new()
+                } else {
+                    format!("{here}{value})")
+                };
+                return Err(format!(
+                    "plan mismatch: '{name}' differs between rank 0 and rank(s) {}{detail}; run every rank with the same command line, plugin and environment",
+                    differing.join(",")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// FNV-1a: a stable 64-bit hash (the same on every rank and build, unlike `DefaultHasher`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Collectives for Mpi {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn barrier(&self) {
+        self.world.barrier();
+    }
+
+    fn or_bytes(&self, buf: &mut [u8]) {
+        let send = buf.to_vec();
+        self.world
+            .all_reduce_into(&send[..], buf, SystemOperation::bitwise_or());
+    }
+
+    fn sum_u64(&self, buf: &mut [u64]) {
+        let send = buf.to_vec();
+        self.world.all_reduce_into(&send[..], buf, SystemOperation::sum());
+    }
+
+    fn sum_f64(&self, buf: &mut [f64]) {
+        let send = buf.to_vec();
+        self.world.all_reduce_into(&send[..], buf, SystemOperation::sum());
+    }
+
+    fn gather_f64(&self, local: &[f64]) -> Vec<f64> {
+        let mut all = vec![0.0; local.len() * self.size()];
+        self.world.all_gather_into(local, &mut all[..]);
+        all
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fnv_is_stable() {
+        assert_eq!(super::fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(super::fnv1a(b"iters=20"), super::fnv1a(b"iters=21"));
+    }
+}

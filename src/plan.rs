@@ -1,0 +1,406 @@
+//! Traffic patterns turned into a plan: which bytes move from which endpoint buffer to which.
+//!
+//! Every endpoint owns one buffer. A [`Flow`] copies `len` bytes from `src`'s buffer at `src_off`
+//! to `dst`'s buffer at `dst_off`; the bytes carry the data pattern of endpoint `origin` at
+//! `origin_off` (see [`crate::check`]), so the receiver can verify them without knowing the route.
+//! The plan is a pure function of the pattern, the topology and the size: every rank computes the
+//! same plan, which is what lets both sides of a connection derive identical post sequences
+//! without exchanging anything but plugin handles.
+
+use crate::topology::Topology;
+use serde::Serialize;
+use std::fmt;
+
+/// The traffic pattern (`--pattern`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Endpoint e sends to e+1 and receives from e-1 (nccl-tests sendrecv).
+    Sendrecv,
+    /// Endpoint e exchanges with e + n/2 (GPU i <-> GPU i on two nodes).
+    Pairs,
+    /// The traffic of a ring all-reduce: 2(n-1) steps of size/n blocks, no arithmetic.
+    Ring,
+    /// All-to-all: size/n to every endpoint (nccl-tests alltoall).
+    Fullmesh,
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pattern::Sendrecv => "sendrecv",
+            Pattern::Pairs => "pairs",
+            Pattern::Ring => "ring",
+            Pattern::Fullmesh => "fullmesh",
+        })
+    }
+}
+
+/// Which endpoint pairs carry traffic (`--scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    All,
+    InterNode,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::All => "all",
+            Scope::InterNode => "inter-node",
+        })
+    }
+}
+
+/// `pairs` direction (`--dir`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Uni,
+    Bi,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Uni => "uni",
+            Direction::Bi => "bi",
+        })
+    }
+}
+
+/// One contiguous copy from one endpoint's buffer to another's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Flow {
+    pub src: usize,
+    pub dst: usize,
+    pub src_off: u64,
+    pub dst_off: u64,
+    pub len: u64,
+    /// The bytes are `pattern(origin, iter, origin_off + i)`.
+    pub origin: usize,
+    pub origin_off: u64,
+    /// The source range is itself filled by an incoming flow during the same iteration (ring
+    /// forwarding): chunk c may be sent only after chunk c of that flow has arrived.
+    pub forwards: bool,
+    /// Schedule round (`--max-peers`): an endpoint works on round r+1 only after its round r.
+    pub round: u32,
+}
+
+impl Flow {
+    /// A self-copy (fullmesh's block to itself): a local memcpy, never a network transfer.
+    pub fn is_local(&self) -> bool {
+        self.src == self.dst
+    }
+}
+
+/// A range an endpoint fills with its own pattern before each iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fill {
+    pub off: u64,
+    pub len: u64,
+    pub origin_off: u64,
+}
+
+/// The plan for one pattern at one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub pattern: Pattern,
+    pub scope: Scope,
+    pub dir: Direction,
+    /// The size reported in the table (nccl-tests' "size"); may be rounded down so that it splits
+    /// into whole per-peer blocks.
+    pub size: u64,
+    /// Buffer length of each endpoint.
+    pub buffer_len: Vec<u64>,
+    /// Ranges each endpoint fills with its own pattern.
+    pub fills: Vec<Vec<Fill>>,
+    pub flows: Vec<Flow>,
+}
+
+impl Plan {
+    /// Builds the plan. `max_peers` bounds how many distinct peers an endpoint sends to at once
+    /// (fullmesh): peers are taken in shifted rounds (e+1..e+P, then e+P+1..e+2P, ...).
+    pub fn build(
+        pattern: Pattern,
+        scope: Scope,
+        dir: Direction,
+        topo: &Topology,
+        size: u64,
+        max_peers: Option<usize>,
+    ) -> Result<Plan, String> {
+        let n = topo.len();
+        if n < 2 {
+            return Err(format!(
+                "pattern {pattern} needs at least 2 endpoints, the job has {n}; launch more ranks (mpirun -np 2) or use -g 2"
+            ));
+        }
+        let inter = scope == Scope::InterNode;
+        if inter && topo.nodes < 2 {
+            return Err("--scope inter-node needs at least 2 nodes; use --scope all or --ranks-per-node".into());
+        }
+        let node = |e: usize| topo.endpoints[e].node;
+        let mut plan = Plan {
+            pattern,
+            scope,
+            dir,
+            size,
+            buffer_len: vec![0; n],
+            fills: vec![Vec::new(); n],
+            flows: Vec::new(),
+        };
+        match pattern {
+            Pattern::Sendrecv => {
+                let order = topo.order(inter)?;
+                plan.two_region_buffers(size);
+                for (p, &src) in order.iter().enumerate() {
+                    let dst = order[(p + 1) % n];
+                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
+                }
+            }
+            Pattern::Pairs => {
+                if n % 2 != 0 {
+                    return Err(format!(
+                        "pattern pairs needs an even number of endpoints, the job has {n}"
+                    ));
+                }
+                plan.two_region_buffers(size);
+                for src in 0..n {
+                    let dst = (src + n / 2) % n;
+                    if (dir == Direction::Uni && src >= n / 2) || (inter && node(src) == node(dst)) {
+                        continue;
+                    }
+                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
+                }
+            }
+            Pattern::Ring => {
+                let order = topo.order(inter)?;
+                let block = size / n as u64;
+                plan.size = block * n as u64;
+                let steps = 2 * (n - 1);
+                // Region 0 holds the endpoint's own block; step k sends region k and receives into
+                // region k+1, which step k+1 forwards: the dependency chain of a ring all-reduce.
+                for &e in &order {
+                    plan.buffer_len[e] = block * (steps as u64 + 1);
+                    plan.fills[e].push(Fill {
+                        off: 0,
+                        len: block,
+                        origin_off: 0,
+                    });
+                }
+                for (p, &src) in order.iter().enumerate() {
+                    let dst = order[(p + 1) % n];
+                    for k in 0..steps {
+                        let origin = order[(p + n - k % n) % n];
+                        plan.flows.push(Flow {
+                            src,
+                            dst,
+                            src_off: k as u64 * block,
+                            dst_off: (k as u64 + 1) * block,
+                            len: block,
+                            origin,
+                            origin_off: 0,
+                            forwards: k > 0,
+                            round: 0,
+                        });
+                    }
+                }
+            }
+            Pattern::Fullmesh => {
+                let block = size / n as u64;
+                plan.size = block * n as u64;
+                let half = block * n as u64;
+                for e in 0..n {
+                    plan.buffer_len[e] = 2 * half;
+                    plan.fills[e].push(Fill {
+                        off: 0,
+                        len: half,
+                        origin_off: 0,
+                    });
+                }
+                let per_round = max_peers.unwrap_or(n).max(1);
+                for src in 0..n {
+                    for shift in 0..n {
+                        let dst = (src + shift) % n;
+                        if inter && node(src) == node(dst) {
+                            continue;
+                        }
+                        let round = if shift == 0 {
+                            0
+                        } else {
+                            ((shift - 1) / per_round) as u32
+                        };
+                        plan.flows.push(Flow::plain(
+                            src,
+                            dst,
+                            dst as u64 * block,
+                            half + src as u64 * block,
+                            block,
+                            round,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// sendrecv / pairs: the send half [0, size) filled, the receive half [size, 2 size).
+    fn two_region_buffers(&mut self, size: u64) {
+        for e in 0..self.buffer_len.len() {
+            self.buffer_len[e] = 2 * size;
+            self.fills[e].push(Fill {
+                off: 0,
+                len: size,
+                origin_off: 0,
+            });
+        }
+    }
+
+    /// True when the requested size is too small to give every peer a non-empty block (ring and
+    /// fullmesh split the size by the endpoint count); such sizes are skipped, not run.
+    pub fn is_degenerate(&self, requested: u64) -> bool {
+        requested > 0 && self.size == 0
+    }
+
+    /// Bytes that cross the network per iteration (local copies excluded).
+    pub fn network_bytes(&self) -> u64 {
+        self.flows.iter().filter(|f| !f.is_local()).map(|f| f.len).sum()
+    }
+
+    /// Endpoints that send at least one network byte.
+    pub fn senders(&self) -> usize {
+        let mut seen = vec![false; self.buffer_len.len()];
+        for f in self.flows.iter().filter(|f| !f.is_local() && f.len > 0) {
+            seen[f.src] = true;
+        }
+        seen.iter().filter(|&&s| s).count()
+    }
+
+    /// busbw / algbw: network bytes sent per sending endpoint, relative to the size. This equals
+    /// nccl-tests' factors (sendrecv 1, all-reduce 2(n-1)/n, alltoall (n-1)/n) with scope `all`,
+    /// and counts network bytes only with scope `inter-node`.
+    pub fn busbw_factor(&self) -> f64 {
+        let senders = self.senders();
+        if senders == 0 || self.size == 0 {
+            return 0.0;
+        }
+        self.network_bytes() as f64 / senders as f64 / self.size as f64
+    }
+
+    /// Directed endpoint pairs that need a connection, sorted and deduplicated. This is the same
+    /// for every size of a pattern, so connections are made once per run.
+    pub fn connections(&self) -> Vec<(usize, usize)> {
+        let mut pairs: Vec<(usize, usize)> = self
+            .flows
+            .iter()
+            .filter(|f| !f.is_local())
+            .map(|f| (f.src, f.dst))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs
+    }
+}
+
+impl Flow {
+    fn plain(src: usize, dst: usize, src_off: u64, dst_off: u64, len: u64, round: u32) -> Self {
+        Flow {
+            src,
+            dst,
+            src_off,
+            dst_off,
+            len,
+            origin: src,
+            origin_off: src_off,
+            forwards: false,
+            round,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topo(ranks: usize, per_node: usize) -> Topology {
+        Topology::with_ranks_per_node(ranks, per_node, 1, (0..ranks).map(|r| format!("h{r}")).collect())
+    }
+
+    fn build(p: Pattern, s: Scope, t: &Topology, size: u64) -> Plan {
+        Plan::build(p, s, Direction::Bi, t, size, None).unwrap()
+    }
+
+    #[test]
+    fn sendrecv_factor_is_one() {
+        let plan = build(Pattern::Sendrecv, Scope::All, &topo(4, 4), 1 << 20);
+        assert_eq!(plan.flows.len(), 4);
+        assert_eq!(plan.flows[3].dst, 0);
+        assert_eq!(plan.busbw_factor(), 1.0);
+    }
+
+    #[test]
+    fn ring_factor_matches_allreduce() {
+        let plan = build(Pattern::Ring, Scope::All, &topo(4, 4), 4096);
+        assert!((plan.busbw_factor() - 2.0 * 3.0 / 4.0).abs() < 1e-12);
+        assert_eq!(plan.flows.len(), 4 * 6);
+    }
+
+    #[test]
+    fn ring_forwards_what_it_received() {
+        let plan = build(Pattern::Ring, Scope::All, &topo(3, 3), 3000);
+        // Step k+1 of endpoint e sends the region step k of e-1 wrote into e, with the same origin.
+        for f in plan.flows.iter().filter(|f| f.forwards) {
+            let feeder = plan
+                .flows
+                .iter()
+                .find(|g| g.dst == f.src && g.dst_off == f.src_off)
+                .unwrap();
+            assert_eq!(feeder.origin, f.origin);
+            assert_eq!(feeder.len, f.len);
+        }
+    }
+
+    #[test]
+    fn fullmesh_self_block_is_local_and_not_network() {
+        let plan = build(Pattern::Fullmesh, Scope::All, &topo(4, 4), 4000);
+        assert_eq!(plan.flows.iter().filter(|f| f.is_local()).count(), 4);
+        assert_eq!(plan.network_bytes(), 4 * 3 * 1000);
+        assert!((plan.busbw_factor() - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn inter_node_scope_counts_network_bytes_only() {
+        let plan = build(Pattern::Fullmesh, Scope::InterNode, &topo(4, 2), 4000);
+        assert!(plan.flows.iter().all(|f| f.src / 2 != f.dst / 2));
+        assert!((plan.busbw_factor() - 0.5).abs() < 1e-12);
+        let ring = build(Pattern::Ring, Scope::InterNode, &topo(4, 2), 4000);
+        assert!(ring.flows.iter().all(|f| f.src / 2 != f.dst / 2));
+    }
+
+    #[test]
+    fn pairs_uni_and_odd_counts() {
+        let t = topo(4, 2);
+        let plan = Plan::build(Pattern::Pairs, Scope::All, Direction::Uni, &t, 100, None).unwrap();
+        assert_eq!(
+            plan.flows.iter().map(|f| (f.src, f.dst)).collect::<Vec<_>>(),
+            vec![(0, 2), (1, 3)]
+        );
+        let err = Plan::build(Pattern::Pairs, Scope::All, Direction::Bi, &topo(3, 3), 100, None).unwrap_err();
+        assert!(err.contains("even number"));
+    }
+
+    #[test]
+    fn max_peers_makes_shifted_rounds() {
+        let plan = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo(5, 5), 5000, Some(2)).unwrap();
+        let rounds: Vec<u32> = plan.flows.iter().filter(|f| f.src == 0).map(|f| f.round).collect();
+        assert_eq!(rounds, vec![0, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn single_endpoint_is_refused() {
+        let err = Plan::build(Pattern::Sendrecv, Scope::All, Direction::Bi, &topo(1, 1), 8, None).unwrap_err();
+        assert!(err.contains("at least 2 endpoints"));
+    }
+}

@@ -1,0 +1,308 @@
+//! The result model: what a run measured and the provenance needed to trust and reproduce
+//! it. The engine fills these structs on rank 0; the exporters in [`crate::export`] turn
+//! them into the stdout table and the files described in `results/README.md`.
+//!
+//! Units everywhere: bytes, microseconds, GB/s with GB = 10^9 bytes.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::stats::SampleStats;
+
+/// This tool's version (the crate version).
+pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Everything about a run except the per-size measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    /// tcpx-perf version ([`TOOL_VERSION`]).
+    pub tool_version: String,
+    /// Source commit, if the build recorded one ([`git_commit`]).
+    pub git_commit: Option<String>,
+    /// argv as launched.
+    pub command: Vec<String>,
+    /// RFC 3339 UTC ([`now_rfc3339`]).
+    pub start_time: String,
+    /// `sendrecv`, `pairs`, `ring`, `fullmesh`.
+    pub pattern: String,
+    /// Resolved scope: `all` or `inter-node` (never `auto`).
+    pub scope: String,
+    /// `uni` or `bi`.
+    pub dir: String,
+    /// Resolved memory kind: `host` or `cuda` (never `auto`).
+    pub mem: String,
+    /// How data reaches the plugin, e.g. `host`, `cuda (NCCL_PTR_CUDA)`,
+    /// `cuda via pinned host staging`.
+    pub mem_path: String,
+    /// MPI ranks.
+    pub ranks: usize,
+    /// Endpoints (GPU workers) over all ranks.
+    pub endpoints: usize,
+    /// Nodes (after `--ranks-per-node`).
+    pub nodes: usize,
+    /// Endpoints per rank (`-g`).
+    pub gpus_per_rank: usize,
+    /// One entry per rank.
+    pub hosts: Vec<HostInfo>,
+    /// The plugin as loaded.
+    pub plugin: PluginInfo,
+    /// MPI library version string.
+    pub mpi_library: String,
+    /// Allow-listed environment ([`allowed_env`]).
+    pub env: Vec<(String, String)>,
+    /// Every CLI option ([`crate::cli::Cli::config_json`]).
+    pub config: serde_json::Value,
+    /// Timed iterations per size.
+    pub iters: usize,
+    /// Warmup iterations per size.
+    pub warmup: usize,
+    /// Whether the data check ran.
+    pub check: bool,
+    /// `-a` reduction name: `rank0`, `avg`, `min`, `max`.
+    pub time_reduction: String,
+    /// Request size in bytes.
+    pub chunk: u64,
+    /// Communicators per peer.
+    pub channels: usize,
+    /// Requests outstanding per communicator.
+    pub window: usize,
+}
+
+/// Where one rank ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostInfo {
+    /// MPI rank.
+    pub rank: usize,
+    /// Hostname as the rank reported it.
+    pub hostname: String,
+    /// Node index (0-based, after `--ranks-per-node`).
+    pub node: usize,
+    /// Local GPU indices of the rank's endpoints.
+    pub gpus: Vec<usize>,
+}
+
+/// The net plugin as loaded.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    /// Path of the loaded shared object.
+    pub path: String,
+    /// SHA-256 of that file, lowercase hex ([`sha256_file`]).
+    pub sha256: String,
+    /// The name the plugin reports (`tcpx-emu`, `GPUDirectTCPX_v7`, ...).
+    pub name: String,
+    /// ABI version in use (7..=12).
+    pub abi: u32,
+    /// The device's `ptrSupport`, rendered (e.g. `host|cuda`).
+    pub ptr_support: String,
+    /// Device type as reported (e.g. `host`, `unpack`).
+    pub device_type: String,
+    /// Number of plugin devices.
+    pub devices: usize,
+}
+
+/// One size of the sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SizeResult {
+    /// Bytes per endpoint (the nccl-tests "size"; see `results/README.md`).
+    pub size_bytes: u64,
+    /// `size_bytes / 4` (float elements, as nccl-tests).
+    pub count: u64,
+    /// Timed iterations.
+    pub iters: usize,
+    /// Mean per-iteration time (reduced over ranks with `-a`), microseconds.
+    pub time_us: f64,
+    /// `size_bytes / time`, GB/s.
+    pub algbw_gbps: f64,
+    /// `algbw * busbw_factor`, GB/s.
+    pub busbw_gbps: f64,
+    /// Wrong bytes over all timed iterations and ranks; `None` when unchecked.
+    pub wrong: Option<u64>,
+    /// Statistics of `samples_us`.
+    pub stats: SampleStats,
+    /// Network bytes per iteration over all endpoints, as planned.
+    pub bytes_planned: u64,
+    /// Network bytes per iteration over all endpoints, as counted by completions.
+    pub bytes_moved: u64,
+    /// Per-iteration times (reduced over ranks), microseconds.
+    pub samples_us: Vec<f64>,
+    /// busbw / algbw for this pattern, scope and n.
+    pub busbw_factor: f64,
+    /// The link matrix: one entry per directed pair.
+    pub pairs: Vec<PairResult>,
+}
+
+/// What one directed endpoint pair moved in one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairResult {
+    /// Sender rank.
+    pub src_rank: usize,
+    /// Sender local GPU index.
+    pub src_gpu: usize,
+    /// Sender hostname.
+    pub src_host: String,
+    /// Receiver rank.
+    pub dst_rank: usize,
+    /// Receiver local GPU index.
+    pub dst_gpu: usize,
+    /// Receiver hostname.
+    pub dst_host: String,
+    /// Bytes per iteration.
+    pub bytes: u64,
+    /// Receiver's mean time from the iteration barrier to its last byte, microseconds.
+    pub time_us: f64,
+    /// `bytes / time_us / 1000`, GB/s.
+    pub gbps: f64,
+}
+
+/// GB/s (GB = 10^9 bytes) for `bytes` moved in `time_us` microseconds.
+pub fn gbps(bytes: u64, time_us: f64) -> f64 {
+    bytes as f64 / time_us / 1e3
+}
+
+/// Whether an environment variable may be recorded. An allow-list, never the whole
+/// environment: launch environments carry tokens and credentials.
+fn env_allowed(name: &str) -> bool {
+    const PREFIXES: [&str; 3] = ["NCCL_", "TCPXEMU_", "UCCL_"];
+    const EXACT: [&str; 3] = [
+        "CUDA_VISIBLE_DEVICES",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
+}
+
+/// Keeps the allow-listed variables of `vars`, sorted by name.
+pub fn filter_env<I>(vars: I) -> Vec<(String, String)>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let mut out: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| env_allowed(k)).collect();
+    out.sort();
+    out
+}
+
+/// The allow-listed part of this process's environment, sorted by name: `NCCL_*`,
+/// `TCPXEMU_*`, `UCCL_*`, `CUDA_VISIBLE_DEVICES`, `OMPI_COMM_WORLD_SIZE`,
+/// `OMPI_COMM_WORLD_LOCAL_SIZE`. Non-UTF-8 names are skipped, values rendered lossily.
+pub fn allowed_env() -> Vec<(String, String)> {
+    filter_env(
+        std::env::vars_os().filter_map(|(k, v)| k.into_string().ok().map(|k| (k, v.to_string_lossy().into_owned()))),
+    )
+}
+
+/// SHA-256 of a file, lowercase hex. Streams the file, so large plugins cost no memory.
+pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// The source commit recorded at build time in `TCPX_PERF_GIT_COMMIT` (set by build.rs),
+/// or `None` when the build did not record one.
+pub fn git_commit() -> Option<String> {
+    option_env!("TCPX_PERF_GIT_COMMIT")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+}
+
+/// Now, as RFC 3339 UTC with second precision (`2026-11-21T05:07:49Z`), for
+/// `start_time` / `end_time`.
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    // Formatting a UTC date with a fixed description only fails for years past 9999.
+    now.format(&fmt).unwrap_or_else(|_| now.unix_timestamp().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_allow_list() {
+        let vars = [
+            ("NCCL_DEBUG", "INFO"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+            ("TCPXEMU_LOSS", "0"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("CUDA_HOME", "/usr/local/cuda"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+            ("OMPI_MCA_orte_hnp_uri", "secret"),
+            ("UCCL_X", "1"),
+            ("HOME", "/root"),
+            ("nccl_debug", "lower"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let got: Vec<String> = filter_env(vars).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            got,
+            [
+                "CUDA_VISIBLE_DEVICES",
+                "NCCL_DEBUG",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "OMPI_COMM_WORLD_SIZE",
+                "TCPXEMU_LOSS",
+                "UCCL_X"
+            ]
+        );
+        // The real environment passes through the same filter.
+        assert!(allowed_env().iter().all(|(k, _)| env_allowed(k)));
+    }
+
+    #[test]
+    fn sha256_of_known_content() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"abc").expect("write");
+        assert_eq!(
+            sha256_file(&p).expect("hash"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        std::fs::write(&p, b"").expect("write");
+        assert_eq!(
+            sha256_file(&p).expect("hash"),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert!(sha256_file(dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn timestamp_shape() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T');
+    }
+
+    #[test]
+    fn gbps_units() {
+        // 1 GB in 1 s is 1 GB/s; 1 MB in 1 us is 1000 GB/s.
+        assert_eq!(gbps(1_000_000_000, 1e6), 1.0);
+        assert_eq!(gbps(1_000_000, 1.0), 1000.0);
+    }
+}

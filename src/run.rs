@@ -1,0 +1,511 @@
+//! One benchmark run, from parsed flags to the result directory.
+//!
+//! Order of business: MPI and the topology; the plan for every size (identical on every rank);
+//! the plugin; the check that all ranks agree on all of it; connections; the sweep; the report.
+//! Errors that every rank hits identically (a plan that cannot work) are printed once by rank 0;
+//! errors of one rank (a plugin that fails to load there) are printed by that rank, which then
+//! ends the whole job so that no other rank waits for it.
+
+use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
+use crate::engine::{watchdog, Collectives, Engine, EngineConfig};
+use crate::export::{self, json::RunStatus, table};
+use crate::mpi_boot::Mpi;
+use crate::plan::{Direction, Pattern, Plan, Scope};
+use crate::report::{self, HostInfo, PairResult, PluginInfo, RunInfo, SizeResult};
+use crate::stats;
+use crate::topology::Topology;
+use nccl_net::{LogLevel, OpenOptions, Plugin, PluginSource};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Exit statuses (documented in the README and `--help`).
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_WRONG_DATA: i32 = 2;
+pub const EXIT_TIMEOUT: i32 = watchdog::EXIT_TIMEOUT;
+
+/// File name of the reference plugin as NCCL names it, and as cargo names it.
+pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu.so", "libnccl_net_tcpxemu.so"];
+
+/// Largest number of requests GPUDirect-TCPX (and tcpx-emu) accepts per comm.
+const TCPX_MAX_REQUESTS: usize = 16;
+
+enum Fatal {
+    /// Every rank reached the same conclusion: rank 0 says it once, all exit.
+    Everywhere(String),
+    /// Only this rank knows: it says so and ends the job.
+    Here(String),
+    /// This rank's progress stopped before the -T deadline: ends the job with EXIT_TIMEOUT.
+    Stalled(String),
+}
+
+/// Runs the benchmark; returns the process exit status.
+pub fn run(cli: Cli) -> i32 {
+    let mpi = match Mpi::init() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("tcpx-perf: error: {e}");
+            return EXIT_ERROR;
+        }
+    };
+    match run_with(&cli, &mpi) {
+        Ok(code) => code,
+        Err(Fatal::Everywhere(msg)) => {
+            if mpi.rank() == 0 {
+                eprintln!("tcpx-perf: error: {msg}");
+            }
+            EXIT_ERROR
+        }
+        Err(Fatal::Here(msg)) => {
+            eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
+            mpi.abort(EXIT_ERROR)
+        }
+        Err(Fatal::Stalled(msg)) => {
+            eprintln!("tcpx-perf: rank {}: timeout: {msg}", mpi.rank());
+            mpi.abort(EXIT_TIMEOUT)
+        }
+    }
+}
+
+fn plugin_source(cli: &Cli) -> Result<PluginSource, String> {
+    if let Some(spec) = &cli.plugin {
+        return Ok(if spec.contains('/') {
+            PluginSource::Path(spec.into())
+        } else {
+            PluginSource::Name(spec.clone())
+        });
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tcpx-perf binary: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    EMU_PLUGIN_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.exists())
+        .map(PluginSource::Path)
+        .ok_or_else(|| {
+            format!(
+                "the built-in tcpx-emu plugin is not next to the binary ({}/{}); build the workspace with `cargo build --release` or pass --plugin PATH",
+                dir.display(),
+                EMU_PLUGIN_FILES[0]
+            )
+        })
+}
+
+fn open_plugin(cli: &Cli) -> Result<Arc<Plugin>, String> {
+    let options = OpenOptions {
+        force_abi: cli.abi,
+        log_level: match cli.plugin_log {
+            PluginLog::None => LogLevel::None,
+            PluginLog::Warn => LogLevel::Warn,
+            PluginLog::Info => LogLevel::Info,
+            PluginLog::Trace => LogLevel::Trace,
+        },
+        search_dirs: std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+            .into_iter()
+            .collect(),
+    };
+    Plugin::open(&plugin_source(cli)?, &options).map_err(|e| e.to_string())
+}
+
+/// Requests a plugin can hold per comm: TCPX's 16 for TCPX and tcpx-emu, NCCL's 32 otherwise.
+fn request_limit(plugin: &Plugin) -> usize {
+    let name = plugin.name().to_ascii_lowercase();
+    if name.contains("tcpx") {
+        TCPX_MAX_REQUESTS
+    } else {
+        nccl_net::abi::NCCL_NET_MAX_REQUESTS
+    }
+}
+
+fn ptr_support_str(bits: i32) -> String {
+    let mut parts = Vec::new();
+    for (bit, name) in [
+        (nccl_net::abi::NCCL_PTR_HOST, "HOST"),
+        (nccl_net::abi::NCCL_PTR_CUDA, "CUDA"),
+        (nccl_net::abi::NCCL_PTR_DMABUF, "DMABUF"),
+    ] {
+        if bits & bit != 0 {
+            parts.push(name);
+        }
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join("|")
+    }
+}
+
+fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
+    // Every rank parses the same flags, so rank 0 alone reports what is wrong with them.
+    cli.validate().map_err(Fatal::Everywhere)?;
+    let start_time = report::now_rfc3339();
+    let rank = mpi.rank();
+    let topo = mpi.topology(cli.ngpus, cli.ranks_per_node).map_err(Fatal::Everywhere)?;
+    let scope = match cli.scope.resolve(topo.nodes) {
+        ScopeArg::InterNode => Scope::InterNode,
+        _ => Scope::All,
+    };
+    let pattern: Pattern = cli.pattern;
+    let dir: Direction = cli.dir;
+    if cli.mem == Mem::Cuda {
+        return Err(Fatal::Everywhere(
+            "--mem cuda needs the GPU data path, which this build does not have yet; use --mem host".into(),
+        ));
+    }
+
+    // Plans for every size (pure and identical on every rank).
+    let mut plans = Vec::new();
+    let mut skipped = Vec::new();
+    for size in cli.sizes() {
+        let plan = Plan::build(pattern, scope, dir, &topo, size, cli.max_peers).map_err(Fatal::Everywhere)?;
+        if plan.is_degenerate(size) {
+            skipped.push(size);
+        } else {
+            plans.push(Arc::new(plan));
+        }
+    }
+    let Some(first) = plans.first() else {
+        return Err(Fatal::Everywhere(format!(
+            "every size is smaller than the {} endpoints it must be split over; raise -b",
+            topo.len()
+        )));
+    };
+    let connections = first.connections();
+    let buffer_len = plans
+        .iter()
+        .flat_map(|p| p.buffer_len.iter().copied())
+        .max()
+        .unwrap_or(0);
+
+    let plugin = open_plugin(cli).map_err(Fatal::Here)?;
+    let limit = request_limit(&plugin);
+    if cli.window > limit {
+        return Err(Fatal::Everywhere(format!(
+            "--window {} exceeds the {limit} outstanding requests per comm that plugin '{}' accepts; use --window {limit} or less",
+            cli.window,
+            plugin.name()
+        )));
+    }
+    let props = plugin.properties(0).map_err(|e| Fatal::Here(e.to_string()))?;
+    if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 {
+        return Err(Fatal::Everywhere(format!(
+            "plugin '{}' does not support host memory (ptrSupport {}); host memory is the only path in this build",
+            plugin.name(),
+            ptr_support_str(props.ptr_support)
+        )));
+    }
+    let sha = report::sha256_file(plugin.path()).unwrap_or_else(|_| "unreadable".into());
+
+    // Every rank must run exactly this.
+    let sizes: Vec<String> = plans.iter().map(|p| p.size.to_string()).collect();
+    let fields = [
+        ("tool version", report::TOOL_VERSION.to_string()),
+        ("pattern", pattern.to_string()),
+        ("scope", scope.to_string()),
+        ("dir", dir.to_string()),
+        ("sizes", sizes.join(",")),
+        ("iters", cli.iters.to_string()),
+        ("warmup", cli.warmup_iters.to_string()),
+        ("check", cli.check.to_string()),
+        ("average", cli.average.to_string()),
+        ("ngpus", cli.ngpus.to_string()),
+        ("chunk", cli.chunk.to_string()),
+        ("channels", cli.channels.to_string()),
+        ("window", cli.window.to_string()),
+        ("timeout", cli.timeout.to_string()),
+        ("max-peers", format!("{:?}", cli.max_peers)),
+        ("net-dev", format!("{:?}", cli.net_dev)),
+        ("plugin name", plugin.name().to_string()),
+        ("plugin ABI", plugin.abi().to_string()),
+        ("plugin sha256", sha.clone()),
+    ];
+    mpi.check_same_plan(&fields).map_err(Fatal::Everywhere)?;
+
+    let info = run_info(cli, mpi, &topo, &plugin, &props, &sha, pattern, scope, dir, start_time);
+    let out_dir = (!cli.no_out).then(|| {
+        cli.out
+            .clone()
+            .unwrap_or_else(|| export::default_out_dir(pattern.as_str()))
+    });
+    if rank == 0 {
+        if let Some(dir) = &out_dir {
+            export::prepare_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
+        }
+        print!("{}", table::header(&info));
+        for s in &skipped {
+            println!("# skipped size {s}: smaller than one byte per endpoint");
+        }
+    }
+
+    let config = EngineConfig {
+        channels: cli.channels,
+        window: cli.window,
+        chunk: cli.chunk,
+        timeout: Duration::from_secs(cli.timeout),
+        net_dev: cli.net_dev,
+    };
+    let engine = Engine::start(plugin.clone(), topo.clone(), connections, config, rank).map_err(Fatal::Here)?;
+    engine.connect(mpi, buffer_len).map_err(Fatal::Here)?;
+
+    let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
+    let mut results = Vec::new();
+    let mut pattern_iter: u32 = 0;
+    let mut failure = None;
+    for plan in &plans {
+        match measure(cli, mpi, &engine, &topo, plan, &mut pattern_iter, progress.as_ref()) {
+            Ok(r) => {
+                if rank == 0 {
+                    let line = table::row(&r);
+                    match &progress {
+                        Some(bar) => bar.println(line.trim_end()),
+                        None => println!("{}", line.trim_end()),
+                    }
+                }
+                results.push(r);
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
+    if let Some(fatal) = failure {
+        // Rows measured so far are kept, under a summary that says the run failed and why.
+        let (Fatal::Everywhere(msg) | Fatal::Here(msg) | Fatal::Stalled(msg)) = &fatal;
+        if rank == 0 {
+            if let Some(dir) = &out_dir {
+                let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg.clone()));
+            }
+        }
+        if matches!(fatal, Fatal::Everywhere(_)) {
+            let _ = engine.close(mpi);
+        }
+        return Err(fatal);
+    }
+    engine.close(mpi).map_err(Fatal::Here)?;
+
+    let wrong = export::wrong_total(&results).unwrap_or(0);
+    let status = if wrong > 0 { RunStatus::WrongData } else { RunStatus::Ok };
+    if rank == 0 {
+        print!("{}", table::footer(&results));
+        if let Some(dir) = &out_dir {
+            export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
+            println!("# Results written to {}", dir.display());
+        }
+    }
+    Ok(if wrong > 0 { EXIT_WRONG_DATA } else { EXIT_OK })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_info(
+    cli: &Cli,
+    mpi: &Mpi,
+    topo: &Topology,
+    plugin: &Plugin,
+    props: &nccl_net::Properties,
+    sha: &str,
+    pattern: Pattern,
+    scope: Scope,
+    dir: Direction,
+    start_time: String,
+) -> RunInfo {
+    let hosts = (0..topo.ranks())
+        .map(|r| HostInfo {
+            rank: r,
+            hostname: topo.hostnames[r].clone(),
+            node: topo.endpoints[topo.endpoints_of(r).start].node,
+            gpus: topo.endpoints_of(r).map(|e| topo.endpoints[e].gpu).collect(),
+        })
+        .collect();
+    let device_type = match props.net_device_type {
+        nccl_net::abi::NCCL_NET_DEVICE_HOST => "host".to_string(),
+        nccl_net::abi::NCCL_NET_DEVICE_UNPACK => format!("unpack (version {})", props.net_device_version),
+        other => format!("type {other}"),
+    };
+    RunInfo {
+        tool_version: report::TOOL_VERSION.into(),
+        git_commit: report::git_commit(),
+        command: std::env::args().collect(),
+        start_time,
+        pattern: pattern.to_string(),
+        scope: scope.to_string(),
+        dir: dir.to_string(),
+        mem: "host".into(),
+        mem_path: "host memory (NCCL_PTR_HOST), received straight into the user buffer".into(),
+        ranks: mpi.size(),
+        endpoints: topo.len(),
+        nodes: topo.nodes,
+        gpus_per_rank: cli.ngpus,
+        hosts,
+        plugin: PluginInfo {
+            path: plugin.path().display().to_string(),
+            sha256: sha.into(),
+            name: plugin.name().into(),
+            abi: plugin.abi(),
+            ptr_support: ptr_support_str(props.ptr_support),
+            device_type,
+            devices: plugin.device_count().unwrap_or(0),
+        },
+        mpi_library: Mpi::library_version(),
+        env: report::allowed_env(),
+        config: cli.config_json(),
+        iters: cli.iters,
+        warmup: cli.warmup_iters,
+        check: cli.check_enabled(),
+        time_reduction: cli.average.to_string(),
+        chunk: cli.chunk,
+        channels: cli.channels,
+        window: cli.window,
+    }
+}
+
+fn progress_bar(cli: &Cli, rank: usize, total: usize) -> Option<indicatif::ProgressBar> {
+    if rank != 0 || !cli.progress_enabled(std::io::stderr().is_terminal()) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} iterations {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
+
+/// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
+fn measure(
+    cli: &Cli,
+    mpi: &Mpi,
+    engine: &Engine,
+    topo: &Topology,
+    plan: &Arc<Plan>,
+    pattern_iter: &mut u32,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<SizeResult, Fatal> {
+    let check = cli.check_enabled();
+    engine.prepare(plan.clone()).map_err(Fatal::Here)?;
+    if let Some(bar) = progress {
+        bar.set_message(format!("size {}", crate::cli::format_size(plan.size)));
+    }
+    let mut times = Vec::with_capacity(cli.iters);
+    let mut bytes_moved = 0u64;
+    let mut wrong = 0u64;
+    for i in 0..cli.warmup_iters + cli.iters {
+        let timed = i >= cli.warmup_iters;
+        *pattern_iter = pattern_iter.wrapping_add(1);
+        if check || i == 0 {
+            engine.fill(*pattern_iter).map_err(Fatal::Here)?;
+        }
+        let it = engine.run(mpi, timed).map_err(|e| {
+            if engine.shared().stalled.load(std::sync::atomic::Ordering::Relaxed) {
+                Fatal::Stalled(e)
+            } else {
+                Fatal::Here(e)
+            }
+        })?;
+        if timed {
+            times.push(it.elapsed.as_secs_f64() * 1e6);
+            bytes_moved += it.bytes_received;
+            if check {
+                wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
+            }
+        }
+        if let Some(bar) = progress {
+            bar.inc(1);
+        }
+    }
+
+    // Reductions over ranks.
+    let all = mpi.gather_f64(&times);
+    let ranks = mpi.size();
+    let samples_us: Vec<f64> = (0..cli.iters)
+        .map(|i| {
+            let per_rank: Vec<f64> = (0..ranks).map(|r| all[r * cli.iters + i]).collect();
+            stats::reduce(&per_rank, cli.average)
+        })
+        .collect();
+    let mut counters = [bytes_moved, wrong];
+    mpi.sum_u64(&mut counters);
+    let [bytes_moved, wrong] = counters;
+    let mut flow_sums = vec![0.0; plan.flows.len()];
+    for totals in engine.totals().map_err(Fatal::Here)? {
+        for (flow, sum) in totals.flow_time_sum {
+            flow_sums[flow as usize] += sum;
+        }
+    }
+    mpi.sum_f64(&mut flow_sums);
+
+    let bytes_planned = plan.network_bytes() * cli.iters as u64;
+    if bytes_moved != bytes_planned {
+        return Err(Fatal::Everywhere(format!(
+            "size {}: {bytes_moved} bytes completed, {bytes_planned} planned over {} iterations: the result is invalid",
+            plan.size, cli.iters
+        )));
+    }
+    let stats = stats::summarize(&samples_us);
+    let time_us = stats.mean;
+    let algbw = report::gbps(plan.size, time_us);
+    let factor = plan.busbw_factor();
+    let pairs = pair_results(plan, topo, &flow_sums, cli.iters);
+    Ok(SizeResult {
+        size_bytes: plan.size,
+        count: plan.size / 4,
+        iters: cli.iters,
+        time_us,
+        algbw_gbps: algbw,
+        busbw_gbps: algbw * factor,
+        wrong: check.then_some(wrong),
+        stats,
+        bytes_planned: plan.network_bytes(),
+        bytes_moved: bytes_moved / cli.iters as u64,
+        samples_us,
+        busbw_factor: factor,
+        pairs,
+    })
+}
+
+/// The link matrix: per directed network pair, bytes per iteration and the receiver's mean time.
+fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iters: usize) -> Vec<PairResult> {
+    let mut pairs: Vec<((usize, usize), u64, f64)> = Vec::new();
+    for (i, f) in plan.flows.iter().enumerate().filter(|(_, f)| !f.is_local()) {
+        let time = flow_sums[i] / iters as f64;
+        match pairs.iter_mut().find(|p| p.0 == (f.src, f.dst)) {
+            Some(p) => {
+                p.1 += f.len;
+                p.2 = p.2.max(time);
+            }
+            None => pairs.push(((f.src, f.dst), f.len, time)),
+        }
+    }
+    pairs
+        .into_iter()
+        .map(|((src, dst), bytes, secs)| {
+            let (s, d) = (&topo.endpoints[src], &topo.endpoints[dst]);
+            let time_us = secs * 1e6;
+            PairResult {
+                src_rank: s.rank,
+                src_gpu: s.gpu,
+                src_host: topo.hostnames[s.rank].clone(),
+                dst_rank: d.rank,
+                dst_gpu: d.gpu,
+                dst_host: topo.hostnames[d.rank].clone(),
+                bytes,
+                time_us,
+                gbps: report::gbps(bytes, time_us),
+            }
+        })
+        .collect()
+}
+
+/// Where the default plugin would be found for this binary (for `--help`-style messages).
+pub fn default_plugin_dir() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+}

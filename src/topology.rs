@@ -1,0 +1,159 @@
+//! Who runs where: ranks, nodes and endpoints.
+//!
+//! An *endpoint* is one (rank, local GPU index) pair: with one rank per GPU every rank has one
+//! endpoint; with `-g N` a rank drives N endpoints from N worker threads. Endpoint ids are
+//! `rank * gpus_per_rank + local`, the same numbering nccl-tests uses for its global ranks, so a
+//! pattern's "endpoint e sends to e+1" reads the same in both tools.
+
+use serde::Serialize;
+
+/// One endpoint of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    /// MPI rank that drives this endpoint.
+    pub rank: usize,
+    /// Index of this endpoint among its rank's workers (`0..gpus_per_rank`).
+    pub local: usize,
+    /// Node index (0-based, in order of the node's first rank).
+    pub node: usize,
+    /// GPU index on the node (`local_rank * gpus_per_rank + local`, as nccl-tests picks devices).
+    pub gpu: usize,
+}
+
+/// The job's shape: every endpoint, and the host name of every rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub endpoints: Vec<Endpoint>,
+    pub gpus_per_rank: usize,
+    pub nodes: usize,
+    /// Host name per rank.
+    pub hostnames: Vec<String>,
+}
+
+impl Topology {
+    /// Builds the topology from each rank's node index and its local rank on that node.
+    ///
+    /// `node_of_rank[r]` and `local_rank_of[r]` come from a shared-memory communicator split (or
+    /// from `--ranks-per-node`), gathered on every rank, so every rank computes the same value.
+    pub fn new(node_of_rank: &[usize], local_rank_of: &[usize], gpus_per_rank: usize, hostnames: Vec<String>) -> Self {
+        let mut endpoints = Vec::with_capacity(node_of_rank.len() * gpus_per_rank);
+        for (rank, (&node, &local_rank)) in node_of_rank.iter().zip(local_rank_of).enumerate() {
+            for local in 0..gpus_per_rank {
+                endpoints.push(Endpoint {
+                    rank,
+                    local,
+                    node,
+                    gpu: local_rank * gpus_per_rank + local,
+                });
+            }
+        }
+        let nodes = node_of_rank.iter().copied().max().map_or(0, |m| m + 1);
+        Self {
+            endpoints,
+            gpus_per_rank,
+            nodes,
+            hostnames,
+        }
+    }
+
+    /// A topology in which ranks are grouped into nodes of `ranks_per_node` consecutive ranks,
+    /// so one host can stand in for several nodes (`--ranks-per-node`).
+    pub fn with_ranks_per_node(
+        ranks: usize,
+        ranks_per_node: usize,
+        gpus_per_rank: usize,
+        hostnames: Vec<String>,
+    ) -> Self {
+        let node: Vec<usize> = (0..ranks).map(|r| r / ranks_per_node).collect();
+        let local: Vec<usize> = (0..ranks).map(|r| r % ranks_per_node).collect();
+        Self::new(&node, &local, gpus_per_rank, hostnames)
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.hostnames.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// Endpoint ids driven by `rank`.
+    pub fn endpoints_of(&self, rank: usize) -> std::ops::Range<usize> {
+        rank * self.gpus_per_rank..(rank + 1) * self.gpus_per_rank
+    }
+
+    /// A human label for error messages and state dumps: "rank 3 gpu 1 (host-b)".
+    pub fn label(&self, endpoint: usize) -> String {
+        let e = &self.endpoints[endpoint];
+        let host = self.hostnames.get(e.rank).map_or("?", String::as_str);
+        format!("rank {} gpu {} ({host})", e.rank, e.gpu)
+    }
+
+    /// Endpoint ids ordered node-major (the natural order) or interleaved across nodes so that
+    /// consecutive endpoints sit on different nodes (every ring hop then crosses nodes). The
+    /// interleaved order needs the same endpoint count on every node.
+    pub fn order(&self, interleave_nodes: bool) -> Result<Vec<usize>, String> {
+        if !interleave_nodes || self.nodes <= 1 {
+            return Ok((0..self.len()).collect());
+        }
+        let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes];
+        for (id, e) in self.endpoints.iter().enumerate() {
+            per_node[e.node].push(id);
+        }
+        let width = per_node[0].len();
+        if per_node.iter().any(|n| n.len() != width) {
+            let counts: Vec<usize> = per_node.iter().map(Vec::len).collect();
+            return Err(format!(
+                "--scope inter-node needs the same number of endpoints on every node (found {counts:?}); \
+                 use --scope all or launch evenly"
+            ));
+        }
+        Ok((0..width).flat_map(|i| per_node.iter().map(move |n| n[i])).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("h{i}")).collect()
+    }
+
+    #[test]
+    fn endpoints_follow_nccl_tests_numbering() {
+        let t = Topology::with_ranks_per_node(2, 1, 2, hosts(2));
+        assert_eq!(t.len(), 4);
+        assert_eq!(
+            t.endpoints[3],
+            Endpoint {
+                rank: 1,
+                local: 1,
+                node: 1,
+                gpu: 1
+            }
+        );
+        assert_eq!(t.endpoints_of(1), 2..4);
+    }
+
+    #[test]
+    fn interleaved_order_crosses_nodes_every_hop() {
+        let t = Topology::with_ranks_per_node(4, 2, 1, hosts(4));
+        let order = t.order(true).unwrap();
+        assert_eq!(order, vec![0, 2, 1, 3]);
+        for i in 0..order.len() {
+            let (a, b) = (order[i], order[(i + 1) % order.len()]);
+            assert_ne!(t.endpoints[a].node, t.endpoints[b].node);
+        }
+    }
+
+    #[test]
+    fn uneven_nodes_cannot_interleave() {
+        let t = Topology::new(&[0, 0, 1], &[0, 1, 0], 1, hosts(3));
+        assert!(t.order(true).unwrap_err().contains("same number of endpoints"));
+    }
+}

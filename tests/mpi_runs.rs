@@ -1,0 +1,267 @@
+//! End-to-end runs: real `mpirun`, real ranks exchanging plugin handles over MPI, real sockets
+//! through the tcpx-emu plugin built next to the binary. Each run writes a result directory
+//! that the assertions read back, so they check what a user would get.
+//!
+//! Needs `mpirun` (Open MPI) and the release build of the workspace (`launch/build.sh`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tcpx-perf-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs `mpirun` with the given per-app arguments (MPMD `:` separated apps allowed), killing it
+/// after `limit`: a hang fails the test instead of hanging CI.
+fn mpirun(apps: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Duration) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--mca",
+        "btl_vader_single_copy_mechanism",
+        "none",
+    ]);
+    for (i, (np, args)) in apps.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.arg("-np").arg(np.to_string()).arg(BIN).args(args);
+    }
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd.env("OMPI_MCA_rmaps_base_oversubscribe", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("mpirun must be installed (apt-get install openmpi-bin)");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait on mpirun").is_some() {
+            return child.wait_with_output().expect("collect mpirun output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect mpirun output");
+            panic!(
+                "mpirun did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn args(list: &str) -> Vec<String> {
+    list.split_whitespace().map(String::from).collect()
+}
+
+fn run(np: usize, extra: &str, out: &Path, env: &[(&str, &str)]) -> Output {
+    let mut a = args(extra);
+    a.push("--out".into());
+    a.push(out.display().to_string());
+    mpirun(&[(np, a)], env, Duration::from_secs(120))
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// results.csv as a list of column -> value maps.
+fn rows(dir: &Path, file: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let mut reader = csv::Reader::from_path(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let headers = reader.headers().expect("header").clone();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.expect("record");
+            headers
+                .iter()
+                .map(String::from)
+                .zip(r.iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+fn summary(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// A clean run: exit 0, one row per size, every byte planned moved, no wrong byte.
+fn assert_clean(o: &Output, dir: &Path, sizes: usize, endpoints: usize) {
+    assert_eq!(o.status.code(), Some(0), "{}", show(o));
+    let rows = rows(dir, "results.csv");
+    assert_eq!(rows.len(), sizes, "{}", show(o));
+    for r in &rows {
+        assert_eq!(r["wrong"], "0", "{r:?}");
+        assert_eq!(r["bytes_planned"], r["bytes_moved"], "{r:?}");
+        assert!(r["bytes_moved"].parse::<u64>().unwrap() > 0, "{r:?}");
+        assert!(r["busbw_gbps"].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        assert_eq!(r["endpoints"], endpoints.to_string(), "{r:?}");
+    }
+    let s = summary(dir);
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["status"], "ok");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("# Avg bus bandwidth"), "{stdout}");
+}
+
+const SWEEP: &str = "-b 64K -e 1M -f 4 -n 3 -w 1 --progress never";
+
+fn pattern_run(pattern: &str, np: usize) {
+    let dir = scratch(&format!("{pattern}-{np}"));
+    let o = run(np, &format!("--pattern {pattern} {SWEEP}"), &dir, &[]);
+    assert_clean(&o, &dir, 3, np);
+    let pairs = rows(&dir, "pairs.csv");
+    assert!(!pairs.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sendrecv_2_and_4_ranks() {
+    pattern_run("sendrecv", 2);
+    pattern_run("sendrecv", 4);
+}
+
+#[test]
+fn pairs_2_and_4_ranks() {
+    pattern_run("pairs", 2);
+    pattern_run("pairs", 4);
+}
+
+#[test]
+fn ring_2_and_4_ranks() {
+    pattern_run("ring", 2);
+    pattern_run("ring", 4);
+}
+
+#[test]
+fn fullmesh_2_and_4_ranks() {
+    pattern_run("fullmesh", 2);
+    pattern_run("fullmesh", 4);
+}
+
+#[test]
+fn one_rank_drives_two_endpoints() {
+    let dir = scratch("g2");
+    let o = run(2, &format!("--pattern fullmesh -g 2 --channels 2 {SWEEP}"), &dir, &[]);
+    assert_clean(&o, &dir, 3, 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ranks_per_node_makes_inter_node_scope() {
+    let dir = scratch("rpn");
+    let o = run(4, &format!("--pattern fullmesh --ranks-per-node 2 {SWEEP}"), &dir, &[]);
+    assert_clean(&o, &dir, 3, 4);
+    for r in rows(&dir, "results.csv") {
+        assert_eq!(r["scope"], "inter-node");
+        assert_eq!(r["nodes"], "2");
+    }
+    // Only pairs on different nodes (ranks 0,1 | 2,3) carry traffic.
+    for p in rows(&dir, "pairs.csv") {
+        let (s, d): (usize, usize) = (p["src_rank"].parse().unwrap(), p["dst_rank"].parse().unwrap());
+        assert_ne!(s / 2, d / 2, "{p:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupting_plugin_is_caught() {
+    let dir = scratch("corrupt");
+    let o = run(
+        2,
+        &format!("--pattern sendrecv {SWEEP}"),
+        &dir,
+        &[("TCPXEMU_FAULT", "corrupt")],
+    );
+    assert_eq!(o.status.code(), Some(2), "wrong data must exit 2\n{}", show(&o));
+    let rows = rows(&dir, "results.csv");
+    assert!(rows.iter().all(|r| r["wrong"].parse::<u64>().unwrap() > 0), "{rows:?}");
+    assert_eq!(summary(&dir)["status"], "wrong-data");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mismatched_plans_fail_with_the_field() {
+    let o = mpirun(
+        &[
+            (1, args("--pattern sendrecv -b 64K -e 64K -n 3 --no-out")),
+            (1, args("--pattern sendrecv -b 64K -e 64K -n 4 --no-out")),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("plan mismatch: 'iters'"), "{}", show(&o));
+}
+
+#[test]
+fn stalling_plugin_hits_the_timeout_with_a_state_dump() {
+    let start = Instant::now();
+    let o = mpirun(
+        &[(
+            2,
+            args("--pattern sendrecv -b 1M -e 1M -n 3 -w 0 -T 3 --no-out --progress never"),
+        )],
+        &[("TCPXEMU_FAULT", "stall"), ("TCPXEMU_FAULT_AFTER", "2")],
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "a stall exits with the timeout status\n{}",
+        show(&o)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("made no progress within -T"), "{}", show(&o));
+    assert!(
+        err.contains("posted") && err.contains("completed") && err.contains("oldest request"),
+        "{}",
+        show(&o)
+    );
+    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    for (flags, needle) in [
+        ("-b 2M -e 1M", "-b"),
+        ("--window 17", "--window 16"),
+        ("--pattern pairs -b 1M -e 1M", "even number"),
+    ] {
+        let np = if flags.contains("pairs") { 3 } else { 2 };
+        let o = mpirun(
+            &[(np, args(&format!("{flags} --no-out")))],
+            &[],
+            Duration::from_secs(60),
+        );
+        assert_ne!(o.status.code(), Some(0), "{flags}: {}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("tcpx-perf")).collect();
+        assert!(
+            !ours.is_empty() && ours.iter().all(|l| l.contains(needle)),
+            "{flags}: {}",
+            show(&o)
+        );
+        assert!(!err.contains("panicked"), "{flags}: {}", show(&o));
+    }
+}
