@@ -1,1 +1,915 @@
-//! placeholder
+//! tcpx-emu: the project's reference NCCL net plugin, with GPUDirect-TCPX's semantics over plain
+//! kernel TCP sockets and host memory.
+//!
+//! Why it exists: the real TCPX plugin needs a GPU, devmem-TCP and Google's RxDM, so it cannot run
+//! in CI or on one host. tcpx-emu behaves like it where a benchmark can tell (16 requests per comm
+//! and a hard error on the 17th, strict FIFO `test`, mandatory FIFO `irecvConsumed`, no sizes from
+//! `test`, `maxRecvs = 1`, chunk striping over `NSOCKS_PERTHREAD x SOCKET_NTHREADS` data sockets,
+//! asynchronous connect state kept inside the handle), while being fast enough to be a baseline.
+//!
+//! Layout: one core, thin per-ABI adapters.
+//! * [`config`]: environment knobs, read once at the first `init`.
+//! * [`device`]: interfaces and their properties.
+//! * [`handle`]: the 128-byte handle format.
+//! * [`conn`]: listen / asynchronous connect / asynchronous accept.
+//! * [`comm`]: request ring, matching, completion (the TCPX rules live here).
+//! * [`worker`]: per-data-socket helper threads.
+//! * [`fault`]: `TCPXEMU_FAULT` injection.
+//! * [`log`], [`error`]: NCCL logger and the error type.
+//!
+//! This file holds the process-wide state (config and devices), the `extern "C"` adapters for
+//! ABI v7..v12, and the exported `ncclNetPlugin_v7` .. `ncclNetPlugin_v12` tables. Every adapter
+//! body runs inside `catch_unwind`: a panic becomes `ncclInternalError`, never an unwind into C.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod comm;
+pub mod config;
+pub mod conn;
+pub mod device;
+pub mod error;
+pub mod fault;
+pub mod handle;
+pub mod log;
+pub mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use nccl_net_abi::*;
+
+pub use comm::{Comm, Connected, Request};
+pub use config::{Config, Mode};
+pub use conn::{connect, ListenComm};
+pub use device::Device;
+pub use error::{NetError, NetResult};
+pub use fault::{Fault, FaultKind};
+
+/// The name in every exported table.
+pub const PLUGIN_NAME: &std::ffi::CStr = c"tcpx-emu";
+/// `maxComms` reported per device.
+pub const MAX_COMMS: c_int = 65_536;
+/// `maxP2pBytes` reported by the v9+ adapters (NCCL caps v7/v8 at `MAX_NET_SIZE` itself).
+pub const MAX_P2P_BYTES: usize = MAX_NET_SIZE;
+/// `maxCollBytes` (NCCL's `MAX_COLLNET_SIZE`).
+pub const MAX_COLL_BYTES: usize = 512 << 20;
+
+/// Process-wide state, built by the first `init` and kept for the process lifetime (the device
+/// strings handed to NCCL must stay valid anyway).
+struct Plugin {
+    cfg: Config,
+    devices: Vec<Device>,
+}
+
+static PLUGIN: OnceLock<Plugin> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+/// `init` calls minus v11 `finalize` calls (informational: state is never torn down).
+static INIT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn plugin() -> NetResult<&'static Plugin> {
+    PLUGIN
+        .get()
+        .ok_or_else(|| NetError::invalid_usage("called before a successful init"))
+}
+
+/// Idempotent initialisation: reads the environment and finds devices on the first call.
+fn core_init(logger: DebugLogger) -> NetResult<()> {
+    log::set_logger(logger);
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if PLUGIN.get().is_none() {
+        let (cfg, warns) = Config::from_env();
+        for w in warns {
+            warn!(NCCL_INIT | NCCL_NET, "{w}");
+        }
+        if cfg.mode == Mode::Unpack {
+            return Err(NetError::invalid_usage(
+                "TCPXEMU_MODE=unpack is not implemented yet (host memory only)",
+            ));
+        }
+        let (devices, warns) = device::discover(&cfg.ifnames);
+        for w in warns {
+            warn!(NCCL_INIT | NCCL_NET, "{w}");
+        }
+        if devices.is_empty() {
+            return Err(NetError::internal(format!(
+                "no usable interface in TCPXEMU_IFNAMES={}",
+                cfg.ifnames.join(",")
+            )));
+        }
+        if let Some(f) = cfg.fault {
+            warn!(
+                NCCL_INIT | NCCL_NET,
+                "fault armed: TCPXEMU_FAULT={} after {} request(s) per comm",
+                format!("{:?}", f.kind).to_lowercase(),
+                f.after
+            );
+        }
+        let list: Vec<String> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("[{i}]{}:{}", d.ifname, d.ip))
+            .collect();
+        info!(
+            NCCL_INIT | NCCL_NET,
+            "using {} ; {} data socket(s) per comm, chunk {} B, sockbuf {} B",
+            list.join(" "),
+            cfg.nsocks,
+            cfg.chunk_size,
+            cfg.sockbuf
+        );
+        // Cannot fail: we hold INIT_LOCK and checked it is unset.
+        let _ = PLUGIN.set(Plugin { cfg, devices });
+    }
+    INIT_COUNT.fetch_add(1, Ordering::AcqRel);
+    Ok(())
+}
+
+/// Runs an adapter body: errors are logged as WARN and turned into their code, panics into
+/// `ncclInternalError`.
+fn guard(what: &str, f: impl FnOnce() -> NetResult<()>) -> NcclResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => NCCL_SUCCESS,
+        Ok(Err(e)) => {
+            warn!(NCCL_NET, "{what}: {}", e.msg);
+            e.code
+        }
+        Err(_) => {
+            warn!(NCCL_NET, "{what}: internal panic");
+            NCCL_INTERNAL_ERROR
+        }
+    }
+}
+
+/// A NULL-checked out-pointer.
+unsafe fn out<'a, T>(p: *mut T, what: &str) -> NetResult<&'a mut T> {
+    // SAFETY: non-NULL pointers from NCCL point to writable storage of type T.
+    unsafe { p.as_mut() }.ok_or_else(|| NetError::invalid_argument(format!("{what} is NULL")))
+}
+
+fn device(dev: c_int) -> NetResult<&'static Device> {
+    let p = plugin()?;
+    usize::try_from(dev)
+        .ok()
+        .and_then(|d| p.devices.get(d))
+        .ok_or_else(|| NetError::invalid_argument(format!("device {dev} out of range (0..{})", p.devices.len())))
+}
+
+fn ptr_type_name(t: c_int) -> &'static str {
+    match t {
+        NCCL_PTR_HOST => "NCCL_PTR_HOST",
+        NCCL_PTR_CUDA => "NCCL_PTR_CUDA",
+        NCCL_PTR_DMABUF => "NCCL_PTR_DMABUF",
+        _ => "unknown",
+    }
+}
+
+/// What `regMr` returns: a record of the registration (host memory needs no pinning for TCP).
+#[derive(Debug)]
+pub struct MemRegion {
+    pub ptr: usize,
+    pub len: usize,
+    pub ptr_type: c_int,
+}
+
+/// The v11+ per-communicator context.
+struct Ctx {
+    _comm_id: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Version-independent entry points.
+// ---------------------------------------------------------------------------------------------
+
+unsafe fn core_devices(ndev: *mut c_int) -> NetResult<()> {
+    let n = plugin()?.devices.len();
+    // SAFETY: forwarded out-pointer.
+    *unsafe { out(ndev, "ndev") }? = n as c_int;
+    Ok(())
+}
+
+/// Properties of `dev` in the newest layout; older layouts copy from it.
+fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
+    let d = device(dev)?;
+    let mut devs = [0; NCCL_NET_MAX_DEVS_PER_NIC_V12];
+    devs[0] = dev;
+    Ok(PropertiesV12 {
+        name: d.name_ptr(),
+        pci_path: d.pci_path_ptr(),
+        guid: dev as u64,
+        ptr_support: NCCL_PTR_HOST,
+        reg_is_global: 0,
+        force_flush: 0,
+        speed: d.speed_mbps,
+        port: 0,
+        latency: 0.0,
+        max_comms: MAX_COMMS,
+        max_recvs: 1,
+        net_device_type: NCCL_NET_DEVICE_HOST,
+        net_device_version: NCCL_NET_DEVICE_INVALID_VERSION,
+        v_props: VDevicePropsV12 { ndevs: 1, devs },
+        max_p2p_bytes: MAX_P2P_BYTES,
+        max_coll_bytes: MAX_COLL_BYTES,
+        max_multi_request_size: 1,
+        rail_id: -1,
+        plane_id: -1,
+    })
+}
+
+fn v_props_v9(p: &PropertiesV12) -> VDevicePropsV9 {
+    let mut devs = [0; NCCL_NET_MAX_DEVS_PER_NIC_V11];
+    devs.copy_from_slice(&p.v_props.devs[..NCCL_NET_MAX_DEVS_PER_NIC_V11]);
+    VDevicePropsV9 {
+        ndevs: p.v_props.ndevs,
+        devs,
+    }
+}
+
+unsafe fn core_listen(dev: c_int, handle: *mut c_void, lc: *mut *mut c_void) -> NetResult<()> {
+    let p = plugin()?;
+    let d = device(dev)?;
+    // SAFETY: NCCL passes a 128-byte handle buffer and a comm out-pointer.
+    let handle = unsafe { out(handle.cast::<NetHandle>(), "handle") }?;
+    let lc = unsafe { out(lc, "listenComm") }?;
+    *lc = std::ptr::null_mut();
+    let (comm, h) = ListenComm::bind(d.ip, d.scope_id, &p.cfg)?;
+    *handle = h;
+    *lc = Box::into_raw(comm).cast();
+    Ok(())
+}
+
+unsafe fn core_connect(dev: c_int, handle: *mut c_void, sc: *mut *mut c_void) -> NetResult<()> {
+    let p = plugin()?;
+    device(dev)?;
+    // SAFETY: as in listen; the handle buffer stays in place between retries (NCCL's contract).
+    let handle = unsafe { out(handle.cast::<NetHandle>(), "handle") }?;
+    let sc = unsafe { out(sc, "sendComm") }?;
+    *sc = std::ptr::null_mut();
+    if let Some(comm) = conn::connect(handle, &p.cfg)? {
+        *sc = Box::into_raw(comm).cast();
+    }
+    Ok(())
+}
+
+/// `accept`. The device handle (v7+) may be NULL or point to NULL or to a caller-owned struct;
+/// host mode leaves it alone (a future unpack mode fills it here).
+unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, _dev_handle: *mut *mut DeviceHandleV7) -> NetResult<()> {
+    // SAFETY: `lc` came from our listen.
+    let lc =
+        unsafe { lc.cast::<ListenComm>().as_ref() }.ok_or_else(|| NetError::invalid_argument("listenComm is NULL"))?;
+    let rc = unsafe { out(rc, "recvComm") }?;
+    *rc = std::ptr::null_mut();
+    if let Some(comm) = lc.accept()? {
+        *rc = Box::into_raw(comm).cast();
+    }
+    Ok(())
+}
+
+unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: *mut *mut c_void) -> NetResult<()> {
+    let mh = unsafe { out(mhandle, "mhandle") }?;
+    *mh = std::ptr::null_mut();
+    if ptr_type != NCCL_PTR_HOST {
+        return Err(NetError::invalid_argument(format!(
+            "memory type {} ({ptr_type}) not supported, tcpx-emu handles host memory only",
+            ptr_type_name(ptr_type)
+        )));
+    }
+    *mh = Box::into_raw(Box::new(MemRegion {
+        ptr: data as usize,
+        len: size,
+        ptr_type,
+    }))
+    .cast();
+    Ok(())
+}
+
+unsafe fn core_dereg_mr(mhandle: *mut c_void) -> NetResult<()> {
+    if !mhandle.is_null() {
+        // SAFETY: created by core_reg_mr.
+        drop(unsafe { Box::from_raw(mhandle.cast::<MemRegion>()) });
+    }
+    Ok(())
+}
+
+unsafe fn comm_ref<'a>(comm: *mut c_void) -> NetResult<&'a Comm> {
+    // SAFETY: send/recv comms are `Box<Comm>` pointers from connect/accept.
+    unsafe { comm.cast::<Comm>().as_ref() }.ok_or_else(|| NetError::invalid_argument("comm is NULL"))
+}
+
+unsafe fn core_isend(comm: *mut c_void, data: *mut c_void, size: usize, request: *mut *mut c_void) -> NetResult<()> {
+    let comm = unsafe { comm_ref(comm) }?;
+    let request = unsafe { out(request, "request") }?;
+    *request = std::ptr::null_mut();
+    if data.is_null() && size > 0 {
+        return Err(NetError::invalid_argument("data is NULL"));
+    }
+    // SAFETY: NCCL keeps the buffer alive until the request completes.
+    *request = unsafe { comm.isend(data.cast(), size) }?;
+    Ok(())
+}
+
+unsafe fn core_irecv(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    size0: impl FnOnce() -> NetResult<usize>,
+    request: *mut *mut c_void,
+) -> NetResult<()> {
+    let comm = unsafe { comm_ref(comm) }?;
+    let request = unsafe { out(request, "request") }?;
+    *request = std::ptr::null_mut();
+    if n != 1 {
+        return Err(NetError::internal(format!("n = {n} not supported (maxRecvs is 1)")));
+    }
+    // SAFETY: n == 1, so `data` has one entry.
+    let ptr = unsafe { data.as_ref() }
+        .copied()
+        .ok_or_else(|| NetError::invalid_argument("data is NULL"))?;
+    let size = size0()?;
+    if ptr.is_null() && size > 0 {
+        return Err(NetError::invalid_argument("data[0] is NULL"));
+    }
+    // SAFETY: NCCL keeps the buffer alive until the request completes.
+    *request = unsafe { comm.irecv(ptr.cast(), size) }?;
+    Ok(())
+}
+
+/// Reads `sizes[0]` of an `int` sizes array (v7/v8); negative is invalid.
+unsafe fn int_size(sizes: *mut c_int) -> NetResult<usize> {
+    // SAFETY: NCCL passes an array of n (== 1) sizes.
+    let s = unsafe { sizes.as_ref() }.ok_or_else(|| NetError::invalid_argument("sizes is NULL"))?;
+    usize::try_from(*s).map_err(|_| NetError::invalid_argument(format!("negative size {s}")))
+}
+
+unsafe fn core_test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NetResult<()> {
+    let done = unsafe { out(done, "done") }?;
+    *done = 0;
+    // SAFETY: requests come from isend/irecv of an open comm (NCCL's contract).
+    let comm = unsafe { Comm::from_request(request) }.ok_or_else(|| NetError::invalid_argument("request is NULL"))?;
+    if let Some(size) = comm.test(request)? {
+        *done = 1;
+        if comm.report_sizes() {
+            // SAFETY: when non-NULL, `sizes` has room for one int.
+            if let Some(s) = unsafe { sizes.as_mut() } {
+                *s = c_int::try_from(size).unwrap_or(c_int::MAX);
+            }
+        }
+    }
+    Ok(())
+}
+
+unsafe fn core_close_comm(comm: *mut c_void) -> NetResult<()> {
+    if !comm.is_null() {
+        // SAFETY: a `Box<Comm>` from connect/accept, closed once.
+        drop(unsafe { Box::from_raw(comm.cast::<Comm>()) });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// extern "C" adapters. Same-signature entries are shared by every table.
+// ---------------------------------------------------------------------------------------------
+
+unsafe extern "C" fn init_v7(logger: DebugLogger) -> NcclResult {
+    guard("init", || core_init(logger))
+}
+
+unsafe extern "C" fn init_v10(logger: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
+    guard("init", || core_init(logger))
+}
+
+unsafe extern "C" fn init_v11(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    _config: *mut CommConfigV11,
+    logger: DebugLogger,
+    _prof: ProfilerCallback,
+) -> NcclResult {
+    guard("init", || {
+        let ctx = unsafe { out(ctx, "ctx") }?;
+        core_init(logger)?;
+        *ctx = Box::into_raw(Box::new(Ctx { _comm_id: comm_id })).cast();
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
+    guard("finalize", || {
+        if !ctx.is_null() {
+            // SAFETY: created by init_v11.
+            drop(unsafe { Box::from_raw(ctx.cast::<Ctx>()) });
+        }
+        let _ = INIT_COUNT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
+    guard("devices", || unsafe { core_devices(ndev) })
+}
+
+unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut PropertiesV7) -> NcclResult {
+    guard("getProperties", || {
+        let p = core_props(dev)?;
+        *unsafe { out(props, "props") }? = PropertiesV7 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+        };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
+    guard("getProperties", || {
+        let p = core_props(dev)?;
+        *unsafe { out(props, "props") }? = PropertiesV8 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+        };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> NcclResult {
+    guard("getProperties", || {
+        let p = core_props(dev)?;
+        *unsafe { out(props, "props") }? = PropertiesV9 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            force_flush: p.force_flush,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+            v_props: v_props_v9(&p),
+            max_p2p_bytes: p.max_p2p_bytes,
+            max_coll_bytes: p.max_coll_bytes,
+        };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut PropertiesV11) -> NcclResult {
+    guard("getProperties", || {
+        let p = core_props(dev)?;
+        *unsafe { out(props, "props") }? = PropertiesV11 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            force_flush: p.force_flush,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+            v_props: v_props_v9(&p),
+            max_p2p_bytes: p.max_p2p_bytes,
+            max_coll_bytes: p.max_coll_bytes,
+            max_multi_request_size: p.max_multi_request_size,
+        };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut PropertiesV12) -> NcclResult {
+    guard("getProperties", || {
+        *unsafe { out(props, "props") }? = core_props(dev)?;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, lc: *mut *mut c_void) -> NcclResult {
+    guard("listen", || unsafe { core_listen(dev, handle, lc) })
+}
+
+unsafe extern "C" fn listen_v11(
+    _ctx: *mut c_void,
+    dev: c_int,
+    handle: *mut c_void,
+    lc: *mut *mut c_void,
+) -> NcclResult {
+    guard("listen", || unsafe { core_listen(dev, handle, lc) })
+}
+
+unsafe extern "C" fn connect_v7(
+    dev: c_int,
+    handle: *mut c_void,
+    sc: *mut *mut c_void,
+    _dh: *mut *mut DeviceHandleV7,
+) -> NcclResult {
+    guard("connect", || unsafe { core_connect(dev, handle, sc) })
+}
+
+unsafe extern "C" fn connect_v10(
+    dev: c_int,
+    _config: *mut CommConfigV10,
+    handle: *mut c_void,
+    sc: *mut *mut c_void,
+    _dh: *mut *mut DeviceHandleV7,
+) -> NcclResult {
+    guard("connect", || unsafe { core_connect(dev, handle, sc) })
+}
+
+unsafe extern "C" fn connect_v11(
+    _ctx: *mut c_void,
+    dev: c_int,
+    handle: *mut c_void,
+    sc: *mut *mut c_void,
+    _dh: *mut *mut DeviceHandleV7,
+) -> NcclResult {
+    guard("connect", || unsafe { core_connect(dev, handle, sc) })
+}
+
+unsafe extern "C" fn accept(lc: *mut c_void, rc: *mut *mut c_void, dh: *mut *mut DeviceHandleV7) -> NcclResult {
+    guard("accept", || unsafe { core_accept(lc, rc, dh) })
+}
+
+unsafe extern "C" fn reg_mr_v7(
+    _comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    ptr_type: c_int,
+    mh: *mut *mut c_void,
+) -> NcclResult {
+    guard("regMr", || {
+        let size = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("negative size {size}")))?;
+        unsafe { core_reg_mr(data, size, ptr_type, mh) }
+    })
+}
+
+unsafe extern "C" fn reg_mr_v8(
+    _comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    ptr_type: c_int,
+    mh: *mut *mut c_void,
+) -> NcclResult {
+    guard("regMr", || unsafe { core_reg_mr(data, size, ptr_type, mh) })
+}
+
+unsafe extern "C" fn dereg_mr(_comm: *mut c_void, mh: *mut c_void) -> NcclResult {
+    guard("deregMr", || unsafe { core_dereg_mr(mh) })
+}
+
+unsafe extern "C" fn isend_v7(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: c_int,
+    _tag: c_int,
+    _mh: *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("isend", || {
+        if let Some(r) = unsafe { req.as_mut() } {
+            *r = std::ptr::null_mut();
+        }
+        let size = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("negative size {size}")))?;
+        unsafe { core_isend(comm, data, size, req) }
+    })
+}
+
+unsafe extern "C" fn isend_v9(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    _tag: c_int,
+    _mh: *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("isend", || unsafe { core_isend(comm, data, size, req) })
+}
+
+unsafe extern "C" fn isend_v10(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    _tag: c_int,
+    _mh: *mut c_void,
+    _phandle: *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("isend", || unsafe { core_isend(comm, data, size, req) })
+}
+
+unsafe extern "C" fn irecv_v7(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut c_int,
+    _tags: *mut c_int,
+    _mh: *mut *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("irecv", || unsafe {
+        core_irecv(comm, n, data, || int_size(sizes), req)
+    })
+}
+
+unsafe fn usize_size(sizes: *mut usize) -> NetResult<usize> {
+    // SAFETY: NCCL passes an array of n (== 1) sizes.
+    unsafe { sizes.as_ref() }
+        .copied()
+        .ok_or_else(|| NetError::invalid_argument("sizes is NULL"))
+}
+
+unsafe extern "C" fn irecv_v9(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut usize,
+    _tags: *mut c_int,
+    _mh: *mut *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("irecv", || unsafe {
+        core_irecv(comm, n, data, || usize_size(sizes), req)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn irecv_v10(
+    comm: *mut c_void,
+    n: c_int,
+    data: *mut *mut c_void,
+    sizes: *mut usize,
+    _tags: *mut c_int,
+    _mh: *mut *mut c_void,
+    _phandles: *mut *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("irecv", || unsafe {
+        core_irecv(comm, n, data, || usize_size(sizes), req)
+    })
+}
+
+/// Host memory needs no flush: succeed with a NULL request (NCCL treats NULL as done).
+unsafe extern "C" fn iflush(
+    _comm: *mut c_void,
+    _n: c_int,
+    _data: *mut *mut c_void,
+    _sizes: *mut c_int,
+    _mh: *mut *mut c_void,
+    req: *mut *mut c_void,
+) -> NcclResult {
+    guard("iflush", || {
+        if let Some(r) = unsafe { req.as_mut() } {
+            *r = std::ptr::null_mut();
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
+    guard("test", || unsafe { core_test(req, done, sizes) })
+}
+
+unsafe extern "C" fn close_comm(comm: *mut c_void) -> NcclResult {
+    guard("close", || unsafe { core_close_comm(comm) })
+}
+
+unsafe extern "C" fn close_listen(lc: *mut c_void) -> NcclResult {
+    guard("closeListen", || {
+        if !lc.is_null() {
+            // SAFETY: a `Box<ListenComm>` from listen, closed once.
+            drop(unsafe { Box::from_raw(lc.cast::<ListenComm>()) });
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn get_device_mr(_comm: *mut c_void, _mh: *mut c_void, dptr: *mut *mut c_void) -> NcclResult {
+    guard("getDeviceMr", || {
+        if let Some(d) = unsafe { dptr.as_mut() } {
+            *d = std::ptr::null_mut();
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn irecv_consumed(comm: *mut c_void, n: c_int, req: *mut c_void) -> NcclResult {
+    guard("irecvConsumed", || {
+        if n != 1 {
+            return Err(NetError::internal(format!("n = {n} not supported")));
+        }
+        unsafe { comm_ref(comm) }?.irecv_consumed(req)
+    })
+}
+
+fn make_v_device_common(d: *mut c_int, ndevs: c_int, devs: &[c_int]) -> NetResult<()> {
+    let n = plugin()?.devices.len() as c_int;
+    if ndevs != 1 || !(0..n).contains(&devs[0]) {
+        return Err(NetError::invalid_usage(format!(
+            "only single-device virtual devices are supported (ndevs = {ndevs})"
+        )));
+    }
+    *unsafe { out(d, "d") }? = devs[0];
+    Ok(())
+}
+
+unsafe extern "C" fn make_v_device_v9(d: *mut c_int, props: *mut VDevicePropsV9) -> NcclResult {
+    guard("makeVDevice", || {
+        let p = unsafe { props.as_ref() }.ok_or_else(|| NetError::invalid_argument("props is NULL"))?;
+        make_v_device_common(d, p.ndevs, &p.devs)
+    })
+}
+
+unsafe extern "C" fn make_v_device_v12(d: *mut c_int, props: *mut VDevicePropsV12) -> NcclResult {
+    guard("makeVDevice", || {
+        let p = unsafe { props.as_ref() }.ok_or_else(|| NetError::invalid_argument("props is NULL"))?;
+        make_v_device_common(d, p.ndevs, &p.devs)
+    })
+}
+
+/// Hints for the plugin's flow/peer counts: accepted and ignored.
+unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, _attr: *mut NetAttrV11) -> NcclResult {
+    NCCL_SUCCESS
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exported tables.
+// ---------------------------------------------------------------------------------------------
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v7: NetV7 = NetV7 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v7),
+    listen: Some(listen),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v7),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v7),
+    irecv: Some(irecv_v7),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+};
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v8: NetV8 = NetV8 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v8),
+    listen: Some(listen),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v7),
+    irecv: Some(irecv_v7),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+};
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v9: NetV9 = NetV9 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v9),
+    listen: Some(listen),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v9),
+    irecv: Some(irecv_v9),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+    make_v_device: Some(make_v_device_v9),
+};
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v10: NetV10 = NetV10 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v10),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v9),
+    listen: Some(listen),
+    connect: Some(connect_v10),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+    make_v_device: Some(make_v_device_v9),
+};
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v11: NetV11 = NetV11 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v11),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v11),
+    listen: Some(listen_v11),
+    connect: Some(connect_v11),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+    make_v_device: Some(make_v_device_v9),
+    finalize: Some(finalize),
+    set_net_attr: Some(set_net_attr),
+};
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclNetPlugin_v12: NetV12 = NetV12 {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v11),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v12),
+    listen: Some(listen_v11),
+    connect: Some(connect_v11),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: Some(get_device_mr),
+    irecv_consumed: Some(irecv_consumed),
+    make_v_device: Some(make_v_device_v12),
+    finalize: Some(finalize),
+    set_net_attr: Some(set_net_attr),
+};

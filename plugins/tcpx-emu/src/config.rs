@@ -1,0 +1,246 @@
+//! Run-time configuration, read from the environment once, at the first `init`.
+//!
+//! Everything else in the crate takes a [`Config`] value, so tests build one directly instead of
+//! mutating the process environment (which would race between parallel tests).
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `TCPXEMU_IFNAMES` | `lo` | comma list of interfaces; each one with an IP address is a device |
+//! | `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` | 1 x 1 | data sockets per comm, clamped to 1..=8 (TCPX's `MAX_SOCKETS`) |
+//! | `NCCL_DYNAMIC_CHUNK_SIZE` | 524288 | bytes per chunk striped over the data sockets (0/invalid: WARN, default) |
+//! | `TCPXEMU_SOCKBUF` | 4194304 | `SO_SNDBUF`/`SO_RCVBUF` of data sockets; 0 = kernel autotuning |
+//! | `TCPXEMU_REPORT_SIZES` | 0 | 1: `test` writes `*sizes` (TCPX never does) |
+//! | `TCPXEMU_MODE` | `host` | `unpack` is reserved for the device-unpack emulation (not implemented: init fails) |
+//! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt` or `slow` (see [`crate::fault`]) |
+//! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
+//! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
+
+use crate::fault::{Fault, FaultKind};
+
+/// TCPX's `MAX_SOCKETS`: the most data sockets one comm may have.
+pub const MAX_SOCKETS: usize = 8;
+/// The chunk size GKE configures for TCPX (`NCCL_DYNAMIC_CHUNK_SIZE=524288`).
+pub const DEFAULT_CHUNK_SIZE: usize = 524_288;
+/// Largest chunk size accepted (it travels as a `u32` in the handle).
+pub const MAX_CHUNK_SIZE: usize = 1 << 30;
+/// Default socket buffer size for data sockets.
+pub const DEFAULT_SOCKBUF: usize = 4 << 20;
+
+/// Where received bytes land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Straight into the caller's host buffer.
+    Host,
+    /// Reserved: a device bounce buffer in scrambled 4 KiB pages plus `netUnpackMeta`, as TCPX.
+    Unpack,
+}
+
+/// The plugin's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub ifnames: Vec<String>,
+    /// Data sockets per comm (receiver's value wins: it travels in the handle).
+    pub nsocks: usize,
+    /// Chunk size (receiver's value wins: it travels in the handle).
+    pub chunk_size: usize,
+    /// `SO_SNDBUF`/`SO_RCVBUF` for data sockets; 0 leaves the kernel's autotuning on.
+    pub sockbuf: usize,
+    pub report_sizes: bool,
+    pub mode: Mode,
+    pub fault: Option<Fault>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ifnames: vec!["lo".to_owned()],
+            nsocks: 1,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            sockbuf: DEFAULT_SOCKBUF,
+            report_sizes: false,
+            mode: Mode::Host,
+            fault: None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment. Returns the config and the WARN lines to log.
+    pub fn from_env() -> (Self, Vec<String>) {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Builds a config from any key -> value lookup (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
+        let mut warns = Vec::new();
+        let mut cfg = Config::default();
+
+        if let Some(list) = get("TCPXEMU_IFNAMES") {
+            let names: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if !names.is_empty() {
+                cfg.ifnames = names;
+            }
+        }
+
+        let mut count = |key: &str| -> usize {
+            match get(key) {
+                None => 1,
+                Some(v) => match v.trim().parse::<i64>() {
+                    Ok(n) if n >= 1 => n as usize,
+                    _ => {
+                        warns.push(format!("{key}={v} is invalid, using 1"));
+                        1
+                    }
+                },
+            }
+        };
+        let per_thread = count("NCCL_NSOCKS_PERTHREAD");
+        let threads = count("NCCL_SOCKET_NTHREADS");
+        let product = per_thread.saturating_mul(threads);
+        cfg.nsocks = product.clamp(1, MAX_SOCKETS);
+        if cfg.nsocks != product {
+            warns.push(format!(
+                "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = {product} exceeds MAX_SOCKETS, using {}",
+                cfg.nsocks
+            ));
+        }
+
+        if let Some(v) = get("NCCL_DYNAMIC_CHUNK_SIZE") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if n > 0 && n as usize <= MAX_CHUNK_SIZE => cfg.chunk_size = n as usize,
+                Ok(n) if n as usize > MAX_CHUNK_SIZE => {
+                    warns.push(format!(
+                        "NCCL_DYNAMIC_CHUNK_SIZE={v} is too large, using {MAX_CHUNK_SIZE}"
+                    ));
+                    cfg.chunk_size = MAX_CHUNK_SIZE;
+                }
+                _ => warns.push(format!(
+                    "NCCL_DYNAMIC_CHUNK_SIZE={v} is invalid, using {DEFAULT_CHUNK_SIZE}"
+                )),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_SOCKBUF") {
+            match v.trim().parse::<usize>() {
+                Ok(n) => cfg.sockbuf = n.min(i32::MAX as usize),
+                Err(_) => warns.push(format!("TCPXEMU_SOCKBUF={v} is invalid, using {DEFAULT_SOCKBUF}")),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_REPORT_SIZES") {
+            match v.trim() {
+                "1" | "true" | "yes" => cfg.report_sizes = true,
+                "0" | "false" | "no" | "" => cfg.report_sizes = false,
+                _ => warns.push(format!("TCPXEMU_REPORT_SIZES={v} is invalid, using 0")),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_MODE") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "host" | "" => cfg.mode = Mode::Host,
+                "unpack" => cfg.mode = Mode::Unpack,
+                _ => warns.push(format!("TCPXEMU_MODE={v} is invalid, using host")),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_FAULT").filter(|v| !v.trim().is_empty()) {
+            match FaultKind::parse(&v) {
+                None => warns.push(format!(
+                    "TCPXEMU_FAULT={v} is invalid (stall|close|corrupt|slow), no fault armed"
+                )),
+                Some(kind) => {
+                    let after = match get("TCPXEMU_FAULT_AFTER") {
+                        None => 0,
+                        Some(a) => a.trim().parse::<u64>().unwrap_or_else(|_| {
+                            warns.push(format!("TCPXEMU_FAULT_AFTER={a} is invalid, using 0"));
+                            0
+                        }),
+                    };
+                    let my_rank = get("OMPI_COMM_WORLD_RANK").or_else(|| get("PMI_RANK"));
+                    let applies = match get("TCPXEMU_FAULT_RANK") {
+                        None => true,
+                        Some(r) => my_rank.is_some_and(|m| m.trim() == r.trim()),
+                    };
+                    if applies {
+                        cfg.fault = Some(Fault { kind, after });
+                    }
+                }
+            }
+        }
+        (cfg, warns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let (cfg, warns) = parse(&[]);
+        assert_eq!(cfg, Config::default());
+        assert!(warns.is_empty());
+    }
+
+    #[test]
+    fn sockets_are_clamped_with_a_warning() {
+        let (cfg, warns) = parse(&[("NCCL_NSOCKS_PERTHREAD", "4"), ("NCCL_SOCKET_NTHREADS", "4")]);
+        assert_eq!(cfg.nsocks, 8);
+        assert_eq!(warns.len(), 1);
+        let (cfg, warns) = parse(&[("NCCL_NSOCKS_PERTHREAD", "-2")]);
+        assert_eq!(cfg.nsocks, 1);
+        assert_eq!(warns.len(), 1);
+        let (cfg, _) = parse(&[("NCCL_NSOCKS_PERTHREAD", "2"), ("NCCL_SOCKET_NTHREADS", "2")]);
+        assert_eq!(cfg.nsocks, 4);
+    }
+
+    #[test]
+    fn chunk_size_zero_is_default() {
+        let (cfg, warns) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]);
+        assert_eq!(cfg.chunk_size, DEFAULT_CHUNK_SIZE);
+        assert_eq!(warns.len(), 1);
+        let (cfg, _) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "65536")]);
+        assert_eq!(cfg.chunk_size, 65536);
+    }
+
+    #[test]
+    fn fault_respects_rank() {
+        let (cfg, _) = parse(&[("TCPXEMU_FAULT", "corrupt"), ("TCPXEMU_FAULT_AFTER", "3")]);
+        assert_eq!(
+            cfg.fault,
+            Some(Fault {
+                kind: FaultKind::Corrupt,
+                after: 3
+            })
+        );
+        let (cfg, _) = parse(&[
+            ("TCPXEMU_FAULT", "close"),
+            ("TCPXEMU_FAULT_RANK", "1"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+        ]);
+        assert_eq!(cfg.fault, None);
+        let (cfg, _) = parse(&[
+            ("TCPXEMU_FAULT", "stall"),
+            ("TCPXEMU_FAULT_RANK", "1"),
+            ("PMI_RANK", "1"),
+        ]);
+        assert_eq!(cfg.fault.map(|f| f.kind), Some(FaultKind::Stall));
+    }
+
+    #[test]
+    fn ifnames_list() {
+        let (cfg, _) = parse(&[("TCPXEMU_IFNAMES", "eth0, lo,")]);
+        assert_eq!(cfg.ifnames, vec!["eth0", "lo"]);
+    }
+}

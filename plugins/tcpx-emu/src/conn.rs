@@ -1,0 +1,480 @@
+//! Connection establishment: `listen`, asynchronous `connect`, asynchronous `accept`.
+//!
+//! A connection is one ctrl socket plus `nsocks` data sockets. Each socket starts with a 32-byte
+//! hello (little-endian):
+//! `{ magic "TXHL", version u16, kind u8 (0 ctrl, 1 data), index u8, nsocks u8, pad[3],
+//!    chunk_size u32, listener token u64, connection id u64 }`.
+//! The acceptor groups sockets by the random connection id, so sockets of concurrent connections
+//! may interleave, and a listen comm serves any number of accepts.
+//!
+//! Both sides work in the background so that NCCL's `connect`/`accept` never block:
+//! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
+//!   pointer inside the caller's handle (as TCPX does); later calls poll it.
+//! * each listen comm has an acceptor thread that accepts, reads hellos, and queues complete
+//!   connections; `accept` pops one or returns NULL. Closing the listen comm shuts the listening
+//!   socket down, which wakes the thread blocked in `accept(2)`.
+//!
+//! Socket options: data sockets get `SO_SNDBUF`/`SO_RCVBUF` before connect/listen (so the window
+//! scale is negotiated for them); all sockets get `TCP_NODELAY`, keepalive (10 s idle, 5 s
+//! interval, 3 probes) and `TCP_USER_TIMEOUT` 30 s, so a vanished host turns into an error.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nccl_net_abi::{NetHandle, NCCL_NET};
+
+use crate::comm::{Comm, Connected};
+use crate::config::Config;
+use crate::error::{NetError, NetResult};
+use crate::handle::{connect_state, set_connect_state, ListenInfo};
+use crate::worker::Dir;
+
+const HELLO_MAGIC: [u8; 4] = *b"TXHL";
+const HELLO_VERSION: u16 = 1;
+const HELLO_LEN: usize = 32;
+const KIND_CTRL: u8 = 0;
+const KIND_DATA: u8 = 1;
+/// How long the acceptor waits for a hello on a fresh socket.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the connection.
+const USER_TIMEOUT_MS: libc::c_int = 30_000;
+/// Dial attempts on ECONNREFUSED (TCPX's `CONNECTION_RETRY` default).
+const CONNECT_RETRIES: u32 = 3;
+
+/// A random 64-bit value (std's per-process random hash keys plus a counter; no extra crate).
+pub fn random_u64() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: T) -> std::io::Result<()> {
+    // SAFETY: `val` is a plain value of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Options every socket gets: no Nagle, keepalive, user timeout. Best effort.
+fn tune_common(fd: RawFd) {
+    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1 as libc::c_int);
+    let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1 as libc::c_int);
+    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 10 as libc::c_int);
+    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 5 as libc::c_int);
+    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3 as libc::c_int);
+    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, USER_TIMEOUT_MS);
+}
+
+/// Socket buffer sizes for data sockets (0: leave autotuning on). Best effort: the kernel caps
+/// the value at `net.core.{r,w}mem_max`.
+fn tune_bufs(fd: RawFd, sockbuf: usize) {
+    if sockbuf > 0 {
+        let v = sockbuf.min(i32::MAX as usize) as libc::c_int;
+        let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v);
+        let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
+    }
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn new_socket(addr: &SocketAddr) -> std::io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain socket creation; the fd is owned right away.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Dials `addr` (blocking), with buffer sizes set before the SYN.
+fn dial(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpStream> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let fd = new_socket(&addr)?;
+        tune_bufs(fd.as_raw_fd(), sockbuf);
+        tune_common(fd.as_raw_fd());
+        let (ss, len) = sockaddr(&addr);
+        // SAFETY: `ss` holds a valid address of `len` bytes.
+        let r = unsafe { libc::connect(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) };
+        if r == 0 {
+            return Ok(TcpStream::from(fd));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) | Some(libc::EINPROGRESS) => {
+                // The connect goes on in the background: wait for it and read its outcome.
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, USER_TIMEOUT_MS) };
+                let stream = TcpStream::from(fd);
+                match stream.take_error()? {
+                    None => return Ok(stream),
+                    Some(err) => return Err(err),
+                }
+            }
+            Some(libc::ECONNREFUSED) if attempt < CONNECT_RETRIES => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
+fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListener> {
+    let fd = new_socket(&addr)?;
+    // Accepted data sockets inherit the listener's buffer sizes (set before any SYN arrives).
+    tune_bufs(fd.as_raw_fd(), sockbuf);
+    let (ss, len) = sockaddr(&addr);
+    // SAFETY: valid address and our own descriptor.
+    let r = unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::listen(fd.as_raw_fd(), 1024) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(TcpListener::from(fd))
+}
+
+struct Hello {
+    kind: u8,
+    index: u8,
+    nsocks: u8,
+    chunk_size: u32,
+    token: u64,
+    conn_id: u64,
+}
+
+impl Hello {
+    fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(&HELLO_MAGIC);
+        b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
+        b[6] = self.kind;
+        b[7] = self.index;
+        b[8] = self.nsocks;
+        b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.token.to_le_bytes());
+        b[24..32].copy_from_slice(&self.conn_id.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
+        if b[0..4] != HELLO_MAGIC || u16::from_le_bytes([b[4], b[5]]) != HELLO_VERSION {
+            return None;
+        }
+        Some(Self {
+            kind: b[6],
+            index: b[7],
+            nsocks: b[8],
+            chunk_size: u32::from_le_bytes(b[12..16].try_into().ok()?),
+            token: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            conn_id: u64::from_le_bytes(b[24..32].try_into().ok()?),
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// connect
+// ------------------------------------------------------------------------------------------------
+
+/// The connector's state, owned through the pointer stored in the caller's handle.
+struct Connecting {
+    thread: Option<JoinHandle<std::io::Result<Connected>>>,
+    info: ListenInfo,
+}
+
+fn connect_blocking(info: ListenInfo, sockbuf: usize) -> std::io::Result<Connected> {
+    let conn_id = random_u64();
+    let hello = |kind, index| Hello {
+        kind,
+        index,
+        nsocks: info.nsocks as u8,
+        chunk_size: info.chunk_size as u32,
+        token: info.token,
+        conn_id,
+    };
+    let mut ctrl = dial(info.addr, 0)?;
+    ctrl.write_all(&hello(KIND_CTRL, 0).encode())?;
+    let mut data = Vec::with_capacity(info.nsocks);
+    for i in 0..info.nsocks {
+        let mut s = dial(info.addr, sockbuf)?;
+        s.write_all(&hello(KIND_DATA, i as u8).encode())?;
+        data.push(s);
+    }
+    Ok(Connected {
+        ctrl,
+        data,
+        peer: info.addr,
+        chunk_size: info.chunk_size,
+    })
+}
+
+/// Non-blocking connect. The first call starts the work and stores its state in `handle`; every
+/// call returns `Ok(None)` until the connection is up, then the send comm. The handle buffer must
+/// stay the same between calls (NCCL's contract).
+pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Comm>>> {
+    let Some(ptr) = connect_state(handle) else {
+        let info = ListenInfo::decode(handle)?;
+        let sockbuf = cfg.sockbuf;
+        let thread = std::thread::Builder::new()
+            .name("tcpxemu-connect".to_owned())
+            .spawn(move || connect_blocking(info, sockbuf))
+            .map_err(|e| NetError::system(format!("spawning connect thread: {e}")))?;
+        let state = Box::new(Connecting {
+            thread: Some(thread),
+            info,
+        });
+        set_connect_state(handle, Box::into_raw(state) as usize);
+        return Ok(None);
+    };
+    // SAFETY: the pointer was stored by the branch above (checked by its XOR key) and is freed
+    // only below, where it is also cleared from the handle.
+    let state = unsafe { &mut *(ptr as *mut Connecting) };
+    if state.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+        return Ok(None);
+    }
+    set_connect_state(handle, 0);
+    // SAFETY: reclaiming the Box leaked above; the handle no longer refers to it.
+    let mut state = unsafe { Box::from_raw(ptr as *mut Connecting) };
+    let peer = state.info.addr;
+    let joined = state
+        .thread
+        .take()
+        .ok_or_else(|| NetError::internal("connect state without a thread"))?
+        .join()
+        .map_err(|_| NetError::internal("connect thread panicked"))?;
+    let conn = joined.map_err(|e| NetError::from_io(&e, format_args!("connecting to {peer}")))?;
+    Comm::new(Dir::Send, conn, cfg.report_sizes, cfg.fault).map(Some)
+}
+
+// ------------------------------------------------------------------------------------------------
+// listen / accept
+// ------------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Partial {
+    ctrl: Option<TcpStream>,
+    data: Vec<Option<TcpStream>>,
+}
+
+struct ListenShared {
+    listener: TcpListener,
+    info: ListenInfo,
+    closing: AtomicBool,
+    ready: Mutex<VecDeque<Connected>>,
+    error: Mutex<Option<NetError>>,
+}
+
+/// A listening endpoint; hands out receive comms.
+pub struct ListenComm {
+    shared: Arc<ListenShared>,
+    thread: Option<JoinHandle<()>>,
+    report_sizes: bool,
+    fault: Option<crate::fault::Fault>,
+}
+
+impl ListenComm {
+    /// Binds an ephemeral port on `ip` and returns the comm and the handle to ship to the peer.
+    pub fn bind(ip: IpAddr, scope_id: u32, cfg: &Config) -> NetResult<(Box<ListenComm>, NetHandle)> {
+        let addr = match ip {
+            IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
+            v4 => SocketAddr::new(v4, 0),
+        };
+        let listener =
+            bind_listener(addr, cfg.sockbuf).map_err(|e| NetError::system(format!("listen on {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| NetError::system(format!("getsockname: {e}")))?;
+        let info = ListenInfo {
+            addr: local,
+            nsocks: cfg.nsocks,
+            chunk_size: cfg.chunk_size,
+            token: random_u64(),
+        };
+        let mut handle = [0u8; nccl_net_abi::NET_HANDLE_MAXSIZE];
+        info.encode(&mut handle);
+        let shared = Arc::new(ListenShared {
+            listener,
+            info,
+            closing: AtomicBool::new(false),
+            ready: Mutex::new(VecDeque::new()),
+            error: Mutex::new(None),
+        });
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("tcpxemu-accept".to_owned())
+            .spawn(move || accept_loop(&s))
+            .map_err(|e| NetError::system(format!("spawning accept thread: {e}")))?;
+        let comm = Box::new(ListenComm {
+            shared,
+            thread: Some(thread),
+            report_sizes: cfg.report_sizes,
+            fault: cfg.fault,
+        });
+        Ok((comm, handle))
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.info.addr
+    }
+
+    /// Non-blocking accept: `Ok(None)` until a complete connection has arrived.
+    pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
+        let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        match next {
+            Some(conn) => Comm::new(Dir::Recv, conn, self.report_sizes, self.fault).map(Some),
+            None => match self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                Some(e) => Err(e),
+                None => Ok(None),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for ListenComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenComm")
+            .field("addr", &self.addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ListenComm {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Release);
+        // Wakes the acceptor out of accept(2) (Linux returns EINVAL on a shut-down listener).
+        // SAFETY: shutdown on our own descriptor.
+        unsafe { libc::shutdown(self.shared.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(ls: &ListenShared) {
+    let mut partial: HashMap<u64, Partial> = HashMap::new();
+    loop {
+        let accepted = ls.listener.accept();
+        if ls.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let (mut sock, from) = match accepted {
+            Ok(x) => x,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR)
+                | Some(libc::ECONNABORTED)
+                | Some(libc::EMFILE)
+                | Some(libc::ENFILE)
+                | Some(libc::ENOBUFS)
+                | Some(libc::ENOMEM) => {
+                    if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::ECONNABORTED) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    continue;
+                }
+                _ => {
+                    *ls.error.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(NetError::system(format!("accept on {}: {e}", ls.info.addr)));
+                    return;
+                }
+            },
+        };
+        tune_common(sock.as_raw_fd());
+        let mut buf = [0u8; HELLO_LEN];
+        let _ = sock.set_read_timeout(Some(HELLO_TIMEOUT));
+        let hello = sock.read_exact(&mut buf).ok().and_then(|()| Hello::decode(&buf));
+        let _ = sock.set_read_timeout(None);
+        let info = &ls.info;
+        let Some(h) = hello.filter(|h| {
+            h.token == info.token
+                && usize::from(h.nsocks) == info.nsocks
+                && h.chunk_size as usize == info.chunk_size
+                && (h.kind == KIND_CTRL || (h.kind == KIND_DATA && usize::from(h.index) < info.nsocks))
+        }) else {
+            crate::warn!(
+                NCCL_NET,
+                "rejected a connection from {from} on {}: bad or foreign hello",
+                info.addr
+            );
+            continue;
+        };
+        let p = partial.entry(h.conn_id).or_default();
+        if p.data.is_empty() {
+            p.data.resize_with(info.nsocks, || None);
+        }
+        if h.kind == KIND_CTRL {
+            p.ctrl = Some(sock);
+        } else {
+            p.data[usize::from(h.index)] = Some(sock);
+        }
+        if p.ctrl.is_some() && p.data.iter().all(Option::is_some) {
+            let Some(p) = partial.remove(&h.conn_id) else {
+                continue;
+            };
+            let (Some(ctrl), data) = (p.ctrl, p.data.into_iter().flatten().collect::<Vec<_>>()) else {
+                continue;
+            };
+            let peer = ctrl.peer_addr().unwrap_or(from);
+            ls.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(Connected {
+                ctrl,
+                data,
+                peer,
+                chunk_size: info.chunk_size,
+            });
+        }
+    }
+}

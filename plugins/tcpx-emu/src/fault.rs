@@ -1,0 +1,90 @@
+//! Fault injection for the benchmark's failure tests (`TCPXEMU_FAULT`). Off by default.
+//!
+//! * `stall`: the sender's helper threads stop moving data for requests `>= AFTER`; the requests
+//!   never complete and nothing errors (models a hung peer NIC).
+//! * `close`: when request `AFTER` is posted, every socket of the comm is aborted (RST), so the
+//!   peer sees a reset and this side reports an error too.
+//! * `corrupt`: each received request `>= AFTER` gets one byte flipped (XOR 0x5a at `size / 2`)
+//!   before `test` reports it done.
+//! * `slow`: helper threads sleep [`SLOW_CHUNK_DELAY`] after every chunk.
+//!
+//! `TCPXEMU_FAULT_RANK` restricts the fault to one process of an MPI job; see [`crate::config`].
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Which fault to inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    Stall,
+    Close,
+    Corrupt,
+    Slow,
+}
+
+/// An armed fault: `kind` hits every request with sequence number `>= after` on each comm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub after: u64,
+}
+
+/// The byte `corrupt` flips.
+pub const CORRUPT_XOR: u8 = 0x5a;
+/// The delay `slow` adds per chunk.
+pub const SLOW_CHUNK_DELAY: Duration = Duration::from_millis(1);
+
+impl FaultKind {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "stall" => Some(Self::Stall),
+            "close" => Some(Self::Close),
+            "corrupt" => Some(Self::Corrupt),
+            "slow" => Some(Self::Slow),
+            _ => None,
+        }
+    }
+}
+
+impl Fault {
+    /// True when this fault is of `kind` and applies to request `seq`.
+    pub fn hits(fault: Option<Fault>, kind: FaultKind, seq: u64) -> bool {
+        matches!(fault, Some(f) if f.kind == kind && seq >= f.after)
+    }
+}
+
+/// Offset of the byte `corrupt` flips in a request of `size` (> 0) bytes.
+pub fn corrupt_offset(size: usize) -> usize {
+    size / 2
+}
+
+/// Aborts a connected socket so that the peer gets a RST, without closing the descriptor.
+///
+/// Closing the fd while helper threads may still use it would let the number be reused by an
+/// unrelated file. Instead: `SO_LINGER {1, 0}` (so the final release resets), `shutdown` (which
+/// wakes threads blocked in send/recv on it), then `dup2` a fresh unconnected socket over the fd,
+/// which releases the original socket once those threads have left their system calls, while the
+/// fd number stays owned by us until the comm is closed.
+pub fn abort_socket(fd: RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: plain system calls on a descriptor this comm owns; failures are harmless here (the
+    // socket is being torn down anyway).
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+        libc::shutdown(fd, libc::SHUT_RDWR);
+        let spare = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if spare >= 0 {
+            libc::dup2(spare, fd);
+            libc::close(spare);
+        }
+    }
+}
