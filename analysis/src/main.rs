@@ -1,1 +1,497 @@
-fn main() {}
+//! `tcpx-analyze`: compare tcpx-perf / nccl-tests results with baselines, gate CI, plot.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tcpx_analyze::baseline::{self, Baseline};
+use tcpx_analyze::compare::{self, Reference, Replication, Settings};
+use tcpx_analyze::error::{exit, Failure};
+use tcpx_analyze::model::{fmt_size, parse_size, Metric, Run};
+use tcpx_analyze::parse::{self, ParseOptions, Placement};
+use tcpx_analyze::{plot, report};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0   pass (gate), or success (compare/plot/show)
+  1   regression: at least one comparison is a regression
+  2   inconclusive: no regression, but at least one comparison is inconclusive
+      (too few samples, CI straddles the threshold); --allow-inconclusive turns this into 0
+  3   invalid input: unreadable/malformed/missing file, incomplete run, missing sizes,
+      wrong data (#wrong > 0) or a run status other than ok
+  4   refused: apples-to-oranges comparison (different patterns, a mean over a different
+      size range, GB/s vs GiB/s, unknown collective); --force overrides and says why
+  64  usage error (bad command line)";
+
+#[derive(Parser)]
+#[command(
+    name = "tcpx-analyze",
+    version,
+    about = "Statistical comparison of tcpx-perf and nccl-tests results against baselines; CI regression gate; SVG plots",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compare a candidate with a reference: per size and metric, medians, ratio, bootstrap CI,
+    /// Mann-Whitney U and Welch's t, Holm correction. Exit 0 unless the input is bad or refused.
+    Compare(CompareArgs),
+    /// Like compare, then turn the verdicts into an exit status (fails closed). See the exit codes.
+    #[command(after_help = EXIT_CODES)]
+    Gate(GateArgs),
+    /// SVG of bandwidth vs size (log2 axis), runs and baselines overlaid, CI bands.
+    Plot(PlotArgs),
+    /// SVG heatmap of the per-pair link matrix (tcpx-perf pairs.csv), robust-z outliers flagged.
+    Heatmap(HeatmapArgs),
+    /// Print a parsed input (run or baseline file) as a table.
+    Show(ShowArgs),
+    /// Write a baseline file (.toml) from trusted run(s), to commit and gate against.
+    MakeBaseline(MakeBaselineArgs),
+}
+
+#[derive(Args)]
+struct MakeBaselineArgs {
+    /// Run inputs (one pattern). One run: its per-iteration samples become the values;
+    /// several runs: one value per run.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Baseline name.
+    #[arg(long)]
+    name: String,
+    /// Free-text description (hardware, plugin, what the baseline stands for).
+    #[arg(long, default_value = "")]
+    description: String,
+    /// Metrics to store (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "busbw")]
+    metric: Vec<String>,
+    /// Output file.
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    #[command(flatten)]
+    input: InputOpts,
+}
+
+#[derive(Args, Clone)]
+struct InputOpts {
+    /// nccl-tests placement to read.
+    #[arg(long, value_enum, default_value_t = Placement::OutOfPlace)]
+    placement: Placement,
+    /// Collective to assume for nccl-tests inputs that do not name it (e.g. sendrecv_perf, all_reduce_perf, alltoall_perf).
+    #[arg(long)]
+    pattern: Option<String>,
+}
+
+impl InputOpts {
+    fn parse_options(&self) -> ParseOptions {
+        ParseOptions {
+            placement: self.placement,
+            pattern: self.pattern.clone(),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct CompareArgs {
+    /// Candidate inputs: tcpx-perf result directories (or a directory of them), results.csv,
+    /// nccl-tests stdout logs or JSON. Several inputs = several runs of the candidate.
+    #[arg(required = true)]
+    candidate: Vec<PathBuf>,
+    /// Reference: a baseline file (.toml) or run inputs like the candidate's (repeatable).
+    #[arg(long, short = 'B', required = true)]
+    baseline: Vec<PathBuf>,
+    /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
+    #[arg(long, value_delimiter = ',')]
+    metric: Vec<String>,
+    /// Practical threshold: changes smaller than this fraction are not regressions.
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// Significance level for the Holm-adjusted one-sided p-value.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// Confidence level of the bootstrap interval.
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 5000)]
+    resamples: usize,
+    /// Bootstrap seed (reported in the output).
+    #[arg(long, default_value_t = 0x7C9C_5EED)]
+    seed: u64,
+    /// Minimum observations per side for a statistical decision.
+    #[arg(long, default_value_t = 5)]
+    min_samples: usize,
+    /// What one observation is.
+    #[arg(long, value_enum, default_value_t = Replication::Auto)]
+    replication: Replication,
+    /// Compare despite apples-to-oranges reasons (they are still reported).
+    #[arg(long)]
+    force: bool,
+    /// Convert baseline values given in GiB/s to GB/s (otherwise such a baseline is refused).
+    #[arg(long)]
+    convert_units: bool,
+    /// Judge a single candidate value (n=1, e.g. an nccl-tests table) against a constant
+    /// baseline by the point ratio alone, without any uncertainty estimate.
+    #[arg(long)]
+    allow_point_estimates: bool,
+    /// Only compare tcpx-perf series whose scope/dir/mem variant contains this text.
+    #[arg(long)]
+    variant: Option<String>,
+    /// Write the Markdown summary to this file (it is also printed).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write the JSON verdict to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    input: InputOpts,
+}
+
+#[derive(Args, Clone)]
+struct GateArgs {
+    #[command(flatten)]
+    c: CompareArgs,
+    /// Let inconclusive comparisons pass (by default they fail: exit 2).
+    #[arg(long)]
+    allow_inconclusive: bool,
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// Run inputs to plot (each is one line).
+    inputs: Vec<PathBuf>,
+    /// Baseline files (.toml) to overlay (repeatable).
+    #[arg(long, short = 'B')]
+    baseline: Vec<PathBuf>,
+    /// Output SVG file.
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    /// Metric on the y axis.
+    #[arg(long, default_value = "busbw")]
+    metric: String,
+    /// Plot title.
+    #[arg(long)]
+    title: Option<String>,
+    #[arg(long, default_value_t = 2000)]
+    resamples: usize,
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    #[arg(long, default_value_t = 0x7C9C_5EED)]
+    seed: u64,
+    /// Convert GiB/s baseline values to GB/s.
+    #[arg(long)]
+    convert_units: bool,
+    #[command(flatten)]
+    input: InputOpts,
+}
+
+#[derive(Args)]
+struct HeatmapArgs {
+    /// tcpx-perf result directories with pairs.csv.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+    /// Size to show (bytes or 1K/64M/1G); default: the largest.
+    #[arg(long)]
+    size: Option<String>,
+    /// Pattern to show when pairs.csv holds several.
+    #[arg(long)]
+    pattern: Option<String>,
+    /// Robust z-score limit for outliers (Iglewicz-Hoaglin suggest 3.5).
+    #[arg(long, default_value_t = 3.5)]
+    z: f64,
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Args)]
+struct ShowArgs {
+    /// A run input or a baseline file (.toml).
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    input: InputOpts,
+}
+
+fn load_runs(paths: &[PathBuf], o: &InputOpts) -> Result<Vec<Run>, Failure> {
+    parse::load_paths(paths, &o.parse_options())
+}
+
+fn metrics(v: &[String], default: &[Metric]) -> Result<Vec<Metric>, Failure> {
+    if v.is_empty() {
+        return Ok(default.to_vec());
+    }
+    v.iter()
+        .map(|m| Metric::parse(m).ok_or_else(|| Failure::Usage(format!("unknown metric {m:?} (busbw, algbw, time)"))))
+        .collect()
+}
+
+fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: bool) -> Result<Settings, Failure> {
+    if !(0.0..1.0).contains(&a.threshold) || !(0.0..1.0).contains(&a.alpha) || !(0.5..1.0).contains(&a.confidence) {
+        return Err(Failure::Usage(
+            "--threshold and --alpha must be in [0,1), --confidence in [0.5,1)".into(),
+        ));
+    }
+    if a.resamples < 100 || a.min_samples < 2 {
+        return Err(Failure::Usage(
+            "--resamples must be >= 100 and --min-samples >= 2".into(),
+        ));
+    }
+    Ok(Settings {
+        metrics: metrics(&a.metric, default_metrics)?,
+        threshold: a.threshold,
+        alpha: a.alpha,
+        confidence: a.confidence,
+        resamples: a.resamples,
+        seed: a.seed,
+        min_samples: a.min_samples,
+        replication: a.replication,
+        force: a.force,
+        convert_units: a.convert_units,
+        allow_point_estimates: a.allow_point_estimates,
+        allow_inconclusive,
+        variant: a.variant.clone(),
+    })
+}
+
+fn reference(a: &CompareArgs) -> Result<Reference, Failure> {
+    let n_toml = a.baseline.iter().filter(|p| baseline::is_baseline_path(p)).count();
+    match n_toml {
+        0 => Ok(Reference::Runs(load_runs(&a.baseline, &a.input)?)),
+        1 if a.baseline.len() == 1 => Ok(Reference::Baseline(baseline::load(&a.baseline[0])?)),
+        _ => Err(Failure::Usage(
+            "--baseline takes either one baseline file (.toml) or run inputs, not a mix or several .toml files".into(),
+        )),
+    }
+}
+
+fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(p, text).map_err(|e| Failure::Input(format!("{}: cannot write: {e}", p.display())))
+}
+
+/// Writes a minimal JSON verdict when the analysis could not even start (CI still gets a file).
+fn write_failure_json(a: &CompareArgs, f: &Failure) {
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({
+            "tool": format!("tcpx-analyze {}", env!("CARGO_PKG_VERSION")),
+            "verdict": match f { Failure::Refused(_) => "refused", Failure::Usage(_) => "usage", Failure::Input(_) => "invalid input" },
+            "exit_code": f.exit_code(),
+            "problems": [f.to_string()],
+            "comparisons": [],
+        });
+        let _ = std::fs::write(p, serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+}
+
+fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<i32, Failure> {
+    let default_metrics: &[Metric] = if gate { &[Metric::Busbw] } else { &Metric::ALL };
+    let res = (|| {
+        let s = settings(a, default_metrics, allow_inconclusive)?;
+        let cands = load_runs(&a.candidate, &a.input)?;
+        let r = reference(a)?;
+        Ok::<_, Failure>(compare::analyze(&cands, &r, &s))
+    })();
+    let rep = match res {
+        Ok(r) => r,
+        Err(f) => {
+            write_failure_json(a, &f);
+            return Err(f);
+        }
+    };
+    let title = if gate {
+        "tcpx-analyze gate"
+    } else {
+        "tcpx-analyze compare"
+    };
+    let md = report::markdown(&rep, title);
+    print!("{md}");
+    if let Some(p) = &a.markdown {
+        write_file(p, &md)?;
+    }
+    if let Some(p) = &a.json {
+        write_file(p, &report::json(&rep))?;
+    }
+    if gate {
+        Ok(rep.exit_code)
+    } else {
+        // compare reports; only bad input or a refusal changes its exit status.
+        Ok(match rep.exit_code {
+            exit::INVALID_INPUT | exit::REFUSED => rep.exit_code,
+            _ => exit::PASS,
+        })
+    }
+}
+
+fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
+    let metric = Metric::parse(&a.metric).ok_or_else(|| Failure::Usage(format!("unknown metric {:?}", a.metric)))?;
+    let runs = load_runs(&a.inputs, &a.input)?;
+    let bases: Vec<Baseline> = a.baseline.iter().map(|p| baseline::load(p)).collect::<Result<_, _>>()?;
+    if runs.is_empty() && bases.is_empty() {
+        return Err(Failure::Usage(
+            "nothing to plot: give inputs and/or --baseline files".into(),
+        ));
+    }
+    let lines = plot::lines_from_runs(&runs, metric, a.resamples, a.confidence, a.seed);
+    let title = a
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("{} vs message size", metric.name()));
+    plot::plot_bandwidth(&a.out, &title, metric, &lines, &bases, a.convert_units).map_err(Failure::Input)?;
+    println!("wrote {}", a.out.display());
+    Ok(exit::PASS)
+}
+
+fn run_heatmap(a: &HeatmapArgs) -> Result<i32, Failure> {
+    let size = match &a.size {
+        Some(s) => Some(parse_size(s).ok_or_else(|| Failure::Usage(format!("bad size {s:?}")))?),
+        None => None,
+    };
+    let runs = parse::load_paths(&a.inputs, &ParseOptions::default())?;
+    let (size, links) = plot::select_pairs(&runs, size, a.pattern.as_deref()).map_err(Failure::Input)?;
+    let title = a
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("per-pair bandwidth (GB/s) at {}", fmt_size(size)));
+    let out = plot::plot_heatmap(&a.out, &title, &links, a.z).map_err(Failure::Input)?;
+    println!(
+        "wrote {} ({} links at {})",
+        a.out.display(),
+        links.len(),
+        fmt_size(size)
+    );
+    if out.is_empty() {
+        println!("no outliers (|robust z| <= {})", a.z);
+    } else {
+        println!("outliers (|robust z| > {}):", a.z);
+        println!("| src rank (host) | dst rank (host) | GB/s | robust z |");
+        println!("|---|---|---|---|");
+        for o in &out {
+            println!(
+                "| {} ({}) | {} ({}) | {:.3} | {:.2} |",
+                o.src_rank, o.src_host, o.dst_rank, o.dst_host, o.gbps, o.robust_z
+            );
+        }
+    }
+    Ok(exit::PASS)
+}
+
+fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
+    for p in &a.inputs {
+        if baseline::is_baseline_path(p) {
+            let b = baseline::load(p)?;
+            println!("baseline {} ({}), pattern {}", b.name, b.file, b.pattern);
+            if !b.description.is_empty() {
+                println!("  {}", b.description);
+            }
+            for (k, v) in &b.provenance {
+                println!("  {k}: {v}");
+            }
+            println!("| metric | statistic | sizes | value(s) | unit | note |");
+            println!("|---|---|---|---|---|---|");
+            for e in &b.entries {
+                let vals = e.values.iter().map(|v| format!("{v}")).collect::<Vec<_>>().join(", ");
+                println!(
+                    "| {} | {:?} | {}..{} | {vals} | {} | {} |",
+                    e.metric,
+                    e.statistic,
+                    fmt_size(e.size_min),
+                    fmt_size(e.size_max),
+                    e.unit.as_str(),
+                    e.note
+                );
+            }
+            continue;
+        }
+        for run in load_runs(std::slice::from_ref(p), &a.input)? {
+            println!("run {} ({:?})", run.source, run.format);
+            for (k, v) in &run.labels {
+                println!("  {k}: {v}");
+            }
+            if let Some(w) = run.wrong_total {
+                println!("  wrong total: {w}");
+            }
+            if let Some(s) = &run.status {
+                println!("  status: {s}");
+            }
+            for ser in &run.series {
+                let fam = ser.family.map(|f| f.short()).unwrap_or("unknown");
+                println!("\npattern {} (family {fam}) {}", ser.pattern, ser.variant);
+                println!("| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | n samples | median busbw | min busbw | max busbw |");
+                println!("|---|---|---|---|---|---|---|---|---|");
+                for r in ser.rows.values() {
+                    let b: Vec<f64> = r.samples.iter().map(|s| s.busbw).collect();
+                    let (med, lo, hi) = if b.is_empty() {
+                        ("-".to_string(), "-".to_string(), "-".to_string())
+                    } else {
+                        (
+                            format!("{:.3}", tcpx_analyze::stats::median(&b)),
+                            format!("{:.3}", b.iter().cloned().fold(f64::INFINITY, f64::min)),
+                            format!("{:.3}", b.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
+                        )
+                    };
+                    println!(
+                        "| {} | {:.2} | {:.3} | {:.3} | {} | {} | {med} | {lo} | {hi} |",
+                        fmt_size(r.size),
+                        r.summary.time_us,
+                        r.summary.algbw,
+                        r.summary.busbw,
+                        r.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into()),
+                        r.samples.len()
+                    );
+                }
+            }
+            if !run.pairs.is_empty() {
+                println!("\n{} pair links", run.pairs.len());
+            }
+        }
+    }
+    Ok(exit::PASS)
+}
+
+fn run_make_baseline(a: &MakeBaselineArgs) -> Result<i32, Failure> {
+    let runs = load_runs(&a.inputs, &a.input)?;
+    for r in &runs {
+        if r.wrong_count() > 0.0 || r.status.as_deref().is_some_and(|s| s != "ok") {
+            return Err(Failure::Input(format!(
+                "{}: wrong data or failed run: not a baseline",
+                r.source
+            )));
+        }
+    }
+    let ms = metrics(&a.metric, &[Metric::Busbw])?;
+    let text = baseline::from_runs(&a.name, &runs, &ms, &a.description).map_err(Failure::Input)?;
+    write_file(&a.out, &text)?;
+    println!("wrote {}", a.out.display());
+    Ok(exit::PASS)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(exit::USAGE as u8),
+            };
+        }
+    };
+    let res = match &cli.cmd {
+        Cmd::Compare(a) => run_compare(a, false, false),
+        Cmd::Gate(g) => run_compare(&g.c, true, g.allow_inconclusive),
+        Cmd::Plot(a) => run_plot(a),
+        Cmd::Heatmap(a) => run_heatmap(a),
+        Cmd::Show(a) => run_show(a),
+        Cmd::MakeBaseline(a) => run_make_baseline(a),
+    };
+    match res {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(f) => {
+            eprintln!("tcpx-analyze: {f}");
+            ExitCode::from(f.exit_code() as u8)
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The in-memory model shared by all input formats.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A metric that can be compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    Busbw,
+    Algbw,
+    Time,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 3] = [Metric::Busbw, Metric::Algbw, Metric::Time];
+
+    /// Bandwidths are "higher is better", time is "lower is better".
+    pub fn higher_is_better(self) -> bool {
+        !matches!(self, Metric::Time)
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Time => "us",
+            _ => "GB/s",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Busbw => "busbw",
+            Metric::Algbw => "algbw",
+            Metric::Time => "time",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Metric> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "busbw" | "bus_bw" | "busbw_gbps" => Some(Metric::Busbw),
+            "algbw" | "alg_bw" | "algbw_gbps" => Some(Metric::Algbw),
+            "time" | "time_us" => Some(Metric::Time),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Comparable pattern families. tcpx-perf and nccl-tests names map onto these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// tcpx-perf `sendrecv` ~ nccl-tests `sendrecv_perf`.
+    Sendrecv,
+    /// tcpx-perf `ring` busbw ~ nccl-tests `all_reduce_perf` busbw.
+    Allreduce,
+    /// tcpx-perf `fullmesh` ~ nccl-tests `alltoall_perf`.
+    Alltoall,
+    /// tcpx-perf `pairs` (no nccl-tests equivalent).
+    Pairs,
+}
+
+impl Family {
+    /// Maps a pattern or collective name (tcpx-perf or nccl-tests) onto a family.
+    pub fn from_name(name: &str) -> Option<Family> {
+        let n = name.trim().to_ascii_lowercase();
+        let n = n.strip_suffix("_perf").unwrap_or(&n);
+        match n {
+            "sendrecv" => Some(Family::Sendrecv),
+            "ring" | "all_reduce" | "allreduce" => Some(Family::Allreduce),
+            "fullmesh" | "alltoall" | "all_to_all" => Some(Family::Alltoall),
+            "pairs" => Some(Family::Pairs),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Sendrecv => "sendrecv (tcpx-perf sendrecv ~ nccl-tests sendrecv_perf)",
+            Family::Allreduce => "all-reduce (tcpx-perf ring ~ nccl-tests all_reduce_perf)",
+            Family::Alltoall => "all-to-all (tcpx-perf fullmesh ~ nccl-tests alltoall_perf)",
+            Family::Pairs => "pairs (tcpx-perf only)",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Family::Sendrecv => "sendrecv",
+            Family::Allreduce => "allreduce",
+            Family::Alltoall => "alltoall",
+            Family::Pairs => "pairs",
+        }
+    }
+}
+
+/// One timed iteration (or one per-run value).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+}
+
+impl Sample {
+    pub fn get(&self, m: Metric) -> f64 {
+        match m {
+            Metric::Busbw => self.busbw,
+            Metric::Algbw => self.algbw,
+            Metric::Time => self.time_us,
+        }
+    }
+}
+
+/// One size of one series: the run's summary value plus per-iteration samples when known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub size: u64,
+    /// The run's headline value for this size (tcpx-perf results.csv, nccl-tests table/JSON).
+    pub summary: Sample,
+    /// Bytes that failed the data check (None: not checked).
+    pub wrong: Option<f64>,
+    /// Per-iteration samples (empty when the format has none).
+    pub samples: Vec<Sample>,
+}
+
+/// One pattern within one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    /// The pattern or collective name as the input wrote it.
+    pub pattern: String,
+    /// Its family, when known.
+    pub family: Option<Family>,
+    /// Extra distinguishing fields (tcpx-perf scope/dir/mem), empty for nccl-tests.
+    pub variant: String,
+    /// Rows keyed by size.
+    pub rows: BTreeMap<u64, Row>,
+}
+
+/// One pair-link measurement (tcpx-perf pairs.csv).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairLink {
+    pub pattern: String,
+    pub size: u64,
+    pub src_rank: u32,
+    pub src_host: String,
+    pub dst_rank: u32,
+    pub dst_host: String,
+    pub gbps: f64,
+}
+
+/// The input format of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    TcpxPerfDir,
+    TcpxPerfCsv,
+    NcclTestsText,
+    NcclTestsJson,
+}
+
+/// One run: one launch of tcpx-perf or nccl-tests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub source: String,
+    pub format: Format,
+    pub series: Vec<Series>,
+    pub pairs: Vec<PairLink>,
+    /// Total wrong bytes/elements reported by the run's footer or summary (None: unknown).
+    pub wrong_total: Option<f64>,
+    /// Status string (tcpx-perf summary.json `status`), when known.
+    pub status: Option<String>,
+    /// Plugin or NCCL version, ranks, hosts: free-form labels for reports.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Run {
+    pub fn new(source: &str, format: Format) -> Run {
+        Run {
+            source: source.to_string(),
+            format,
+            series: Vec::new(),
+            pairs: Vec::new(),
+            wrong_total: None,
+            status: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Sum of `wrong` over all rows plus the footer total; > 0 means wrong data.
+    pub fn wrong_count(&self) -> f64 {
+        let rows: f64 = self
+            .series
+            .iter()
+            .flat_map(|s| s.rows.values())
+            .filter_map(|r| r.wrong)
+            .filter(|w| w.is_finite())
+            .sum();
+        rows.max(self.wrong_total.unwrap_or(0.0))
+    }
+}
+
+/// Parses sizes such as `1048576`, `1K`, `64M`, `1G`, `1KiB`, `1MiB`, `1GiB` (K = 1024, as nccl-tests).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let (num, mult) = match t.chars().last()? {
+        'K' | 'k' => (&t[..t.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&t[..t.len() - 1], 1u64 << 20),
+        'G' | 'g' => (&t[..t.len() - 1], 1u64 << 30),
+        'T' | 't' => (&t[..t.len() - 1], 1u64 << 40),
+        _ => (t, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Formats a size in binary units (`1 KiB`, `64 MiB`), exact when possible.
+pub fn fmt_size(b: u64) -> String {
+    const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, m) in U {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{} {}", b / m, name);
+        }
+    }
+    format!("{b} B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1K"), Some(1024));
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("1048576"), Some(1048576));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(fmt_size(1 << 30), "1 GiB");
+        assert_eq!(fmt_size(1000), "1000 B");
+    }
+
+    #[test]
+    fn families() {
+        assert_eq!(Family::from_name("sendrecv_perf"), Some(Family::Sendrecv));
+        assert_eq!(Family::from_name("ring"), Some(Family::Allreduce));
+        assert_eq!(Family::from_name("all_reduce_perf"), Some(Family::Allreduce));
+        assert_eq!(Family::from_name("fullmesh"), Some(Family::Alltoall));
+        assert_eq!(Family::from_name("broadcast_perf"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! Synthetic tcpx-perf result directories that follow `results/README.md` (schema version 1).
+#![allow(dead_code)]
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// The real nccl-tests outputs (copied from shared/fixtures/nccl-tests into the crate, so CI
+/// does not depend on shared/).
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nccl-tests"))
+}
+
+pub fn baselines() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/baselines"))
+}
+
+/// A fresh temporary directory under the target dir.
+pub fn tmpdir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Tiny deterministic noise in [-1, 1).
+pub struct Noise(u64);
+impl Noise {
+    pub fn new(seed: u64) -> Noise {
+        Noise(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+pub struct Spec<'a> {
+    pub pattern: &'a str,
+    pub sizes: Vec<u64>,
+    pub iters: usize,
+    /// Multiplies every bandwidth (0.8 = a 20% slower run).
+    pub scale: f64,
+    /// Relative noise amplitude of the per-iteration times.
+    pub noise: f64,
+    pub seed: u64,
+    pub wrong: Option<u64>,
+    pub complete: bool,
+    pub ranks: u32,
+}
+
+impl Default for Spec<'_> {
+    fn default() -> Self {
+        Spec {
+            pattern: "sendrecv",
+            sizes: (20..=26).step_by(1).map(|k| 1u64 << k).collect(),
+            iters: 20,
+            scale: 1.0,
+            noise: 0.02,
+            seed: 1,
+            wrong: Some(0),
+            complete: true,
+            ranks: 4,
+        }
+    }
+}
+
+fn factor(pattern: &str, n: u32) -> f64 {
+    let n = n as f64;
+    match pattern {
+        "ring" => 2.0 * (n - 1.0) / n,
+        "fullmesh" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// Writes a complete tcpx-perf result directory and returns its path.
+pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut noise = Noise::new(s.seed);
+    let f = factor(s.pattern, s.ranks);
+    let mut res = String::from("schema_version,pattern,scope,dir,mem,size_bytes,count,type,iters,time_us,algbw_gbps,busbw_gbps,wrong,time_min_us,time_median_us,time_p99_us,time_cv_pct,bytes_planned,bytes_moved,ranks,endpoints,nodes,plugin,abi\n");
+    let mut samp = String::from("schema_version,pattern,size_bytes,iter,time_us,algbw_gbps,busbw_gbps\n");
+    let mut pairs = String::from(
+        "schema_version,pattern,size_bytes,src_rank,src_gpu,src_host,dst_rank,dst_gpu,dst_host,bytes,time_us,gbps\n",
+    );
+    for &size in &s.sizes {
+        // A 5 GB/s link, slower for small sizes (latency 50 us).
+        let base_bw = 5.0 * s.scale;
+        let t0 = size as f64 / (base_bw * 1e3) + 50.0 / s.scale;
+        let times: Vec<f64> = (0..s.iters).map(|_| t0 * (1.0 + s.noise * noise.next())).collect();
+        for (i, t) in times.iter().enumerate() {
+            let a = size as f64 / t / 1e3;
+            writeln!(samp, "1,{},{size},{i},{t:.4},{a:.6},{:.6}", s.pattern, a * f).unwrap();
+        }
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let a = size as f64 / mean / 1e3;
+        let planned = size * s.ranks as u64;
+        writeln!(
+            res,
+            "1,{},all,bi,cuda,{size},{},float,{},{mean:.4},{a:.6},{:.6},{},{:.4},{:.4},{:.4},1.0,{planned},{planned},{},{},1,tcpx-emu,8",
+            s.pattern,
+            size / 4,
+            s.iters,
+            a * f,
+            s.wrong.map(|w| w.to_string()).unwrap_or_default(),
+            sorted[0],
+            sorted[sorted.len() / 2],
+            sorted[sorted.len() - 1],
+            s.ranks,
+            s.ranks
+        )
+        .unwrap();
+        for src in 0..s.ranks {
+            for dst in 0..s.ranks {
+                if src == dst {
+                    continue;
+                }
+                let slow = if src == 1 && dst == 2 { 0.5 } else { 1.0 };
+                let g = 5.0 * slow * (1.0 + 0.01 * noise.next());
+                writeln!(
+                    pairs,
+                    "1,{},{size},{src},{src},host{},{dst},{dst},host{},{size},{:.3},{g:.4}",
+                    s.pattern,
+                    src / 2,
+                    dst / 2,
+                    size as f64 / g / 1e3
+                )
+                .unwrap();
+            }
+        }
+    }
+    std::fs::write(dir.join("results.csv"), res).unwrap();
+    std::fs::write(dir.join("samples.csv"), samp).unwrap();
+    std::fs::write(dir.join("pairs.csv"), pairs).unwrap();
+    let wrong_total = s.wrong.unwrap_or(0);
+    let summary = format!(
+        r#"{{"schema_version":1,"complete":{},"tool":{{"name":"tcpx-perf","version":"0.1.0","git_commit":"abc123"}},"command":["tcpx-perf","--pattern","{}"],"start_time":"2026-11-21T05:00:00Z","end_time":"2026-11-21T05:01:00Z","config":{{}},"plugin":{{"name":"tcpx-emu","abi":8}},"mpi":"Open MPI 4.1.6","hosts":[],"env":{{}},"avg_busbw_gbps":1.0,"wrong_total":{wrong_total},"status":"{}"}}"#,
+        s.complete,
+        s.pattern,
+        if wrong_total > 0 { "wrong-data" } else { "ok" }
+    );
+    std::fs::write(dir.join("summary.json"), summary).unwrap();
+    dir.to_path_buf()
+}
