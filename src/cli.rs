@@ -41,7 +41,15 @@ SCOPE:
   --scope auto is inter-node when the job spans several nodes, else all.
 
 SIZES:
-  Sizes take binary suffixes K, M, G (1024-based), fractions allowed: 512K, 1.5M, 4G, 100.";
+  Sizes take binary suffixes K, M, G (1024-based), fractions allowed: 512K, 1.5M, 4G, 100.
+
+PLUGIN:
+  No --plugin: tcpx-emu, built with the project, next to this binary. --plugin takes a path, or a
+  name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces ncclNetPlugin_vN.
+
+EXIT STATUS:
+  0 every size measured, every byte checked right; 1 error (bad flags, impossible plan, plugin
+  error, bytes moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
