@@ -1,0 +1,405 @@
+//! An opened GPU: primary context, a default stream, the kernel module, and the launchers for
+//! `fill`, `verify` and `unpack`.
+
+use crate::driver::{device_info, Ctx, DeviceInfo};
+use crate::error::{check, GpuError};
+use crate::memory::{DeviceBuffer, PinnedFlags, PinnedHostBuffer, Stream};
+use crate::nvrtc::{arch_name, kernel_image};
+use crate::unpack::{UnpackJob, MAX_JOBS_PER_LAUNCH};
+use cudarc::driver::sys::{self, CUfunction, CUmodule};
+use std::ffi::{c_void, CStr};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+const BLOCK: u32 = 256;
+
+/// The job table passed by value to `tcpx_unpack` (mirrors `TcpxUnpackBatch`).
+#[repr(C)]
+struct UnpackBatch {
+    jobs: [UnpackJob; MAX_JOBS_PER_LAUNCH],
+}
+
+/// State for `verify`: a device counter and a pinned word to read it back into.
+struct VerifyState {
+    counter: DeviceBuffer,
+    host: PinnedHostBuffer,
+}
+
+struct Inner {
+    // Field order = drop order: buffers and stream before the module, the context last.
+    verify: Mutex<VerifyState>,
+    unpack_errors: DeviceBuffer,
+    stream: Stream,
+    module: CUmodule,
+    f_fill: CUfunction,
+    f_verify: CUfunction,
+    f_unpack: CUfunction,
+    info: DeviceInfo,
+    ctx: Arc<Ctx>,
+}
+
+// SAFETY: module/function handles are immutable driver objects usable from any thread once
+// the context is current (every method binds it); the mutable verify state is in a Mutex.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: the module was loaded in this context and is unloaded once; launches that
+            // used it were on streams synchronized or destroyed by now (cuModuleUnload waits).
+            unsafe {
+                sys::cuModuleUnload(self.module);
+            }
+        }
+    }
+}
+
+/// An opened GPU. Cheap to clone (shared); `Send + Sync`.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+fn function(module: CUmodule, name: &CStr) -> Result<CUfunction, GpuError> {
+    let mut f: CUfunction = std::ptr::null_mut();
+    // SAFETY: module is live; name is NUL-terminated; out-pointer is live.
+    check(
+        unsafe { sys::cuModuleGetFunction(&mut f, module, name.as_ptr()) },
+        "cuModuleGetFunction",
+    )?;
+    Ok(f)
+}
+
+impl Device {
+    /// Opens GPU `ordinal`: retains its primary context, creates a stream, and loads the
+    /// kernels, compiled by NVRTC for the GPU's `sm_XY` once per process (later opens reuse
+    /// the image).
+    pub fn open(ordinal: usize) -> Result<Device, GpuError> {
+        let info = device_info(ordinal)?;
+        let ctx = Ctx::retain(ordinal)?;
+        let image = kernel_image(info.compute_capability)?;
+        ctx.bind()?;
+        let mut module: CUmodule = std::ptr::null_mut();
+        // SAFETY: image is a complete CUBIN from NVRTC; the context is current.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) },
+            "cuModuleLoadData",
+        )?;
+        let funcs = (|| {
+            Ok::<_, GpuError>((
+                function(module, c"tcpx_fill")?,
+                function(module, c"tcpx_verify")?,
+                function(module, c"tcpx_unpack")?,
+            ))
+        })();
+        let (f_fill, f_verify, f_unpack) = match funcs {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: module was just loaded and is unused.
+                unsafe { sys::cuModuleUnload(module) };
+                return Err(e);
+            }
+        };
+        let stream = Stream::with_ctx(ctx.clone())?;
+        // Build the small buffers through a temporary Device-less path: they only need ctx.
+        let tmp = Device {
+            inner: Arc::new(Inner {
+                verify: Mutex::new(VerifyState {
+                    counter: DeviceBuffer::from_ctx(ctx.clone(), 8)?,
+                    host: PinnedHostBuffer::from_ctx(ctx.clone(), 8, PinnedFlags::PLAIN)?,
+                }),
+                unpack_errors: DeviceBuffer::from_ctx(ctx.clone(), 8)?,
+                stream,
+                module,
+                f_fill,
+                f_verify,
+                f_unpack,
+                info,
+                ctx,
+            }),
+        };
+        tmp.inner.unpack_errors.memset(0..8, 0, &tmp.inner.stream)?;
+        tmp.inner.stream.synchronize()?;
+        Ok(tmp)
+    }
+
+    pub(crate) fn ctx(&self) -> &Arc<Ctx> {
+        &self.inner.ctx
+    }
+
+    /// What this GPU is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// The CUDA ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.info.ordinal
+    }
+
+    /// The architecture the kernels were compiled for, e.g. `sm_90`.
+    pub fn arch(&self) -> String {
+        arch_name(self.inner.info.compute_capability)
+    }
+
+    /// The device's default stream (non-blocking, created at open).
+    pub fn stream(&self) -> &Stream {
+        &self.inner.stream
+    }
+
+    /// A new stream on this device.
+    pub fn new_stream(&self) -> Result<Stream, GpuError> {
+        Stream::new(self)
+    }
+
+    /// Allocates `len` bytes of device memory (see [`DeviceBuffer::new`]).
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
+        DeviceBuffer::new(self, len)
+    }
+
+    /// Allocates `len` bytes of pinned host memory (see [`PinnedHostBuffer::new`]).
+    pub fn alloc_pinned(&self, len: usize, flags: PinnedFlags) -> Result<PinnedHostBuffer, GpuError> {
+        PinnedHostBuffer::new(self, len, flags)
+    }
+
+    /// Waits for all work on every stream of this device's context.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.inner.ctx.bind()?;
+        // SAFETY: the context is current.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+    }
+
+    fn grid_for(&self, words: u64) -> u32 {
+        let max = self.inner.info.sm_count.max(1) as u64 * 8;
+        words.div_ceil(BLOCK as u64).clamp(1, max) as u32
+    }
+
+    fn launch(
+        &self,
+        f: CUfunction,
+        grid: (u32, u32),
+        block: u32,
+        params: &mut [*mut c_void],
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        self.inner.ctx.bind()?;
+        // SAFETY: f belongs to this device's module; params point at live values whose types
+        // match the kernel signature (each caller documents its list); the launch copies
+        // them before returning.
+        check(
+            unsafe {
+                sys::cuLaunchKernel(
+                    f,
+                    grid.0,
+                    grid.1,
+                    1,
+                    block,
+                    1,
+                    1,
+                    0,
+                    stream.raw,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )
+    }
+
+    /// Fills `buf[range]` on the GPU with the pattern: byte `i` of the range =
+    /// `pattern_byte(origin, iter, offset + i)` (same as `src/check.rs::fill`). Asynchronous.
+    pub fn fill(
+        &self,
+        buf: &DeviceBuffer,
+        range: Range<usize>,
+        origin: u32,
+        iter: u32,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        let p = buf.raw_range(range.clone())?;
+        // SAFETY: the range was checked against the live buffer.
+        unsafe { self.fill_raw(p, range.len(), origin, iter, offset, stream) }
+    }
+
+    /// [`fill`](Self::fill) on a raw device address (e.g. memory a plugin or NCCL allocated).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be device memory of this GPU, valid until the kernel has run.
+    pub unsafe fn fill_raw(
+        &self,
+        ptr: u64,
+        len: usize,
+        origin: u32,
+        iter: u32,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<(), GpuError> {
+        check_offset(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (mut p, mut l, mut o, mut i, mut off) = (ptr, len as u64, origin, iter, offset);
+        let words = (offset + len as u64 - 1) / 8 - offset / 8 + 1;
+        // Kernel: tcpx_fill(u8* p, u64 len, u32 origin, u32 iter, u64 offset)
+        let mut params: [*mut c_void; 5] = [
+            (&mut p as *mut u64).cast(),
+            (&mut l as *mut u64).cast(),
+            (&mut o as *mut u32).cast(),
+            (&mut i as *mut u32).cast(),
+            (&mut off as *mut u64).cast(),
+        ];
+        self.launch(self.inner.f_fill, (self.grid_for(words), 1), BLOCK, &mut params, stream)
+    }
+
+    /// Counts the bytes of `buf[range]` that differ from the pattern (0 = intact). Runs on
+    /// `stream` and waits for the result.
+    pub fn verify(
+        &self,
+        buf: &DeviceBuffer,
+        range: Range<usize>,
+        origin: u32,
+        iter: u32,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<u64, GpuError> {
+        let p = buf.raw_range(range.clone())?;
+        // SAFETY: the range was checked against the live buffer.
+        unsafe { self.verify_raw(p, range.len(), origin, iter, offset, stream) }
+    }
+
+    /// [`verify`](Self::verify) on a raw device address.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be device memory of this GPU, valid until this call returns.
+    pub unsafe fn verify_raw(
+        &self,
+        ptr: u64,
+        len: usize,
+        origin: u32,
+        iter: u32,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<u64, GpuError> {
+        check_offset(offset, len)?;
+        let mut st = self.inner.verify.lock().unwrap_or_else(|p| p.into_inner());
+        st.counter.memset(0..8, 0, stream)?;
+        let words = if len == 0 {
+            0
+        } else {
+            (offset + len as u64 - 1) / 8 - offset / 8 + 1
+        };
+        let (mut p, mut l, mut o, mut i, mut off, mut c) = (ptr, len as u64, origin, iter, offset, st.counter.as_raw());
+        // Kernel: tcpx_verify(const u8* p, u64 len, u32 origin, u32 iter, u64 offset, u64* wrong)
+        let mut params: [*mut c_void; 6] = [
+            (&mut p as *mut u64).cast(),
+            (&mut l as *mut u64).cast(),
+            (&mut o as *mut u32).cast(),
+            (&mut i as *mut u32).cast(),
+            (&mut off as *mut u64).cast(),
+            (&mut c as *mut u64).cast(),
+        ];
+        self.launch(
+            self.inner.f_verify,
+            (self.grid_for(words), 1),
+            BLOCK,
+            &mut params,
+            stream,
+        )?;
+        let dst = st.host.as_mut_ptr();
+        // SAFETY: the pinned word is ours (the lock is held) and is read only after the sync.
+        unsafe { stream.memcpy_dtoh_async(dst, st.counter.as_raw(), 8)? };
+        stream.synchronize()?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(st.host.as_slice());
+        Ok(u64::from_le_bytes(w))
+    }
+
+    /// Enqueues the unpack of every job on `stream` (asynchronous; record an event after it
+    /// and call `irecvConsumed` only once the event completed).
+    ///
+    /// One launch handles up to [`MAX_JOBS_PER_LAUNCH`] jobs; longer lists take several
+    /// launches. No allocation: the job table is built on the stack and travels as the kernel
+    /// parameter. Each job is validated on the host first ([`UnpackJob::validate`]);
+    /// descriptors pointing outside a job's buffers are skipped by the kernel and counted
+    /// (see [`unpack_errors`](Self::unpack_errors)).
+    ///
+    /// The addresses in the jobs must be device-accessible memory that stays valid until the
+    /// stream has passed the launch (the same contract as the plugin's own buffers).
+    ///
+    /// Block size: one warp copies one fragment; blocks have 1 to 8 warps, chosen so the
+    /// launch's fragments spread over all SMs (a lone 512 KiB receive = 128 fragments runs as
+    /// 128 one-warp blocks, a batch of 16 such receives as 256 eight-warp blocks).
+    pub fn unpack(&self, jobs: &[UnpackJob], stream: &Stream) -> Result<(), GpuError> {
+        self.unpack_with_block(jobs, stream, 0)
+    }
+
+    /// [`unpack`](Self::unpack) with a fixed block size (`threads_per_block` a multiple of 32
+    /// up to 256), or the automatic choice with 0. For benchmarks and tuning.
+    pub fn unpack_with_block(
+        &self,
+        jobs: &[UnpackJob],
+        stream: &Stream,
+        threads_per_block: u32,
+    ) -> Result<(), GpuError> {
+        if threads_per_block % 32 != 0 || threads_per_block > BLOCK {
+            return Err(GpuError::invalid(format!(
+                "unpack block of {threads_per_block} threads: use 0 (automatic) or a multiple of 32 up to {BLOCK}"
+            )));
+        }
+        for j in jobs {
+            j.validate()?;
+        }
+        let mut batch = UnpackBatch {
+            jobs: [UnpackJob::default(); MAX_JOBS_PER_LAUNCH],
+        };
+        for chunk in jobs.chunks(MAX_JOBS_PER_LAUNCH) {
+            batch.jobs[..chunk.len()].copy_from_slice(chunk);
+            let max_cnt = chunk.iter().map(|j| j.cnt).max().unwrap_or(0);
+            if max_cnt == 0 {
+                continue;
+            }
+            let mut n = chunk.len() as u32;
+            let mut errs = self.inner.unpack_errors.as_raw();
+            let warps = if threads_per_block == 0 {
+                let frags: u64 = chunk.iter().map(|j| j.cnt).sum();
+                let per_sm = frags / u64::from(self.inner.info.sm_count.max(1));
+                // Largest power of two <= per_sm, within 1..=8.
+                1u64 << per_sm.clamp(1, 8).ilog2()
+            } else {
+                u64::from(threads_per_block / 32)
+            };
+            let grid_x = max_cnt.div_ceil(warps) as u32;
+            // Kernel: tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u64* errors)
+            let mut params: [*mut c_void; 3] = [
+                (&mut batch as *mut UnpackBatch).cast(),
+                (&mut n as *mut u32).cast(),
+                (&mut errs as *mut u64).cast(),
+            ];
+            let block = (warps * 32) as u32;
+            self.launch(self.inner.f_unpack, (grid_x, n), block, &mut params, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Number of descriptors the unpack kernel skipped because they pointed outside their
+    /// job's buffers, since the last call; resets the count. Synchronizes `stream`.
+    pub fn unpack_errors(&self, stream: &Stream) -> Result<u64, GpuError> {
+        let mut w = [0u8; 8];
+        self.inner.unpack_errors.copy_to_host(0, &mut w, stream)?;
+        self.inner.unpack_errors.memset(0..8, 0, stream)?;
+        stream.synchronize()?;
+        Ok(u64::from_le_bytes(w))
+    }
+}
+
+fn check_offset(offset: u64, len: usize) -> Result<(), GpuError> {
+    if offset.checked_add(len as u64).is_none() {
+        return Err(GpuError::invalid(format!(
+            "pattern offset {offset} + length {len} overflows 64 bits: use a smaller absolute offset"
+        )));
+    }
+    Ok(())
+}

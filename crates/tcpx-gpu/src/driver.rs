@@ -1,0 +1,211 @@
+//! Driver bring-up: loading libcuda without panicking, probing GPUs, and the primary context.
+//!
+//! cudarc's dynamic loading panics when `libcuda` is missing, so every entry point goes
+//! through [`init`], which first asks `is_culib_present()` and runs the first driver call
+//! inside `catch_unwind`: on a CI box with no driver, [`Gpu::probe`] returns `Ok(None)`.
+//!
+//! We use the device's *primary* context (the one the CUDA runtime, NCCL and the TCPX plugin
+//! use), so pointers we allocate are valid in the plugin's calls and vice versa.
+
+use crate::error::{check, GpuError};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute, CUresult};
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.lines().next().unwrap_or("").to_string()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Loads libcuda and runs `cuInit(0)`, once per process.
+pub(crate) fn init() -> Result<(), GpuError> {
+    static INIT: OnceLock<Result<(), GpuError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: is_culib_present only tries to dlopen the candidate names.
+        let present = catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+        if !present {
+            return Err(GpuError::NoDriver);
+        }
+        // SAFETY: cuInit has no preconditions; a panic (missing symbol) is caught.
+        match catch_unwind(AssertUnwindSafe(|| unsafe { sys::cuInit(0) })) {
+            Ok(CUresult::CUDA_SUCCESS) => Ok(()),
+            Ok(CUresult::CUDA_ERROR_NO_DEVICE) => Err(GpuError::NoDevice),
+            Ok(r) => check(r, "cuInit"),
+            Err(p) => Err(GpuError::Panicked(panic_message(p))),
+        }
+    })
+    .clone()
+}
+
+/// What one GPU is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// CUDA ordinal (after `CUDA_VISIBLE_DEVICES` remapping).
+    pub ordinal: usize,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Compute capability (major, minor), e.g. (9, 0).
+    pub compute_capability: (u32, u32),
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Device memory in bytes.
+    pub total_mem: u64,
+    /// PCI bus id, `dddd:bb:dd.f` (for NIC affinity).
+    pub pci_bus_id: String,
+}
+
+/// What [`Gpu::probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
+    pub driver_version: i32,
+    /// Visible devices, in ordinal order.
+    pub devices: Vec<DeviceInfo>,
+}
+
+impl GpuInfo {
+    /// Number of visible GPUs (honours `CUDA_VISIBLE_DEVICES`, which CUDA applies itself).
+    pub fn count(&self) -> usize {
+        self.devices.len()
+    }
+}
+
+/// Entry point for discovering GPUs.
+pub struct Gpu;
+
+impl Gpu {
+    /// `Ok(None)` when there is no CUDA driver or no visible GPU (never panics); `Err` when a
+    /// driver is present but broken.
+    pub fn probe() -> Result<Option<GpuInfo>, String> {
+        match init() {
+            Ok(()) => {}
+            Err(GpuError::NoDriver) | Err(GpuError::NoDevice) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        }
+        let r = catch_unwind(|| -> Result<Option<GpuInfo>, GpuError> {
+            let mut version = 0;
+            // SAFETY: out-pointer to a live c_int.
+            check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
+            let mut count: c_int = 0;
+            // SAFETY: out-pointer to a live c_int.
+            check(unsafe { sys::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount")?;
+            if count <= 0 {
+                return Ok(None);
+            }
+            let devices = (0..count as usize).map(device_info).collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(GpuInfo {
+                driver_version: version,
+                devices,
+            }))
+        });
+        match r {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(p) => Err(GpuError::Panicked(panic_message(p)).to_string()),
+        }
+    }
+}
+
+pub(crate) fn cu_device(ordinal: usize) -> Result<CUdevice, GpuError> {
+    init()?;
+    let mut dev: CUdevice = 0;
+    // SAFETY: out-pointer to a live CUdevice; the driver is initialised.
+    check(unsafe { sys::cuDeviceGet(&mut dev, ordinal as c_int) }, "cuDeviceGet")?;
+    Ok(dev)
+}
+
+fn attr(dev: CUdevice, a: CUdevice_attribute) -> Result<i32, GpuError> {
+    let mut v = 0;
+    // SAFETY: out-pointer to a live c_int; dev is valid.
+    check(
+        unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) },
+        "cuDeviceGetAttribute",
+    )?;
+    Ok(v)
+}
+
+pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
+    let dev = cu_device(ordinal)?;
+    let mut name = [0 as c_char; 256];
+    // SAFETY: the buffer holds 256 bytes, as passed; the driver NUL-terminates.
+    check(
+        unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev) },
+        "cuDeviceGetName",
+    )?;
+    // SAFETY: NUL-terminated by the driver within the buffer.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let mut bus = [0 as c_char; 64];
+    // SAFETY: as above.
+    check(
+        unsafe { sys::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev) },
+        "cuDeviceGetPCIBusId",
+    )?;
+    // SAFETY: as above.
+    let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().to_lowercase();
+    let mut total = 0usize;
+    // SAFETY: out-pointer to a live usize.
+    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) }, "cuDeviceTotalMem")?;
+    use CUdevice_attribute::*;
+    Ok(DeviceInfo {
+        ordinal,
+        name,
+        compute_capability: (
+            attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
+            attr(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)? as u32,
+        ),
+        sm_count: attr(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        total_mem: total as u64,
+        pci_bus_id,
+    })
+}
+
+/// A retained primary context. Every GPU object holds an `Arc<Ctx>` so the context outlives
+/// it, and binds it (`cuCtxSetCurrent`, a thread-local store in the driver) before each call,
+/// so objects can be used from any thread.
+pub(crate) struct Ctx {
+    pub(crate) dev: CUdevice,
+    pub(crate) raw: CUcontext,
+}
+
+// SAFETY: a CUDA context handle may be used from any thread (the driver API is thread-safe
+// and we make it current on the calling thread before each use).
+unsafe impl Send for Ctx {}
+// SAFETY: as above; Ctx has no interior mutability of its own.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    pub(crate) fn retain(ordinal: usize) -> Result<Arc<Ctx>, GpuError> {
+        let dev = cu_device(ordinal)?;
+        let mut raw: CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live CUcontext; dev is valid. Released in Drop.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, dev) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        let ctx = Arc::new(Ctx { dev, raw });
+        ctx.bind()?;
+        Ok(ctx)
+    }
+
+    /// Makes this context current on the calling thread.
+    #[inline]
+    pub(crate) fn bind(&self) -> Result<(), GpuError> {
+        // SAFETY: raw is a retained (live) context.
+        check(unsafe { sys::cuCtxSetCurrent(self.raw) }, "cuCtxSetCurrent")
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in Ctx::retain; all objects holding this Ctx are gone.
+        unsafe {
+            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+    }
+}

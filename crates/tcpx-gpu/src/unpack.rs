@@ -1,0 +1,369 @@
+//! Host side of device unpack: the job descriptor the kernel takes, validation against NCCL's
+//! limits, a CPU reference, and generators of realistic fragment layouts for tests and the
+//! benchmark.
+//!
+//! Contract (plugin-abi.md §2): a completed TCPX receive leaves `cnt` descriptors
+//! `LoadMeta {src_off, len, dst_off}` in slot `k % 16` of the host-mapped `netUnpackMeta`
+//! ring; the consumer copies `len` bytes from `bounce_buf + src_off` to `dst + dst_off` for
+//! each, and only then calls `irecvConsumed` (seed-system.md §F row 8). Limits: at most
+//! [`MAX_FRAGMENTS`] (2048) descriptors and [`MAX_RECEIVE_BYTES`] (4 MiB) per receive.
+
+use crate::error::GpuError;
+use nccl_net_abi::{
+    LoadMeta, NetUnpackMeta, UNPACK_MAX_SLICE_PAGES, UNPACK_MAX_SLICE_SIZE, UNPACK_PAGE_SIZE, UNPACK_QUEUE_DEPTH,
+};
+
+/// Most descriptors in one receive (`NET_UNPACK_MAX_SLICE_PAGES`).
+pub const MAX_FRAGMENTS: usize = UNPACK_MAX_SLICE_PAGES;
+/// Most payload bytes in one receive (`NET_UNPACK_MAX_SLICE_SIZE`).
+pub const MAX_RECEIVE_BYTES: usize = UNPACK_MAX_SLICE_SIZE;
+/// Fragment (devmem page) size.
+pub const PAGE: usize = UNPACK_PAGE_SIZE;
+/// Jobs carried by one kernel launch. [`crate::Device::unpack`] splits longer job lists into
+/// several launches. The job table travels as the kernel parameter (64 × 48 B = 3 KiB, under
+/// the 4 KiB launch-parameter limit), so there is no staging buffer to recycle and the hot
+/// path allocates nothing.
+pub const MAX_JOBS_PER_LAUNCH: usize = 64;
+
+/// One completed receive to unpack (mirrors `TcpxUnpackJob` in `kernels/unpack.cu`).
+///
+/// All addresses are device-accessible: `metas` may be device memory or the device alias of
+/// host-mapped memory (TCPX's `netUnpackMeta` ring, see [`UnpackJob::from_meta_ring`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnpackJob {
+    /// Address of `cnt` [`LoadMeta`]s, 16-byte aligned.
+    pub metas: u64,
+    /// Number of descriptors (≤ [`MAX_FRAGMENTS`]).
+    pub cnt: u64,
+    /// Bounce buffer base.
+    pub bounce: u64,
+    /// Bytes of the bounce buffer (descriptors reaching past it are skipped and counted).
+    pub bounce_len: u64,
+    /// Destination base (the buffer given to `irecv`).
+    pub dst: u64,
+    /// Bytes writable at `dst` (descriptors reaching past it are skipped and counted).
+    pub dst_len: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<UnpackJob>() == 48);
+const _: () = assert!(std::mem::size_of::<UnpackJob>() * MAX_JOBS_PER_LAUNCH + 16 <= 4096);
+
+impl UnpackJob {
+    /// A job from explicit addresses.
+    pub fn new(metas: u64, cnt: usize, bounce: u64, bounce_len: u64, dst: u64, dst_len: u64) -> Self {
+        UnpackJob {
+            metas,
+            cnt: cnt as u64,
+            bounce,
+            bounce_len,
+            dst,
+            dst_len,
+        }
+    }
+
+    /// The job for ring slot `slot` of a `netUnpackMeta` whose device-side address is
+    /// `meta_dev` (the `meta` field of `unpackNetDeviceHandle`); `cnt` is the slot's count as
+    /// the host read it from `meta->cnt[slot]` after `test()` reported the receive done.
+    pub fn from_meta_ring(
+        meta_dev: u64,
+        slot: usize,
+        cnt: u64,
+        bounce: u64,
+        bounce_len: u64,
+        dst: u64,
+        dst_len: u64,
+    ) -> Result<Self, GpuError> {
+        if slot >= UNPACK_QUEUE_DEPTH {
+            return Err(GpuError::invalid(format!(
+                "unpack ring slot {slot} out of range: use request_index % {UNPACK_QUEUE_DEPTH}"
+            )));
+        }
+        let slot_off =
+            std::mem::offset_of!(NetUnpackMeta, mem) + slot * UNPACK_MAX_SLICE_PAGES * std::mem::size_of::<LoadMeta>();
+        let job = UnpackJob {
+            metas: meta_dev + slot_off as u64,
+            cnt,
+            bounce,
+            bounce_len,
+            dst,
+            dst_len,
+        };
+        job.validate()?;
+        Ok(job)
+    }
+
+    /// Checks what the host can check without reading the descriptors.
+    pub fn validate(&self) -> Result<(), GpuError> {
+        if self.cnt > MAX_FRAGMENTS as u64 {
+            return Err(GpuError::invalid(format!(
+                "unpack job has {} fragments, more than {MAX_FRAGMENTS}: keep each irecv at most {MAX_RECEIVE_BYTES} bytes",
+                self.cnt
+            )));
+        }
+        if self.cnt > 0 && (self.metas == 0 || self.metas % 16 != 0) {
+            return Err(GpuError::invalid(format!(
+                "unpack job metas address {:#x} is null or not 16-byte aligned: pass the LoadMeta array address",
+                self.metas
+            )));
+        }
+        if self.cnt > 0 && (self.bounce == 0 || self.dst == 0) {
+            return Err(GpuError::invalid(
+                "unpack job has a null bounce or destination address: pass the plugin's bounce_buf and the irecv buffer",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a receive's descriptors against NCCL's limits and the buffer sizes; returns the
+/// payload bytes. Use it where the descriptors are host-visible (the mapped TCPX ring).
+pub fn validate_metas(metas: &[LoadMeta], bounce_len: usize, dst_len: usize) -> Result<usize, GpuError> {
+    if metas.len() > MAX_FRAGMENTS {
+        return Err(GpuError::invalid(format!(
+            "receive has {} fragments, more than {MAX_FRAGMENTS}: keep each irecv at most {MAX_RECEIVE_BYTES} bytes",
+            metas.len()
+        )));
+    }
+    let mut total = 0usize;
+    for (i, m) in metas.iter().enumerate() {
+        let src_end = m.src_off as u64 + m.len as u64;
+        let dst_end = m.dst_off.checked_add(m.len as u64);
+        if src_end > bounce_len as u64 || dst_end.is_none_or(|e| e > dst_len as u64) {
+            return Err(GpuError::invalid(format!(
+                "fragment {i} (src_off {}, len {}, dst_off {}) is outside the bounce buffer ({bounce_len} B) or destination ({dst_len} B): the plugin's metadata is corrupt or the wrong ring slot was read",
+                m.src_off, m.len, m.dst_off
+            )));
+        }
+        total += m.len as usize;
+    }
+    if total > MAX_RECEIVE_BYTES {
+        return Err(GpuError::invalid(format!(
+            "receive carries {total} bytes, more than {MAX_RECEIVE_BYTES}: keep each irecv at most {MAX_RECEIVE_BYTES} bytes"
+        )));
+    }
+    Ok(total)
+}
+
+/// CPU reference of the unpack kernel: `dst[dst_off..+len] = bounce[src_off..+len]` for each
+/// descriptor, in order.
+///
+/// # Panics
+/// If a descriptor reaches outside `bounce` or `dst` (run [`validate_metas`] first).
+pub fn unpack_reference(metas: &[LoadMeta], bounce: &[u8], dst: &mut [u8]) {
+    for m in metas {
+        let s = m.src_off as usize;
+        let d = m.dst_off as usize;
+        let n = m.len as usize;
+        dst[d..d + n].copy_from_slice(&bounce[s..s + n]);
+    }
+}
+
+/// Checks that the descriptors write every byte of `0..len` exactly once and nothing else.
+pub fn check_exact_cover(metas: &[LoadMeta], len: usize) -> Result<(), String> {
+    let mut spans: Vec<(u64, u64)> = metas
+        .iter()
+        .filter(|m| m.len > 0)
+        .map(|m| (m.dst_off, m.dst_off + m.len as u64))
+        .collect();
+    spans.sort_unstable();
+    let mut at = 0u64;
+    for (s, e) in spans {
+        if s != at {
+            return Err(if s < at {
+                format!("bytes {s}..{at} are written twice")
+            } else {
+                format!("bytes {at}..{s} are never written")
+            });
+        }
+        at = e;
+    }
+    if at != len as u64 {
+        return Err(format!("coverage ends at {at}, expected {len}"));
+    }
+    Ok(())
+}
+
+/// A small deterministic RNG (splitmix64) for layouts, so tests need no extra crates and the
+/// GPU check can reproduce a failing seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Fisher–Yates shuffle.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+/// Descriptors of one receive plus the bounce-buffer size they need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The descriptors, in the (shuffled) order the plugin would list them.
+    pub metas: Vec<LoadMeta>,
+    /// Payload bytes (`dst` range `0..len` is covered exactly once).
+    pub len: usize,
+    /// Bytes of bounce buffer the descriptors address (`src_off + len` ≤ this).
+    pub bounce_len: usize,
+}
+
+impl Layout {
+    /// Builds the bounce buffer content that unpacks to `payload` (the inverse of unpack):
+    /// `bounce[src_off..+len] = payload[dst_off..+len]`.
+    pub fn scatter(&self, payload: &[u8], bounce: &mut [u8]) {
+        for m in &self.metas {
+            let s = m.src_off as usize;
+            let d = m.dst_off as usize;
+            let n = m.len as usize;
+            bounce[s..s + n].copy_from_slice(&payload[d..d + n]);
+        }
+    }
+
+    /// Shifts every `src_off` by `by` (to place several receives in one bounce buffer).
+    pub fn offset_src(&mut self, by: u32) {
+        for m in &mut self.metas {
+            m.src_off += by;
+        }
+        self.bounce_len += by as usize;
+    }
+}
+
+fn check_len(len: usize) {
+    assert!(
+        len <= MAX_RECEIVE_BYTES,
+        "a receive carries at most {MAX_RECEIVE_BYTES} bytes, asked for {len}"
+    );
+}
+
+/// TCPX-like layout of a receive of `len` bytes: the payload's 4 KiB pages land on randomly
+/// chosen pages of a bounce region of `bounce_pages` pages (≥ the pages needed; random page
+/// order), the last fragment is partial, and the descriptors are listed in random order.
+///
+/// # Panics
+/// If `len` exceeds 4 MiB or `bounce_pages` is too small.
+pub fn scrambled_pages(len: usize, bounce_pages: usize, rng: &mut Rng) -> Layout {
+    check_len(len);
+    let pages = len.div_ceil(PAGE);
+    assert!(bounce_pages >= pages, "bounce region of {bounce_pages} pages < {pages}");
+    let mut slots: Vec<u32> = (0..bounce_pages as u32).collect();
+    rng.shuffle(&mut slots);
+    let mut metas: Vec<LoadMeta> = (0..pages)
+        .map(|k| LoadMeta {
+            src_off: slots[k] * PAGE as u32,
+            len: (len - k * PAGE).min(PAGE) as u32,
+            dst_off: (k * PAGE) as u64,
+        })
+        .collect();
+    rng.shuffle(&mut metas);
+    Layout {
+        metas,
+        len,
+        bounce_len: bounce_pages * PAGE,
+    }
+}
+
+/// Adversarial layout of a receive of `len` bytes: fragments of random length (1..=4096
+/// bytes, half of them full pages), each placed at a random byte offset inside its own
+/// randomly chosen bounce page, so src and dst alignments vary; descriptors in random order;
+/// never more than [`MAX_FRAGMENTS`] fragments.
+///
+/// # Panics
+/// If `len` exceeds 4 MiB.
+pub fn random_fragments(len: usize, rng: &mut Rng) -> Layout {
+    check_len(len);
+    let mut lens = Vec::new();
+    let mut left = len;
+    while left > 0 {
+        let budget = MAX_FRAGMENTS - lens.len();
+        // Smallest length that still fits the rest into the fragment budget.
+        let min = left.div_ceil(budget).max(1);
+        let mut n = if rng.below(2) == 0 {
+            PAGE
+        } else {
+            1 + rng.below(PAGE as u64) as usize
+        };
+        n = n.clamp(min, PAGE).min(left);
+        lens.push(n);
+        left -= n;
+    }
+    let bounce_pages = lens.len() + lens.len() / 4 + 1;
+    let mut slots: Vec<u32> = (0..bounce_pages as u32).collect();
+    rng.shuffle(&mut slots);
+    let mut dst = 0u64;
+    let mut metas: Vec<LoadMeta> = lens
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let inpage = rng.below((PAGE - n) as u64 + 1) as u32;
+            let m = LoadMeta {
+                src_off: slots[k] * PAGE as u32 + inpage,
+                len: n as u32,
+                dst_off: dst,
+            };
+            dst += n as u64;
+            m
+        })
+        .collect();
+    rng.shuffle(&mut metas);
+    Layout {
+        metas,
+        len,
+        bounce_len: bounce_pages * PAGE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_layout_and_ring_offsets() {
+        let j = UnpackJob::from_meta_ring(0x1000, 3, 5, 0x10_0000, 1 << 20, 0x20_0000, 1 << 20).unwrap();
+        assert_eq!(j.metas, 0x1000 + 3 * 2048 * 16);
+        assert!(UnpackJob::from_meta_ring(0x1000, 16, 5, 1, 1, 1, 1).is_err());
+        assert!(UnpackJob::new(16, 2049, 1, 1, 1, 1).validate().is_err());
+        assert!(UnpackJob::new(8, 1, 1, 1, 1, 1).validate().is_err());
+        assert!(UnpackJob::new(0, 0, 0, 0, 0, 0).validate().is_ok());
+    }
+
+    #[test]
+    fn validate_rejects_out_of_bounds_and_limits() {
+        let m = |s, l, d| LoadMeta {
+            src_off: s,
+            len: l,
+            dst_off: d,
+        };
+        assert_eq!(validate_metas(&[m(0, 10, 0), m(10, 5, 10)], 15, 15).unwrap(), 15);
+        assert!(validate_metas(&[m(10, 10, 0)], 15, 100).is_err());
+        assert!(validate_metas(&[m(0, 10, 95)], 100, 100).is_err());
+        assert!(validate_metas(&[m(0, 10, u64::MAX - 3)], 100, 100).is_err());
+        let many = vec![m(0, 1, 0); MAX_FRAGMENTS + 1];
+        assert!(validate_metas(&many, 10, 10).is_err());
+        let big = vec![m(0, 4096, 0); 1025];
+        assert!(validate_metas(&big, 1 << 20, 1 << 20).is_err());
+        let e = validate_metas(&many, 10, 10).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.contains("keep each irecv"), "{e}");
+    }
+}
