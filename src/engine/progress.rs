@@ -151,6 +151,8 @@ impl IterationState {
 pub struct LoopContext<'a> {
     pub schedule: &'a Schedule,
     pub window: usize,
+    /// Bytes of local copy done per pass of the loop (the chunk size).
+    pub local_step: u64,
     pub base: *mut u8,
     pub epoch: Instant,
     pub deadline: Duration,
@@ -174,33 +176,21 @@ pub fn run_iteration(
     let mut last = start;
     let mut bytes = 0u64;
 
-    // Local copies first: they are part of the pattern's time (as nccl-tests' self-send is).
-    for copy in &ctx.schedule.local {
-        // SAFETY: both ranges lie inside the endpoint buffer (checked when the plan was built) and
-        // do not overlap (source is the send half, destination the receive half).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                ctx.base.add(copy.src_off as usize),
-                ctx.base.add(copy.dst_off as usize),
-                copy.len as usize,
-            );
-        }
-        last = Instant::now();
-        state.flow_done[copy.flow as usize] = Some(last);
-        state.round_left[0] -= 1;
-    }
-
+    let mut local = LocalCursor::default();
     let mut idle_passes = 0u32;
     loop {
         let mut progressed = false;
         let round = state.current_round();
+        // Local copies (fullmesh's own block) are part of the pattern's time, as nccl-tests'
+        // self-send is; they advance one step per pass so the network keeps being driven.
+        progressed |= pump_local(ctx, &mut local, state, round, &mut last);
         for (lane, ops) in recv.iter_mut().zip(&ctx.schedule.recv) {
             progressed |= pump_recv(ctx, lane, ops, state, round, &mut last, &mut bytes)?;
         }
         for (lane, ops) in send.iter_mut().zip(&ctx.schedule.send) {
             progressed |= pump_send(ctx, lane, ops, state, round, &mut last)?;
         }
-        if finished(ctx.schedule, send, recv) {
+        if local.copy == ctx.schedule.local.len() && finished(ctx.schedule, send, recv) {
             break;
         }
         if progressed {
@@ -223,6 +213,47 @@ pub fn run_iteration(
         elapsed: last.saturating_duration_since(start),
         bytes_received: bytes,
     })
+}
+
+/// Position in the endpoint's local copies.
+#[derive(Default)]
+struct LocalCursor {
+    copy: usize,
+    done: u64,
+}
+
+fn pump_local(
+    ctx: &LoopContext<'_>,
+    cursor: &mut LocalCursor,
+    state: &mut IterationState,
+    round: u32,
+    last: &mut Instant,
+) -> bool {
+    let Some(copy) = ctx.schedule.local.get(cursor.copy) else {
+        return false;
+    };
+    if copy.round > round {
+        return false;
+    }
+    let step = (copy.len - cursor.done).min(ctx.local_step);
+    // SAFETY: both ranges lie inside the endpoint buffer (the plan's layout) and do not overlap:
+    // the source is in the send half, the destination in the receive half.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            ctx.base.add((copy.src_off + cursor.done) as usize),
+            ctx.base.add((copy.dst_off + cursor.done) as usize),
+            step as usize,
+        );
+    }
+    cursor.done += step;
+    if cursor.done == copy.len {
+        *last = Instant::now();
+        state.flow_done[copy.flow as usize] = Some(*last);
+        state.round_left[copy.round as usize] -= 1;
+        cursor.copy += 1;
+        cursor.done = 0;
+    }
+    true
 }
 
 fn finished(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> bool {

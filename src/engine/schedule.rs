@@ -37,6 +37,7 @@ pub struct LocalCopy {
     pub dst_off: u64,
     pub len: u64,
     pub flow: u32,
+    pub round: u32,
 }
 
 /// The lanes of one endpoint: one send lane per (destination peer, channel) and one receive lane
@@ -171,6 +172,7 @@ impl Schedule {
                 dst_off: f.dst_off,
                 len: f.len,
                 flow: fi as u32,
+                round: f.round,
             });
             s.ops_per_round[f.round as usize] += 1;
         }

@@ -200,6 +200,7 @@ impl Worker {
         let ctx = LoopContext {
             schedule: &self.schedule,
             window: self.config.window,
+            local_step: self.config.chunk.max(1),
             base,
             epoch: self.shared.epoch,
             deadline: self.config.timeout,
