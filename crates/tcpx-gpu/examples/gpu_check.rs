@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 use tcpx_gpu::nvrtc::nvrtc_info;
-use tcpx_gpu::pattern::fill_host;
+use tcpx_gpu::pattern::fill;
 use tcpx_gpu::unpack::{random_fragments, scrambled_pages, Layout, Rng, PAGE};
 use tcpx_gpu::{
     unpack_reference, Device, DeviceBuffer, Event, Gpu, GpuError, LoadMeta, PinnedFlags, PinnedHostBuffer, Stream,
@@ -135,7 +135,7 @@ fn check_pattern(dev: &Device, check_only: bool) -> Result<bool, GpuError> {
         let mut host = vec![0u8; hi - lo];
         buf.copy_to_host(lo, &mut host, s)?;
         let mut want = vec![0u8; len];
-        fill_host(&mut want, origin, iter, offset);
+        fill(&mut want, origin, iter, offset);
         let body = &host[range.start - lo..range.end - lo];
         let diff = body.iter().zip(&want).filter(|(a, b)| a != b).count();
         let outside = host[..range.start - lo]
@@ -358,7 +358,7 @@ fn check_events(dev: &Device) -> Result<bool, GpuError> {
     unsafe { s2.memcpy_dtoh_async(p.as_mut_ptr(), b.as_raw(), 4096)? };
     s2.synchronize()?;
     let mut want = vec![0u8; 4096];
-    fill_host(&mut want, 0, 0, 0);
+    fill(&mut want, 0, 0, 0);
     Ok(report(
         "events + pinned async copy",
         late && p.as_slice() == &want[..],

@@ -209,7 +209,7 @@ impl Device {
     }
 
     /// Fills `buf[range]` on the GPU with the pattern: byte `i` of the range =
-    /// `pattern_byte(origin, iter, offset + i)` (same as `src/check.rs::fill`). Asynchronous.
+    /// `pattern_byte(origin, iter, offset + i)` (the same bytes as `pattern::fill` on the host). Asynchronous.
     pub fn fill(
         &self,
         buf: &DeviceBuffer,
