@@ -7,7 +7,8 @@
 //! ends the whole job so that no other rank waits for it.
 
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
-use crate::engine::{watchdog, Collectives, Engine, EngineConfig};
+use crate::engine::gpu::CudaPath;
+use crate::engine::{watchdog, Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Direction, Pattern, Plan, Scope};
@@ -39,6 +40,8 @@ enum Fatal {
     Here(String),
     /// This rank's progress stopped before the -T deadline: ends the job with EXIT_TIMEOUT.
     Stalled(String),
+    /// Already reported by the rank that failed (see [`agree`]); every rank exits.
+    Reported,
 }
 
 /// Runs the benchmark; returns the process exit status.
@@ -66,7 +69,27 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("tcpx-perf: rank {}: timeout: {msg}", mpi.rank());
             mpi.abort(EXIT_TIMEOUT)
         }
+        Err(Fatal::Reported) => EXIT_ERROR,
     }
+}
+
+/// Setup steps every rank runs at the same point: when any rank fails, all learn it, the
+/// lowest failing rank says why (once), and every rank exits normally instead of aborting.
+fn agree<T>(mpi: &Mpi, local: Result<T, String>) -> Result<T, Fatal> {
+    let mut failed = vec![0u64; mpi.size()];
+    failed[mpi.rank()] = u64::from(local.is_err());
+    mpi.sum_u64(&mut failed);
+    let Some(first) = failed.iter().position(|&f| f != 0) else {
+        return local.map_err(Fatal::Here);
+    };
+    let count = failed.iter().filter(|&&f| f != 0).count();
+    if let Err(msg) = &local {
+        if mpi.rank() == first {
+            let others = if count > 1 { format!(" (and {} more rank(s))", count - 1) } else { String::new() };
+            eprintln!("tcpx-perf: rank {first}{others}: error: {msg}");
+        }
+    }
+    Err(Fatal::Reported)
 }
 
 fn plugin_source(cli: &Cli) -> Result<PluginSource, String> {
@@ -151,11 +174,6 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     };
     let pattern: Pattern = cli.pattern;
     let dir: Direction = cli.dir;
-    if cli.mem == Mem::Cuda {
-        return Err(Fatal::Everywhere(
-            "--mem cuda needs the GPU data path, which this build does not have yet; use --mem host".into(),
-        ));
-    }
 
     // Plans for every size (pure and identical on every rank).
     let mut plans = Vec::new();
@@ -181,7 +199,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         .max()
         .unwrap_or(0);
 
-    let plugin = open_plugin(cli).map_err(Fatal::Here)?;
+    let plugin = agree(mpi, open_plugin(cli))?;
     let limit = request_limit(&plugin);
     if cli.window > limit {
         return Err(Fatal::Everywhere(format!(
@@ -190,10 +208,11 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
             plugin.name()
         )));
     }
-    let props = plugin.properties(0).map_err(|e| Fatal::Here(e.to_string()))?;
-    if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 {
+    let props = agree(mpi, plugin.properties(0).map_err(|e| e.to_string()))?;
+    let mem = agree(mpi, resolve_mem(cli.mem, &topo, rank, &props))?;
+    if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 && mem != MemKind::Cuda(CudaPath::Direct) {
         return Err(Fatal::Everywhere(format!(
-            "plugin '{}' does not support host memory (ptrSupport {}); host memory is the only path in this build",
+            "plugin '{}' does not take host memory (ptrSupport {}); use --mem cuda on a GPU host",
             plugin.name(),
             ptr_support_str(props.ptr_support)
         )));
@@ -211,6 +230,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         ("iters", cli.iters.to_string()),
         ("warmup", cli.warmup_iters.to_string()),
         ("check", cli.check.to_string()),
+        ("mem", format!("{mem:?}")),
         ("average", cli.average.to_string()),
         ("ngpus", cli.ngpus.to_string()),
         ("chunk", cli.chunk.to_string()),
@@ -225,7 +245,16 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     ];
     mpi.check_same_plan(&fields).map_err(Fatal::Everywhere)?;
 
-    let info = run_info(cli, mpi, &topo, &plugin, &props, &sha, pattern, scope, dir, start_time);
+    let info = run_info(
+        cli,
+        mpi,
+        &topo,
+        &plugin,
+        &props,
+        &sha,
+        (pattern, scope, dir, mem),
+        start_time,
+    );
     let out_dir = (!cli.no_out).then(|| {
         cli.out
             .clone()
@@ -242,13 +271,14 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     }
 
     let config = EngineConfig {
+        mem,
         channels: cli.channels,
         window: cli.window,
         chunk: cli.chunk,
         timeout: Duration::from_secs(cli.timeout),
         net_dev: cli.net_dev,
     };
-    let engine = Engine::start(plugin.clone(), topo.clone(), connections, config, rank).map_err(Fatal::Here)?;
+    let engine = agree(mpi, Engine::start(plugin.clone(), topo.clone(), connections, config, rank))?;
     engine.connect(mpi, buffer_len).map_err(Fatal::Here)?;
 
     let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
@@ -278,10 +308,13 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     }
     if let Some(fatal) = failure {
         // Rows measured so far are kept, under a summary that says the run failed and why.
-        let (Fatal::Everywhere(msg) | Fatal::Here(msg) | Fatal::Stalled(msg)) = &fatal;
+        let msg = match &fatal {
+            Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
+            Fatal::Reported => "see the error printed by the failing rank".to_string(),
+        };
         if rank == 0 {
             if let Some(dir) = &out_dir {
-                let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg.clone()));
+                let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg));
             }
         }
         if matches!(fatal, Fatal::Everywhere(_)) {
@@ -303,6 +336,46 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     Ok(if wrong > 0 { EXIT_WRONG_DATA } else { EXIT_OK })
 }
 
+/// Picks host or CUDA memory (`--mem`) and, for CUDA, how buffers reach the plugin.
+fn resolve_mem(choice: Mem, topo: &Topology, rank: usize, props: &nccl_net::Properties) -> Result<MemKind, String> {
+    let want_cuda = match choice {
+        Mem::Host => return Ok(MemKind::Host),
+        Mem::Cuda => true,
+        Mem::Auto => false,
+    };
+    let gpus = match tcpx_gpu::Gpu::probe() {
+        Ok(Some(info)) if info.count() > 0 => info.count(),
+        Ok(_) if !want_cuda => return Ok(MemKind::Host),
+        Err(_) if !want_cuda => return Ok(MemKind::Host),
+        Ok(_) => return Err("--mem cuda: this host has no CUDA driver or no visible GPU; use --mem host".into()),
+        Err(e) => return Err(format!("--mem cuda: {e}; use --mem host")),
+    };
+    for e in topo.endpoints_of(rank) {
+        let gpu = topo.endpoints[e].gpu;
+        if gpu >= gpus {
+            return Err(format!(
+                "endpoint {e} needs GPU {gpu} but {gpus} GPU(s) are visible (CUDA_VISIBLE_DEVICES); launch fewer ranks per node, lower -g, or use --mem host"
+            ));
+        }
+    }
+    let direct = props.ptr_support & nccl_net::abi::NCCL_PTR_CUDA != 0;
+    Ok(MemKind::Cuda(if direct { CudaPath::Direct } else { CudaPath::Staged }))
+}
+
+/// The header's description of the data path that ran.
+fn mem_path(mem: MemKind, props: &nccl_net::Properties) -> String {
+    match mem {
+        MemKind::Host => "host memory (NCCL_PTR_HOST), received straight into the user buffer".into(),
+        MemKind::Cuda(CudaPath::Staged) => {
+            "CUDA memory staged through pinned host memory by tcpx-perf (the plugin has no NCCL_PTR_CUDA)".into()
+        }
+        MemKind::Cuda(CudaPath::Direct) if props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK => {
+            "CUDA memory registered as NCCL_PTR_CUDA; receives land in the plugin's bounce buffer and are gathered by the device-unpack kernel (batched; irecvConsumed after the kernel)".into()
+        }
+        MemKind::Cuda(CudaPath::Direct) => "CUDA memory registered as NCCL_PTR_CUDA (the plugin writes device memory)".into(),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_info(
     cli: &Cli,
@@ -311,9 +384,7 @@ fn run_info(
     plugin: &Plugin,
     props: &nccl_net::Properties,
     sha: &str,
-    pattern: Pattern,
-    scope: Scope,
-    dir: Direction,
+    (pattern, scope, dir, mem): (Pattern, Scope, Direction, MemKind),
     start_time: String,
 ) -> RunInfo {
     let hosts = (0..topo.ranks())
@@ -337,8 +408,8 @@ fn run_info(
         pattern: pattern.to_string(),
         scope: scope.to_string(),
         dir: dir.to_string(),
-        mem: "host".into(),
-        mem_path: "host memory (NCCL_PTR_HOST), received straight into the user buffer".into(),
+        mem: if mem == MemKind::Host { "host" } else { "cuda" }.into(),
+        mem_path: mem_path(mem, props),
         ranks: mpi.size(),
         endpoints: topo.len(),
         nodes: topo.nodes,

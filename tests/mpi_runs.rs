@@ -243,11 +243,17 @@ fn stalling_plugin_hits_the_timeout_with_a_state_dump() {
 
 #[test]
 fn bad_input_is_one_clear_line() {
-    for (flags, needle) in [
+    let mut cases = vec![
         ("-b 2M -e 1M", "-b"),
         ("--window 17", "--window 16"),
         ("--pattern pairs -b 1M -e 1M", "even number"),
-    ] {
+        ("--plugin /etc/passwd", "cannot load net plugin '/etc/passwd'"),
+        ("--plugin nosuchplugin", "nosuchplugin"),
+    ];
+    if !matches!(tcpx_gpu::Gpu::probe(), Ok(Some(_))) {
+        cases.push(("--mem cuda", "--mem host"));
+    }
+    for (flags, needle) in cases {
         let np = if flags.contains("pairs") { 3 } else { 2 };
         let o = mpirun(
             &[(np, args(&format!("{flags} --no-out")))],

@@ -8,6 +8,7 @@
 //! blocks) outlives it.
 
 pub mod buffer;
+pub mod gpu;
 pub mod progress;
 pub mod schedule;
 pub mod watchdog;
@@ -40,9 +41,17 @@ pub trait Collectives {
     fn abort(&self, code: i32) -> !;
 }
 
+/// Where endpoint buffers live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    Host,
+    Cuda(gpu::CudaPath),
+}
+
 /// Engine knobs (validated before the engine starts).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    pub mem: MemKind,
     pub channels: usize,
     pub window: usize,
     pub chunk: u64,
@@ -384,10 +393,7 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
             worker.prepare(plan.clone());
             Ok(Reply::Done)
         }
-        Command::Fill(iter) => {
-            worker.fill(*iter);
-            Ok(Reply::Done)
-        }
+        Command::Fill(iter) => worker.fill(*iter).map(|()| Reply::Done),
         Command::Run { timed } => {
             // The clock starts when this worker leaves the barrier that followed the MPI barrier.
             worker
@@ -405,7 +411,7 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
                     other => format!("endpoint {}: {other}", worker.endpoint),
                 })
         }
-        Command::Verify(iter) => Ok(Reply::Wrong(worker.verify(*iter))),
+        Command::Verify(iter) => worker.verify(*iter).map(Reply::Wrong),
         Command::Totals => Ok(Reply::Totals(worker.totals())),
         Command::Close => {
             worker.close();

@@ -6,6 +6,7 @@
 //! pass. Nothing here allocates or logs: the op vectors were built before the clock started, and
 //! the in-flight queues were sized for the window.
 
+use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::schedule::{RecvOp, Schedule, SendOp};
 use nccl_net::{MrId, Poll, RecvComm, RecvDone, Request, SendComm};
 use std::collections::VecDeque;
@@ -31,6 +32,8 @@ pub struct SendLane {
     pub peer: String,
     pub stats: Arc<LaneStats>,
     inflight: VecDeque<(Request, u32)>,
+    /// Staged path: ops whose device-to-host copy is queued (op index, batch).
+    staged: VecDeque<(u32, u64)>,
     next: usize,
 }
 
@@ -40,7 +43,14 @@ pub struct RecvLane {
     pub mr: MrId,
     pub peer: String,
     pub stats: Arc<LaneStats>,
+    /// Set when the plugin delivers through device unpack (the comm's metadata ring).
+    pub unpack: Option<UnpackRing>,
     inflight: VecDeque<(Request, u32)>,
+    /// Receives done in the plugin whose unpack or staging copy is queued on the GPU
+    /// (op index, slot release token, batch); released in order once the batch completes.
+    landing: VecDeque<(u32, Option<RecvDone>, u64)>,
+    /// Receives completed on this comm since it was opened: the k-th uses metadata slot k % 16.
+    completed_total: u64,
     next: usize,
 }
 
@@ -52,19 +62,23 @@ impl SendLane {
             peer,
             stats: Arc::default(),
             inflight: VecDeque::with_capacity(window),
+            staged: VecDeque::with_capacity(window),
             next: 0,
         }
     }
 }
 
 impl RecvLane {
-    pub fn new(comm: RecvComm, mr: MrId, peer: String, window: usize) -> Self {
+    pub fn new(comm: RecvComm, mr: MrId, peer: String, window: usize, unpack: Option<UnpackRing>) -> Self {
         Self {
             comm,
             mr,
             peer,
             stats: Arc::default(),
+            unpack,
             inflight: VecDeque::with_capacity(window),
+            landing: VecDeque::with_capacity(window),
+            completed_total: 0,
             next: 0,
         }
     }
@@ -83,6 +97,8 @@ pub struct IterationTiming {
 #[derive(Debug)]
 pub enum IterationError {
     Plugin(nccl_net::NetError),
+    /// A CUDA call failed (unpack launch, staging copy, event).
+    Gpu(String),
     /// The deadline passed; the string is the per-comm state dump.
     Stalled(String),
     /// Another worker of this rank failed and asked everyone to stop.
@@ -99,6 +115,7 @@ impl std::fmt::Display for IterationError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             IterationError::Plugin(e) => write!(f, "{e}"),
+            IterationError::Gpu(e) => write!(f, "CUDA: {e}"),
             IterationError::Stalled(dump) => write!(f, "no progress before the -T deadline\n{dump}"),
             IterationError::Aborted => write!(f, "stopped because another worker failed"),
             IterationError::SizeMismatch { peer, expected, got } => {
@@ -108,6 +125,12 @@ impl std::fmt::Display for IterationError {
                 )
             }
         }
+    }
+}
+
+impl From<String> for IterationError {
+    fn from(e: String) -> Self {
+        IterationError::Gpu(e)
     }
 }
 
@@ -153,6 +176,7 @@ pub struct LoopContext<'a> {
     pub window: usize,
     /// Bytes of local copy done per pass of the loop (the chunk size).
     pub local_step: u64,
+    /// The buffer the plugin reads and writes (host buffer, device buffer, or staging mirror).
     pub base: *mut u8,
     pub epoch: Instant,
     pub deadline: Duration,
@@ -164,33 +188,42 @@ fn ns_since(epoch: Instant, t: Instant) -> u64 {
 }
 
 /// Runs one iteration to completion. `start` is the instant the start signal was received.
+/// With `gpu`, the buffer is device memory and receives complete only once their unpack (or
+/// staging copy) has run on the GPU.
 pub fn run_iteration(
     ctx: &LoopContext<'_>,
     send: &mut [SendLane],
     recv: &mut [RecvLane],
     state: &mut IterationState,
+    mut gpu: Option<&mut GpuState>,
     start: Instant,
 ) -> Result<IterationTiming, IterationError> {
     state.reset(ctx.schedule);
     rewind(send, recv);
-    let mut last = start;
-    let mut bytes = 0u64;
-
+    let mut clock = Clock { last: start, bytes: 0 };
     let mut local = LocalCursor::default();
     let mut idle_passes = 0u32;
     loop {
-        let mut progressed = false;
         let round = state.current_round();
+        let completed = match gpu.as_deref_mut() {
+            Some(g) => g.completed()?,
+            None => 0,
+        };
         // Local copies (fullmesh's own block) are part of the pattern's time, as nccl-tests'
-        // self-send is; they advance one step per pass so the network keeps being driven.
-        progressed |= pump_local(ctx, &mut local, state, round, &mut last);
+        // self-send is; on the host they advance one step per pass so the network keeps being
+        // driven, on the GPU they are one asynchronous copy.
+        let mut progressed = pump_local(ctx, &mut local, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
         for (lane, ops) in recv.iter_mut().zip(&ctx.schedule.recv) {
-            progressed |= pump_recv(ctx, lane, ops, state, round, &mut last, &mut bytes)?;
+            progressed |= retire_landed(lane, ops, state, completed, &mut clock)?;
+            progressed |= pump_recv(ctx, lane, ops, state, round, gpu.as_deref_mut(), &mut clock)?;
         }
         for (lane, ops) in send.iter_mut().zip(&ctx.schedule.send) {
-            progressed |= pump_send(ctx, lane, ops, state, round, &mut last)?;
+            progressed |= pump_send(ctx, lane, ops, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
         }
-        if local.copy == ctx.schedule.local.len() && finished(ctx.schedule, send, recv) {
+        if let Some(g) = gpu.as_deref_mut() {
+            g.end_pass()?;
+        }
+        if local.is_done(ctx.schedule) && finished(ctx.schedule, send, recv) {
             break;
         }
         if progressed {
@@ -210,9 +243,15 @@ pub fn run_iteration(
         }
     }
     Ok(IterationTiming {
-        elapsed: last.saturating_duration_since(start),
-        bytes_received: bytes,
+        elapsed: clock.last.saturating_duration_since(start),
+        bytes_received: clock.bytes,
     })
+}
+
+/// The endpoint's last completion and the bytes delivered so far in this iteration.
+struct Clock {
+    last: Instant,
+    bytes: u64,
 }
 
 /// Position in the endpoint's local copies.
@@ -220,6 +259,14 @@ pub fn run_iteration(
 struct LocalCursor {
     copy: usize,
     done: u64,
+    /// GPU: the batch the copies were queued under (0 = not queued yet).
+    batch: u64,
+}
+
+impl LocalCursor {
+    fn is_done(&self, schedule: &Schedule) -> bool {
+        self.copy == schedule.local.len()
+    }
 }
 
 fn pump_local(
@@ -227,73 +274,118 @@ fn pump_local(
     cursor: &mut LocalCursor,
     state: &mut IterationState,
     round: u32,
-    last: &mut Instant,
-) -> bool {
+    gpu: Option<&mut GpuState>,
+    completed: u64,
+    clock: &mut Clock,
+) -> Result<bool, IterationError> {
     let Some(copy) = ctx.schedule.local.get(cursor.copy) else {
-        return false;
+        return Ok(false);
     };
     if copy.round > round {
-        return false;
+        return Ok(false);
     }
-    let step = (copy.len - cursor.done).min(ctx.local_step);
-    // SAFETY: both ranges lie inside the endpoint buffer (the plan's layout) and do not overlap:
-    // the source is in the send half, the destination in the receive half.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            ctx.base.add((copy.src_off + cursor.done) as usize),
-            ctx.base.add((copy.dst_off + cursor.done) as usize),
-            step as usize,
-        );
+    if let Some(g) = gpu {
+        if cursor.batch == 0 {
+            cursor.batch = g.pending_batch();
+            g.queue_local_copy(copy.src_off, copy.dst_off, copy.len)?;
+            return Ok(true);
+        }
+        if cursor.batch > completed {
+            return Ok(false);
+        }
+        cursor.batch = 0;
+        cursor.done = copy.len;
+    } else {
+        let step = (copy.len - cursor.done).min(ctx.local_step);
+        // SAFETY: both ranges lie inside the endpoint buffer (the plan's layout) and do not
+        // overlap: the source is in the send half, the destination in the receive half.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                ctx.base.add((copy.src_off + cursor.done) as usize),
+                ctx.base.add((copy.dst_off + cursor.done) as usize),
+                step as usize,
+            );
+        }
+        cursor.done += step;
     }
-    cursor.done += step;
     if cursor.done == copy.len {
-        *last = Instant::now();
-        state.flow_done[copy.flow as usize] = Some(*last);
+        clock.last = Instant::now();
+        state.flow_done[copy.flow as usize] = Some(clock.last);
         state.round_left[copy.round as usize] -= 1;
         cursor.copy += 1;
         cursor.done = 0;
     }
-    true
+    Ok(true)
 }
 
 fn finished(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> bool {
     send.iter()
         .zip(&schedule.send)
-        .all(|(l, ops)| l.next == ops.len() && l.inflight.is_empty())
+        .all(|(l, ops)| l.next == ops.len() && l.inflight.is_empty() && l.staged.is_empty())
         && recv
             .iter()
             .zip(&schedule.recv)
-            .all(|(l, ops)| l.next == ops.len() && l.inflight.is_empty())
+            .all(|(l, ops)| l.next == ops.len() && l.inflight.is_empty() && l.landing.is_empty())
 }
 
+fn note_post(stats: &LaneStats, epoch: Instant, was_empty: bool) {
+    if was_empty {
+        stats
+            .oldest_post_ns
+            .store(ns_since(epoch, Instant::now()), Ordering::Relaxed);
+    }
+    stats.posted.fetch_add(1, Ordering::Relaxed);
+}
+
+fn note_done(stats: &LaneStats, epoch: Instant, now: Instant, still_outstanding: bool) {
+    let oldest = if still_outstanding { ns_since(epoch, now) } else { 0 };
+    stats.oldest_post_ns.store(oldest, Ordering::Relaxed);
+}
+
+#[allow(clippy::too_many_arguments)]
 fn pump_send(
     ctx: &LoopContext<'_>,
     lane: &mut SendLane,
     ops: &[SendOp],
     state: &mut IterationState,
     round: u32,
-    last: &mut Instant,
+    mut gpu: Option<&mut GpuState>,
+    completed: u64,
+    clock: &mut Clock,
 ) -> Result<bool, IterationError> {
     let mut progressed = false;
-    while lane.inflight.len() < ctx.window && lane.next < ops.len() {
+    let staged_path = gpu.as_deref().is_some_and(|g| g.path == CudaPath::Staged);
+    // Ops become sendable in order: dependencies met and (staged path) copied out of the GPU.
+    while lane.inflight.len() + lane.staged.len() < ctx.window && lane.next < ops.len() {
         let op = ops[lane.next];
         if op.round > round || op.dep.is_some_and(|slot| !state.received[slot as usize]) {
             break;
         }
-        // SAFETY: the range lies inside the registered endpoint buffer, which outlives the request.
+        let batch = match gpu.as_deref_mut() {
+            Some(g) if staged_path => {
+                g.queue_stage_out(op.off, op.len)?;
+                g.pending_batch()
+            }
+            _ => 0,
+        };
+        lane.staged.push_back((lane.next as u32, batch));
+        lane.next += 1;
+        progressed = true;
+    }
+    while let Some(&(idx, batch)) = lane.staged.front() {
+        if batch > completed {
+            break;
+        }
+        let op = ops[idx as usize];
+        // SAFETY: the range lies inside the registered buffer, which outlives the request.
         let posted = unsafe {
             lane.comm
                 .isend(lane.mr, ctx.base.add(op.off as usize), op.len as usize, 0)?
         };
         let Some(req) = posted else { break };
-        if lane.inflight.is_empty() {
-            lane.stats
-                .oldest_post_ns
-                .store(ns_since(ctx.epoch, Instant::now()), Ordering::Relaxed);
-        }
-        lane.inflight.push_back((req, lane.next as u32));
-        lane.next += 1;
-        lane.stats.posted.fetch_add(1, Ordering::Relaxed);
+        note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
+        lane.staged.pop_front();
+        lane.inflight.push_back((req, idx));
         progressed = true;
     }
     while let Some((req, idx)) = lane.inflight.pop_front() {
@@ -303,16 +395,11 @@ fn pump_send(
                 break;
             }
             Poll::Done { .. } => {
-                *last = Instant::now();
+                clock.last = Instant::now();
                 state.round_left[ops[idx as usize].round as usize] -= 1;
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
                 lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
-                let oldest = if lane.inflight.is_empty() {
-                    0
-                } else {
-                    ns_since(ctx.epoch, *last)
-                };
-                lane.stats.oldest_post_ns.store(oldest, Ordering::Relaxed);
+                note_done(&lane.stats, ctx.epoch, clock.last, !lane.inflight.is_empty());
                 progressed = true;
             }
         }
@@ -326,29 +413,25 @@ fn pump_recv(
     ops: &[RecvOp],
     state: &mut IterationState,
     round: u32,
-    last: &mut Instant,
-    bytes: &mut u64,
+    mut gpu: Option<&mut GpuState>,
+    clock: &mut Clock,
 ) -> Result<bool, IterationError> {
     let mut progressed = false;
-    while lane.inflight.len() < ctx.window && lane.next < ops.len() {
+    // A receive holds its plugin slot until it is consumed, so landing receives count too.
+    while lane.inflight.len() + lane.landing.len() < ctx.window && lane.next < ops.len() {
         let op = ops[lane.next];
         if op.round > round {
             break;
         }
-        // SAFETY: the range lies inside the registered endpoint buffer, which outlives the request.
+        // SAFETY: the range lies inside the registered buffer, which outlives the request.
         let posted = unsafe {
             lane.comm
                 .irecv(lane.mr, ctx.base.add(op.off as usize), op.len as usize, 0)?
         };
         let Some(req) = posted else { break };
-        if lane.inflight.is_empty() {
-            lane.stats
-                .oldest_post_ns
-                .store(ns_since(ctx.epoch, Instant::now()), Ordering::Relaxed);
-        }
+        note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
         lane.inflight.push_back((req, lane.next as u32));
         lane.next += 1;
-        lane.stats.posted.fetch_add(1, Ordering::Relaxed);
         progressed = true;
     }
     while let Some((req, idx)) = lane.inflight.pop_front() {
@@ -369,32 +452,71 @@ fn pump_recv(
                     }
                 }
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
-                consume(lane, done)?;
-                *last = Instant::now();
-                *bytes += op.len;
-                state.received[op.slot as usize] = true;
-                state.flow_done[op.flow as usize] = Some(*last);
-                state.round_left[op.round as usize] -= 1;
-                let oldest = if lane.inflight.is_empty() {
-                    0
-                } else {
-                    ns_since(ctx.epoch, *last)
-                };
-                lane.stats.oldest_post_ns.store(oldest, Ordering::Relaxed);
+                let k = lane.completed_total;
+                lane.completed_total += 1;
                 progressed = true;
+                // Bytes that still have to reach the device buffer are queued on the GPU; the
+                // receive counts as delivered (and its slot is released) when that has run.
+                let queued = match gpu.as_deref_mut() {
+                    Some(g) => match lane.unpack {
+                        Some(ring) => {
+                            g.queue_unpack(ring.job(k, g.dev_base() + op.off, op.len)?)?;
+                            Some(g.pending_batch())
+                        }
+                        None if g.path == CudaPath::Staged => {
+                            g.queue_stage_in(op.off, op.len)?;
+                            Some(g.pending_batch())
+                        }
+                        None => None,
+                    },
+                    None => None,
+                };
+                match queued {
+                    Some(batch) => lane.landing.push_back((idx, done, batch)),
+                    None => deliver(lane, op, done, state, clock)?,
+                }
+                note_done(&lane.stats, ctx.epoch, clock.last, !lane.inflight.is_empty());
             }
         }
     }
     Ok(progressed)
 }
 
-/// Host memory is usable as soon as the receive completes, so the slot is released at once, in
-/// completion (= FIFO) order. Device-unpack delivery releases it after the unpack kernel instead.
-fn consume(lane: &mut RecvLane, done: Option<RecvDone>) -> Result<(), IterationError> {
+/// Releases, in order, the landing receives whose GPU batch has completed.
+fn retire_landed(
+    lane: &mut RecvLane,
+    ops: &[RecvOp],
+    state: &mut IterationState,
+    completed: u64,
+    clock: &mut Clock,
+) -> Result<bool, IterationError> {
+    let mut progressed = false;
+    while lane.landing.front().is_some_and(|l| l.2 <= completed) {
+        let (idx, done, _) = lane.landing.pop_front().expect("front exists");
+        deliver(lane, ops[idx as usize], done, state, clock)?;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+/// The receive's bytes are in the destination buffer: release the plugin slot (irecvConsumed,
+/// in FIFO order) and record the delivery.
+fn deliver(
+    lane: &mut RecvLane,
+    op: RecvOp,
+    done: Option<RecvDone>,
+    state: &mut IterationState,
+    clock: &mut Clock,
+) -> Result<(), IterationError> {
     if let Some(done) = done {
         lane.comm.consume(done)?;
     }
     lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
+    clock.last = Instant::now();
+    clock.bytes += op.len;
+    state.received[op.slot as usize] = true;
+    state.flow_done[op.flow as usize] = Some(clock.last);
+    state.round_left[op.round as usize] -= 1;
     Ok(())
 }
 

@@ -4,11 +4,12 @@
 //! plugin calls for a comm happen on one thread, as NCCL's proxy thread does and as TCPX requires.
 
 use super::buffer::HostBuffer;
+use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::progress::{
     run_iteration, IterationError, IterationState, IterationTiming, LoopContext, RecvLane, SendLane,
 };
 use super::schedule::{Lanes, Schedule};
-use super::{EngineConfig, Shared};
+use super::{EngineConfig, MemKind, Shared};
 use crate::check;
 use crate::plan::Plan;
 use nccl_net::{ListenComm, MemType, NetHandle, PendingConnect, Plugin, RecvComm, SendComm};
@@ -22,7 +23,7 @@ pub struct Worker {
     shared: Arc<Shared>,
     lanes: Lanes,
     net_dev: usize,
-    buffer: Option<HostBuffer>,
+    memory: Option<Memory>,
     listens: Vec<ListenComm>,
     send: Vec<SendLane>,
     recv: Vec<RecvLane>,
@@ -32,6 +33,30 @@ pub struct Worker {
     /// Sum over timed iterations of each incoming flow's completion time (seconds).
     flow_time_sum: Vec<f64>,
     wrong: u64,
+}
+
+/// An endpoint's buffer: host memory, or a GPU buffer with its staging and stream.
+enum Memory {
+    Host(HostBuffer),
+    Gpu(Box<GpuState>),
+}
+
+impl Memory {
+    /// The pointer handed to the plugin and how it is registered.
+    fn net_view(&mut self) -> (*mut u8, usize, MemType) {
+        match self {
+            Memory::Host(b) => (b.as_mut_ptr(), b.len(), MemType::Host),
+            Memory::Gpu(g) => {
+                let len = g.buffer.len();
+                let mem = if g.path == CudaPath::Direct {
+                    MemType::Cuda
+                } else {
+                    MemType::Host
+                };
+                (g.net_base(), len, mem)
+            }
+        }
+    }
 }
 
 /// What a worker returns from a size: per-flow time sums and wrong bytes.
@@ -57,7 +82,7 @@ impl Worker {
             shared,
             lanes,
             net_dev,
-            buffer: None,
+            memory: None,
             listens: Vec::new(),
             send: Vec::new(),
             recv: Vec::new(),
@@ -76,7 +101,19 @@ impl Worker {
     /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
     /// (global handle slot, handle) pairs for the MPI exchange.
     pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(usize, NetHandle)>, String> {
-        self.buffer = Some(HostBuffer::new(buffer_len as usize)?);
+        self.memory = Some(match self.config.mem {
+            MemKind::Host => Memory::Host(HostBuffer::new(buffer_len as usize)?),
+            MemKind::Cuda(path) => {
+                let lanes = self.lanes.send_peers.len() + self.lanes.recv_peers.len();
+                let batches = lanes * self.lanes.channels * self.config.window + 8;
+                let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
+                // Opening the GPU also makes its context current on this thread, where the
+                // plugin (TCPX-style) takes the device from in listen/connect/accept/regMr.
+                let state = GpuState::new(gpu, buffer_len as usize, path, batches)
+                    .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
+                Memory::Gpu(Box::new(state))
+            }
+        });
         let mut handles = Vec::new();
         for &peer in &self.lanes.recv_peers.clone() {
             for ch in 0..self.lanes.channels {
@@ -150,14 +187,14 @@ impl Worker {
             std::thread::sleep(Duration::from_micros(200));
         }
         self.listens.clear();
-        let buffer = self.buffer.as_mut().expect("listen allocated the buffer");
-        let (base, len) = (buffer.as_mut_ptr(), buffer.len());
+        let memory = self.memory.as_mut().expect("listen allocated the buffer");
+        let (base, len, mem) = memory.net_view();
         let window = self.config.window;
         for (i, comm) in sends.into_iter().enumerate() {
             let mut comm = comm.expect("all connects completed");
             // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
             // in `close`).
-            let mr = unsafe { comm.register(base, len, MemType::Host) }.map_err(|e| e.to_string())?;
+            let mr = unsafe { comm.register(base, len, mem) }.map_err(|e| e.to_string())?;
             let peer = self.label(pending[i].0);
             let lane = SendLane::new(comm, mr, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
@@ -166,9 +203,15 @@ impl Worker {
         for (i, comm) in recvs.into_iter().enumerate() {
             let mut comm = comm.expect("all accepts completed");
             // SAFETY: as above.
-            let mr = unsafe { comm.register(base, len, MemType::Host) }.map_err(|e| e.to_string())?;
+            let mr = unsafe { comm.register(base, len, mem) }.map_err(|e| e.to_string())?;
             let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
-            let lane = RecvLane::new(comm, mr, peer, window);
+            let unpack = match (self.memory.as_ref(), comm.device_handle()) {
+                (Some(Memory::Gpu(g)), Some(handle)) if g.path == CudaPath::Direct => {
+                    UnpackRing::from_handle(&g.device, handle).map_err(|e| format!("receive comm from {peer}: {e}"))?
+                }
+                _ => None,
+            };
+            let lane = RecvLane::new(comm, mr, peer, window, unpack);
             self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
             self.recv.push(lane);
         }
@@ -185,18 +228,34 @@ impl Worker {
     }
 
     /// Writes this endpoint's pattern for iteration `iter` into its send ranges.
-    pub fn fill(&mut self, iter: u32) {
+    pub fn fill(&mut self, iter: u32) -> Result<(), String> {
         let plan = self.plan.as_ref().expect("prepared");
-        let buffer = self.buffer.as_mut().expect("allocated").as_mut_slice();
-        for f in &plan.fills[self.endpoint] {
-            let range = f.off as usize..(f.off + f.len) as usize;
-            check::fill(&mut buffer[range], self.endpoint as u32, iter, f.origin_off);
+        let origin = self.endpoint as u32;
+        match self.memory.as_mut().expect("allocated") {
+            Memory::Host(b) => {
+                let buffer = b.as_mut_slice();
+                for f in &plan.fills[self.endpoint] {
+                    let range = f.off as usize..(f.off + f.len) as usize;
+                    check::fill(&mut buffer[range], origin, iter, f.origin_off);
+                }
+            }
+            Memory::Gpu(g) => {
+                for f in &plan.fills[self.endpoint] {
+                    g.fill(f.off, f.len, origin, iter, f.origin_off)?;
+                }
+            }
         }
+        Ok(())
     }
 
     /// Runs one iteration from `start` (the instant the start signal arrived).
     pub fn run(&mut self, start: Instant, timed: bool) -> Result<IterationTiming, IterationError> {
-        let base = self.buffer.as_mut().expect("allocated").as_mut_ptr();
+        let memory = self.memory.as_mut().expect("allocated");
+        let base = memory.net_view().0;
+        let gpu = match memory {
+            Memory::Gpu(g) => Some(&mut **g),
+            Memory::Host(_) => None,
+        };
         let ctx = LoopContext {
             schedule: &self.schedule,
             window: self.config.window,
@@ -207,7 +266,7 @@ impl Worker {
             abort: &self.shared.abort,
         };
         let state = self.state.as_mut().expect("prepared");
-        let timing = run_iteration(&ctx, &mut self.send, &mut self.recv, state, start)?;
+        let timing = run_iteration(&ctx, &mut self.send, &mut self.recv, state, gpu, start)?;
         if timed {
             for (flow, done) in state.flow_done.iter().enumerate() {
                 if let Some(t) = done {
@@ -219,16 +278,20 @@ impl Worker {
     }
 
     /// Counts wrong bytes in every range this endpoint received in iteration `iter`.
-    pub fn verify(&mut self, iter: u32) -> u64 {
+    pub fn verify(&mut self, iter: u32) -> Result<u64, String> {
         let plan = self.plan.as_ref().expect("prepared");
-        let buffer = self.buffer.as_ref().expect("allocated").as_slice();
         let mut wrong = 0;
         for f in plan.flows.iter().filter(|f| f.dst == self.endpoint) {
-            let range = f.dst_off as usize..(f.dst_off + f.len) as usize;
-            wrong += check::verify(&buffer[range], f.origin as u32, iter, f.origin_off);
+            wrong += match self.memory.as_ref().expect("allocated") {
+                Memory::Host(b) => {
+                    let range = f.dst_off as usize..(f.dst_off + f.len) as usize;
+                    check::verify(&b.as_slice()[range], f.origin as u32, iter, f.origin_off)
+                }
+                Memory::Gpu(g) => g.verify(f.dst_off, f.len, f.origin as u32, iter, f.origin_off)?,
+            };
         }
         self.wrong += wrong;
-        wrong
+        Ok(wrong)
     }
 
     /// Per-flow time sums and wrong bytes for the size just measured.
@@ -261,6 +324,6 @@ impl Worker {
         self.send.clear();
         self.recv.clear();
         self.listens.clear();
-        self.buffer = None;
+        self.memory = None;
     }
 }
