@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU checks and benchmarks on the 4 x H200 test host (issue 4), one call:
+#  1. kernels: fill/verify/unpack against the CPU reference, and the unpack benchmark
+#     (gather of scrambled 4 KiB fragments vs cuMemcpyDtoD of the same bytes);
+#  2. every pattern with --mem cuda -c 1 through tcpx-emu in unpack mode: 2 and 4 GPUs with one
+#     rank per GPU, and one rank driving all GPUs (-g); each must exit 0 with #wrong == 0;
+#  3. sendrecv and fullmesh, 4 GPUs, 1 MiB .. 1 GiB, --mem cuda and --mem host in the same run
+#     (result directories under $OUT_DIR).
+# Usage on the GPU host, binaries carried in BIN_DIR (tcpx-perf, libnccl_net_tcpxemu.so, gpu_check):
+#   BIN_DIR=.device/bin OUT_DIR=$OUT/results launch/h200-gpu-tests.sh
+set -uo pipefail
+BIN_DIR=${BIN_DIR:-target/release}
+OUT_DIR=${OUT_DIR:-results}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+export NCCL_NVLS_ENABLE=0
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+TUNE=(-x NCCL_NSOCKS_PERTHREAD=8 -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK_SIZE=1048576)
+fail=0
+echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(nproc) cores"
+
+if [ -x "$BIN_DIR/gpu_check" ]; then
+  echo "## kernels"
+  "$BIN_DIR/gpu_check" 2>&1 | grep -E '^\[|RESULT|unpack benchmark|request|K +[0-9]|driver|NVRTC' || fail=1
+fi
+
+echo "## correctness: every pattern, --mem cuda -c 1, tcpx-emu unpack mode"
+for shape in "2 1" "4 1" "1 2" "1 4"; do
+  set -- $shape; np=$1; g=$2
+  for pattern in sendrecv pairs ring fullmesh; do
+    out=$("${MPI[@]}" -np "$np" "${TUNE[@]}" "$BIN_DIR/tcpx-perf" --pattern "$pattern" -g "$g" --mem cuda \
+          -b 1M -e 64M -f 8 -n 5 -w 1 --chunk 4M --window 8 --no-out --progress never 2>&1)
+    rc=$?
+    wrong=$(echo "$out" | awk '/Out of bounds values/ {print $6}')
+    path=$(echo "$out" | grep -m1 '^# memory:' | cut -c1-60)
+    printf '%-9s np=%d -g %d: exit %d, wrong %s  %s\n' "$pattern" "$np" "$g" "$rc" "${wrong:-?}" "$path"
+    if [ "$rc" -ne 0 ] || [ "${wrong:-x}" != 0 ]; then fail=1; echo "$out" | tail -15; fi
+  done
+done
+
+echo "## performance: 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory"
+for pattern in sendrecv fullmesh; do
+  for mem in cuda host; do
+    dir="$OUT_DIR/h200-${STAMP}-${pattern}-${mem}"
+    echo "# command: NCCL_NSOCKS_PERTHREAD=8 NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=1048576 mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk 4M --window 8 --channels 2"
+    "${MPI[@]}" -np 4 "${TUNE[@]}" "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem "$mem" -b 1M -e 1G -f 2 -n 20 -w 5 \
+      --chunk 4M --window 8 --channels 2 --progress never --out "$dir" 2>&1 \
+      | grep -E '^ +[0-9]|^# memory|Out of bounds|Avg bus|error|timeout' || fail=1
+  done
+done
+echo "gpu tests: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
+exit $fail
