@@ -18,32 +18,36 @@ TUNE=(-x NCCL_NSOCKS_PERTHREAD=8 -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK
 fail=0
 echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(nproc) cores"
 
-if [ -x "$BIN_DIR/gpu_check" ]; then
+SECTIONS=${SECTIONS:-kernels correctness performance}
+on() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
+
+if on kernels && [ -x "$BIN_DIR/gpu_check" ]; then
   echo "## kernels"
   "$BIN_DIR/gpu_check" 2>&1 | grep -E '^\[|RESULT|unpack benchmark|request|K +[0-9]|driver|NVRTC' || fail=1
 fi
 
-echo "## correctness: every pattern, --mem cuda -c 1, tcpx-emu unpack mode"
-for shape in "2 1" "4 1" "1 2" "1 4"; do
+on correctness && echo "## correctness: every pattern, --mem cuda -c 1, tcpx-emu unpack mode"
+on correctness && for shape in "2 1" "4 1" "1 2" "1 4"; do
   set -- $shape; np=$1; g=$2
   for pattern in sendrecv pairs ring fullmesh; do
     out=$("${MPI[@]}" -np "$np" "${TUNE[@]}" "$BIN_DIR/tcpx-perf" --pattern "$pattern" -g "$g" --mem cuda \
-          -b 1M -e 64M -f 8 -n 5 -w 1 --chunk 4M --window 8 --no-out --progress never 2>&1)
+          -b 1M -e 64M -f 8 -n 5 -w 1 --chunk 4M --window 8 -T 60 --no-out --progress never 2>&1)
     rc=$?
-    wrong=$(echo "$out" | awk '/Out of bounds values/ {print $6}')
+    wrong=$(echo "$out" | awk '/Out of bounds values/ {print $7}')
     path=$(echo "$out" | grep -m1 '^# memory:' | cut -c1-60)
     printf '%-9s np=%d -g %d: exit %d, wrong %s  %s\n' "$pattern" "$np" "$g" "$rc" "${wrong:-?}" "$path"
     if [ "$rc" -ne 0 ] || [ "${wrong:-x}" != 0 ]; then fail=1; echo "$out" | tail -15; fi
   done
 done
 
-echo "## performance: 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory"
-for pattern in sendrecv fullmesh; do
+CHANNELS=${CHANNELS:-2}
+on performance && echo "## performance: 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory, --channels $CHANNELS"
+on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
   for mem in cuda host; do
-    dir="$OUT_DIR/h200-${STAMP}-${pattern}-${mem}"
-    echo "# command: NCCL_NSOCKS_PERTHREAD=8 NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=1048576 mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk 4M --window 8 --channels 2"
+    dir="$OUT_DIR/h200-${STAMP}-${pattern}-${mem}-ch${CHANNELS}"
+    echo "# command: NCCL_NSOCKS_PERTHREAD=8 NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=1048576 mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk 4M --window 8 --channels $CHANNELS"
     "${MPI[@]}" -np 4 "${TUNE[@]}" "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem "$mem" -b 1M -e 1G -f 2 -n 20 -w 5 \
-      --chunk 4M --window 8 --channels 2 --progress never --out "$dir" 2>&1 \
+      --chunk 4M --window 8 --channels "$CHANNELS" -T 120 --progress never --out "$dir" 2>&1 \
       | grep -E '^ +[0-9]|^# memory|Out of bounds|Avg bus|error|timeout' || fail=1
   done
 done

@@ -63,14 +63,7 @@ pub const NCCL_ALL: c_ulong = !0;
 /// Stable Rust can declare and call a C-variadic function pointer, but cannot define one; the loader
 /// in tcpx-perf therefore passes a small C shim.
 pub type DebugLogger = Option<
-    unsafe extern "C" fn(
-        level: LogLevel,
-        flags: c_ulong,
-        file: *const c_char,
-        line: c_int,
-        fmt: *const c_char,
-        ...
-    ),
+    unsafe extern "C" fn(level: LogLevel, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...),
 >;
 
 /// `ncclProfilerCallback_t` (v10+). Drivers pass NULL; plugins must tolerate that.
@@ -314,7 +307,13 @@ pub type GetProperties<P> = fnptr!(c_int, Out<P>);
 pub type Listen = fnptr!(c_int, *mut c_void, Out<Comm>);
 pub type ListenV11 = fnptr!(*mut c_void, c_int, *mut c_void, Out<Comm>);
 pub type ConnectV7 = fnptr!(c_int, *mut c_void, Out<Comm>, *mut *mut DeviceHandleV7);
-pub type ConnectV10 = fnptr!(c_int, *mut CommConfigV10, *mut c_void, Out<Comm>, *mut *mut DeviceHandleV7);
+pub type ConnectV10 = fnptr!(
+    c_int,
+    *mut CommConfigV10,
+    *mut c_void,
+    Out<Comm>,
+    *mut *mut DeviceHandleV7
+);
 pub type ConnectV11 = fnptr!(*mut c_void, c_int, *mut c_void, Out<Comm>, *mut *mut DeviceHandleV7);
 pub type Accept = fnptr!(Comm, Out<Comm>, *mut *mut DeviceHandleV7);
 pub type RegMrV7 = fnptr!(Comm, *mut c_void, c_int, c_int, Out<*mut c_void>);
@@ -323,11 +322,33 @@ pub type RegMrDmaBuf = fnptr!(Comm, *mut c_void, usize, c_int, u64, c_int, Out<*
 pub type DeregMr = fnptr!(Comm, *mut c_void);
 pub type IsendV7 = fnptr!(Comm, *mut c_void, c_int, c_int, *mut c_void, Out<*mut c_void>);
 pub type IsendV9 = fnptr!(Comm, *mut c_void, usize, c_int, *mut c_void, Out<*mut c_void>);
-pub type IsendV10 = fnptr!(Comm, *mut c_void, usize, c_int, *mut c_void, *mut c_void, Out<*mut c_void>);
-pub type IrecvV7 =
-    fnptr!(Comm, c_int, *mut *mut c_void, *mut c_int, *mut c_int, *mut *mut c_void, Out<*mut c_void>);
-pub type IrecvV9 =
-    fnptr!(Comm, c_int, *mut *mut c_void, *mut usize, *mut c_int, *mut *mut c_void, Out<*mut c_void>);
+pub type IsendV10 = fnptr!(
+    Comm,
+    *mut c_void,
+    usize,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+    Out<*mut c_void>
+);
+pub type IrecvV7 = fnptr!(
+    Comm,
+    c_int,
+    *mut *mut c_void,
+    *mut c_int,
+    *mut c_int,
+    *mut *mut c_void,
+    Out<*mut c_void>
+);
+pub type IrecvV9 = fnptr!(
+    Comm,
+    c_int,
+    *mut *mut c_void,
+    *mut usize,
+    *mut c_int,
+    *mut *mut c_void,
+    Out<*mut c_void>
+);
 pub type IrecvV10 = fnptr!(
     Comm,
     c_int,
@@ -338,7 +359,14 @@ pub type IrecvV10 = fnptr!(
     *mut *mut c_void,
     Out<*mut c_void>
 );
-pub type Iflush = fnptr!(Comm, c_int, *mut *mut c_void, *mut c_int, *mut *mut c_void, Out<*mut c_void>);
+pub type Iflush = fnptr!(
+    Comm,
+    c_int,
+    *mut *mut c_void,
+    *mut c_int,
+    *mut *mut c_void,
+    Out<*mut c_void>
+);
 pub type Test = fnptr!(*mut c_void, Out<c_int>, *mut c_int);
 pub type Close = fnptr!(Comm);
 pub type GetDeviceMr = fnptr!(Comm, *mut c_void, Out<*mut c_void>);
@@ -619,7 +647,7 @@ mod tests {
     #[test]
     fn unpack_slot_holds_a_full_slice_of_pages() {
         assert_eq!(UNPACK_MAX_SLICE_PAGES, 2048);
-        assert!(UNPACK_MAX_SLICE_PAGES * UNPACK_PAGE_SIZE >= UNPACK_MAX_SLICE_SIZE);
+        const { assert!(UNPACK_MAX_SLICE_PAGES * UNPACK_PAGE_SIZE >= UNPACK_MAX_SLICE_SIZE) };
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::unpack::{UnpackJob, MAX_JOBS_PER_LAUNCH};
 use cudarc::driver::sys::{self, CUfunction, CUmodule};
 use std::ffi::{c_void, CStr};
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const BLOCK: u32 = 256;
 
@@ -25,15 +25,21 @@ struct VerifyState {
     host: PinnedHostBuffer,
 }
 
+/// The loaded kernel module (compiled by NVRTC on first use).
+struct Kernels {
+    module: CUmodule,
+    f_fill: CUfunction,
+    f_verify: CUfunction,
+    f_unpack: CUfunction,
+}
+
 struct Inner {
     // Field order = drop order: buffers and stream before the module, the context last.
     verify: Mutex<VerifyState>,
     unpack_errors: DeviceBuffer,
     stream: Stream,
-    module: CUmodule,
-    f_fill: CUfunction,
-    f_verify: CUfunction,
-    f_unpack: CUfunction,
+    /// Compiled and loaded on the first kernel use ([`Device::open`] forces it at open).
+    kernels: OnceLock<Result<Kernels, GpuError>>,
     info: DeviceInfo,
     ctx: Arc<Ctx>,
 }
@@ -46,11 +52,14 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: the module was loaded in this context and is unloaded once; launches that
-            // used it were on streams synchronized or destroyed by now (cuModuleUnload waits).
-            unsafe {
-                sys::cuModuleUnload(self.module);
+        if let Some(Ok(k)) = self.kernels.get() {
+            if self.ctx.bind().is_ok() {
+                // SAFETY: the module was loaded in this context and is unloaded once; launches
+                // that used it were on streams synchronized or destroyed by now (cuModuleUnload
+                // waits).
+                unsafe {
+                    sys::cuModuleUnload(k.module);
+                }
             }
         }
     }
@@ -72,39 +81,66 @@ fn function(module: CUmodule, name: &CStr) -> Result<CUfunction, GpuError> {
     Ok(f)
 }
 
+fn load_kernels(ctx: &Ctx, cc: (u32, u32)) -> Result<Kernels, GpuError> {
+    let image = kernel_image(cc)?;
+    ctx.bind()?;
+    let mut module: CUmodule = std::ptr::null_mut();
+    // SAFETY: image is a complete CUBIN from NVRTC; the context is current.
+    check(
+        unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) },
+        "cuModuleLoadData",
+    )?;
+    let funcs = (|| {
+        Ok::<_, GpuError>((
+            function(module, c"tcpx_fill")?,
+            function(module, c"tcpx_verify")?,
+            function(module, c"tcpx_unpack")?,
+        ))
+    })();
+    match funcs {
+        Ok((f_fill, f_verify, f_unpack)) => Ok(Kernels {
+            module,
+            f_fill,
+            f_verify,
+            f_unpack,
+        }),
+        Err(e) => {
+            // SAFETY: module was just loaded and is unused.
+            unsafe { sys::cuModuleUnload(module) };
+            Err(e)
+        }
+    }
+}
+
 impl Device {
     /// Opens GPU `ordinal`: retains its primary context, creates a stream, and loads the
     /// kernels, compiled by NVRTC for the GPU's `sm_XY` once per process (later opens reuse
     /// the image).
     pub fn open(ordinal: usize) -> Result<Device, GpuError> {
-        let info = device_info(ordinal)?;
-        let ctx = Ctx::retain(ordinal)?;
-        let image = kernel_image(info.compute_capability)?;
+        let dev = Self::open_lazy(ordinal)?;
+        dev.kernels()?;
+        Ok(dev)
+    }
+
+    /// Like [`open`](Self::open), but the kernels are compiled (NVRTC) and loaded only on the
+    /// first kernel launch: for users that only need memory, streams and copies (a net plugin
+    /// must not pay 100+ ms of NVRTC, nor require NVRTC at all).
+    pub fn open_lazy(ordinal: usize) -> Result<Device, GpuError> {
+        Self::with_ctx(Ctx::retain(ordinal)?)
+    }
+
+    /// The device of the context current on the calling thread (NCCL makes the GPU's primary
+    /// context current with `cudaSetDevice` before it calls a plugin), GPU 0's primary context
+    /// when none is current. Kernels are loaded lazily, as with [`open_lazy`](Self::open_lazy).
+    pub fn current() -> Result<Device, GpuError> {
+        Self::with_ctx(Ctx::current()?)
+    }
+
+    fn with_ctx(ctx: Arc<Ctx>) -> Result<Device, GpuError> {
+        let info = device_info(ctx.ordinal())?;
         ctx.bind()?;
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: image is a complete CUBIN from NVRTC; the context is current.
-        check(
-            unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) },
-            "cuModuleLoadData",
-        )?;
-        let funcs = (|| {
-            Ok::<_, GpuError>((
-                function(module, c"tcpx_fill")?,
-                function(module, c"tcpx_verify")?,
-                function(module, c"tcpx_unpack")?,
-            ))
-        })();
-        let (f_fill, f_verify, f_unpack) = match funcs {
-            Ok(f) => f,
-            Err(e) => {
-                // SAFETY: module was just loaded and is unused.
-                unsafe { sys::cuModuleUnload(module) };
-                return Err(e);
-            }
-        };
         let stream = Stream::with_ctx(ctx.clone())?;
-        // Build the small buffers through a temporary Device-less path: they only need ctx.
-        let tmp = Device {
+        let dev = Device {
             inner: Arc::new(Inner {
                 verify: Mutex::new(VerifyState {
                     counter: DeviceBuffer::from_ctx(ctx.clone(), 8)?,
@@ -112,17 +148,33 @@ impl Device {
                 }),
                 unpack_errors: DeviceBuffer::from_ctx(ctx.clone(), 8)?,
                 stream,
-                module,
-                f_fill,
-                f_verify,
-                f_unpack,
+                kernels: OnceLock::new(),
                 info,
                 ctx,
             }),
         };
-        tmp.inner.unpack_errors.memset(0..8, 0, &tmp.inner.stream)?;
-        tmp.inner.stream.synchronize()?;
-        Ok(tmp)
+        dev.inner.unpack_errors.memset(0..8, 0, &dev.inner.stream)?;
+        dev.inner.stream.synchronize()?;
+        Ok(dev)
+    }
+
+    fn kernels(&self) -> Result<&Kernels, GpuError> {
+        self.inner
+            .kernels
+            .get_or_init(|| load_kernels(&self.inner.ctx, self.inner.info.compute_capability))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether the kernels are loaded (always after [`open`](Self::open); after the first
+    /// kernel use with [`open_lazy`](Self::open_lazy) / [`current`](Self::current)).
+    pub fn kernels_loaded(&self) -> bool {
+        matches!(self.inner.kernels.get(), Some(Ok(_)))
+    }
+
+    /// Address of this device's context (`CUcontext`), an identity for caches.
+    pub fn context_id(&self) -> usize {
+        self.inner.ctx.raw as usize
     }
 
     pub(crate) fn ctx(&self) -> &Arc<Ctx> {
@@ -162,6 +214,13 @@ impl Device {
     /// Allocates `len` bytes of pinned host memory (see [`PinnedHostBuffer::new`]).
     pub fn alloc_pinned(&self, len: usize, flags: PinnedFlags) -> Result<PinnedHostBuffer, GpuError> {
         PinnedHostBuffer::new(self, len, flags)
+    }
+
+    /// Makes this GPU's primary context current on the calling thread. Net plugins (TCPX,
+    /// tcpx-emu in unpack mode) take the GPU from the calling thread's context in listen,
+    /// connect, accept and regMr, as NCCL's `cudaSetDevice` arranges; call this first.
+    pub fn make_current(&self) -> Result<(), GpuError> {
+        self.inner.ctx.bind()
     }
 
     /// Waits for all work on every stream of this device's context.
@@ -251,7 +310,13 @@ impl Device {
             (&mut i as *mut u32).cast(),
             (&mut off as *mut u64).cast(),
         ];
-        self.launch(self.inner.f_fill, (self.grid_for(words), 1), BLOCK, &mut params, stream)
+        self.launch(
+            self.kernels()?.f_fill,
+            (self.grid_for(words), 1),
+            BLOCK,
+            &mut params,
+            stream,
+        )
     }
 
     /// Counts the bytes of `buf[range]` that differ from the pattern (0 = intact). Runs on
@@ -302,7 +367,7 @@ impl Device {
             (&mut c as *mut u64).cast(),
         ];
         self.launch(
-            self.inner.f_verify,
+            self.kernels()?.f_verify,
             (self.grid_for(words), 1),
             BLOCK,
             &mut params,
@@ -379,7 +444,7 @@ impl Device {
                 (&mut errs as *mut u64).cast(),
             ];
             let block = (warps * 32) as u32;
-            self.launch(self.inner.f_unpack, (grid_x, n), block, &mut params, stream)?;
+            self.launch(self.kernels()?.f_unpack, (grid_x, n), block, &mut params, stream)?;
         }
         Ok(())
     }

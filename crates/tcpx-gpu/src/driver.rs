@@ -171,6 +171,9 @@ pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
 pub(crate) struct Ctx {
     pub(crate) dev: CUdevice,
     pub(crate) raw: CUcontext,
+    /// Whether we hold a primary-context retain to release in Drop (false: a borrowed,
+    /// non-primary context that its creator keeps alive).
+    owned: bool,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (the driver API is thread-safe
@@ -188,9 +191,43 @@ impl Ctx {
             unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, dev) },
             "cuDevicePrimaryCtxRetain",
         )?;
-        let ctx = Arc::new(Ctx { dev, raw });
+        let ctx = Arc::new(Ctx { dev, raw, owned: true });
         ctx.bind()?;
         Ok(ctx)
+    }
+
+    /// The context current on the calling thread (what NCCL's `cudaSetDevice` made current
+    /// before calling a plugin), or GPU 0's primary context when none is current (what
+    /// `cudaGetDevice` would pick). A primary context is retained (so it outlives its users);
+    /// any other context is borrowed: its creator must keep it alive.
+    pub(crate) fn current() -> Result<Arc<Ctx>, GpuError> {
+        init()?;
+        let mut raw: CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live CUcontext.
+        check(unsafe { sys::cuCtxGetCurrent(&mut raw) }, "cuCtxGetCurrent")?;
+        if raw.is_null() {
+            return Ctx::retain(0);
+        }
+        let mut dev: CUdevice = 0;
+        // SAFETY: out-pointer to a live CUdevice; a context is current.
+        check(unsafe { sys::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+        let mut primary: CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live CUcontext; dev is valid. Released below or in Drop.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, dev) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        if primary == raw {
+            return Ok(Arc::new(Ctx { dev, raw, owned: true }));
+        }
+        // SAFETY: balances the retain just above.
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
+        Ok(Arc::new(Ctx { dev, raw, owned: false }))
+    }
+
+    /// The CUDA ordinal of the context's device.
+    pub(crate) fn ordinal(&self) -> usize {
+        self.dev as usize
     }
 
     /// Makes this context current on the calling thread.
@@ -203,9 +240,33 @@ impl Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: balances the retain in Ctx::retain; all objects holding this Ctx are gone.
         unsafe {
             sys::cuDevicePrimaryCtxRelease_v2(self.dev);
         }
+    }
+}
+
+/// Whether `addr` is device memory (`CU_MEMORYTYPE_DEVICE`, cuMem/VMM allocations included)
+/// according to `cuPointerGetAttribute`. Host memory, pinned host memory and addresses CUDA
+/// does not know are `false`; no driver is an error.
+pub fn pointer_is_device(addr: u64) -> Result<bool, GpuError> {
+    init()?;
+    let mut ty: u32 = 0;
+    // SAFETY: out-pointer to a live u32 (the attribute is a CUmemorytype, 4 bytes).
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ty as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            addr,
+        )
+    };
+    match r {
+        CUresult::CUDA_SUCCESS => Ok(ty == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32),
+        CUresult::CUDA_ERROR_INVALID_VALUE => Ok(false),
+        r => check(r, "cuPointerGetAttribute").map(|_| false),
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! - [`Gpu::probe`]: which GPUs exist, `Ok(None)` with no driver (CI), never a panic.
 //! - [`Device`]: a GPU's primary context (shared with NCCL and the plugin), a stream, and the
-//!   kernels from `kernels/*.cu`, compiled by NVRTC for the GPU's `sm_XY` once per process.
+//!   kernels from `kernels/*.cu`, compiled by NVRTC for the GPU's `sm_XY` once per process
+//!   (at [`Device::open`], or at the first launch with [`Device::open_lazy`] /
+//!   [`Device::current`], which a net plugin uses: no NVRTC needed for memory and copies).
 //! - Memory: [`DeviceBuffer`] (4 KiB-aligned), [`PinnedHostBuffer`] (optionally mapped),
 //!   [`Stream`], [`Event`]: RAII, `Send + Sync`, raw addresses out for plugin calls.
 //! - Kernels: [`Device::fill`] / [`Device::verify`] (the `src/check.rs` pattern, bit-exact),
@@ -29,7 +31,7 @@ pub mod pattern;
 pub mod unpack;
 
 pub use device::Device;
-pub use driver::{DeviceInfo, Gpu, GpuInfo};
+pub use driver::{pointer_is_device, DeviceInfo, Gpu, GpuInfo};
 pub use error::GpuError;
 pub use memory::{DeviceBuffer, Event, PinnedFlags, PinnedHostBuffer, Stream, DEVICE_BUFFER_ALIGN};
 pub use nccl_net_abi::LoadMeta;

@@ -25,7 +25,10 @@ use std::thread::JoinHandle;
 
 use crate::error::{NetError, NetResult};
 use crate::fault::{abort_socket, corrupt_offset, Fault, FaultKind, CORRUPT_XOR};
+use crate::gpu::CommGpu;
+use crate::scramble::{MAX_DESCRIPTORS, MAX_RECV};
 use crate::worker::{self, send_all, Dir, Job, Shared, MAX_REQUESTS};
+use tcpx_gpu::unpack::Rng;
 
 const CTRL_MAGIC: [u8; 4] = *b"TXCM";
 const CTRL_LEN: usize = 16;
@@ -50,6 +53,47 @@ struct ReqInfo {
     cap: usize,
     /// Actual size (for receives: announced by the sender).
     size: usize,
+    /// Device memory (unpack mode).
+    cuda: bool,
+    /// Descriptors written to the slot's `netUnpackMeta` entry (CUDA receives).
+    cnt: u64,
+}
+
+/// Unpack-mode options of a comm (`TCPXEMU_MODE=unpack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackOpts {
+    /// Largest run of consecutive pages kept together in the bounce buffer.
+    pub max_run: usize,
+    /// Seed of the comm's scramble RNG (mixed with a per-comm random value unless fixed).
+    pub seed: u64,
+    /// Size of the GPU's bounce pool, should this comm be the first to need it.
+    pub pool_bytes: usize,
+}
+
+/// What `accept` reports about a receive comm's device-unpack resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackInfo {
+    /// Device address of the `unpackNetDeviceHandle`.
+    pub handle: u64,
+    /// Device address of the host-mapped `netUnpackMeta` ring.
+    pub meta: u64,
+    /// `bounce_buf`: the base of the GPU's bounce pool, shared by its receive comms.
+    pub bounce: u64,
+    pub pool_len: usize,
+    /// This comm's region of the pool (`src_off` values fall inside it).
+    pub region_off: usize,
+    pub region_len: usize,
+    /// CUDA ordinal of the comm's GPU.
+    pub gpu: usize,
+}
+
+/// Counters of an unpack-mode receive comm, logged when it closes.
+#[derive(Debug, Clone, Copy, Default)]
+struct UnpackStats {
+    cuda_recvs: u64,
+    cuda_bytes: u64,
+    descriptors: u64,
+    host_recvs: u64,
 }
 
 struct Caller {
@@ -68,6 +112,8 @@ struct Caller {
     /// The peer closed the ctrl socket.
     peer_closed: bool,
     close_fault_fired: bool,
+    rng: Rng,
+    stats: UnpackStats,
 }
 
 /// A send or receive comm.
@@ -78,12 +124,30 @@ pub struct Comm {
     caller: Mutex<Caller>,
     workers: Vec<JoinHandle<()>>,
     report_sizes: bool,
+    max_run: usize,
 }
 
 impl Comm {
     /// Builds a comm over an established connection and starts its helper threads.
-    pub fn new(dir: Dir, conn: Connected, report_sizes: bool, fault: Option<Fault>) -> NetResult<Box<Comm>> {
-        let shared = Arc::new(Shared::new(dir, conn.peer, conn.data, conn.chunk_size, fault));
+    pub fn new(
+        dir: Dir,
+        conn: Connected,
+        report_sizes: bool,
+        fault: Option<Fault>,
+        unpack: Option<UnpackOpts>,
+    ) -> NetResult<Box<Comm>> {
+        // GPU resources come first, on the calling thread (its current CUDA context).
+        let gpu = match unpack {
+            Some(u) => Some(CommGpu::new(
+                dir == Dir::Recv,
+                conn.data.len(),
+                conn.chunk_size,
+                u.pool_bytes,
+            )?),
+            None => None,
+        };
+        let seed = unpack.map_or(0, |u| u.seed);
+        let shared = Arc::new(Shared::new(dir, conn.peer, conn.data, conn.chunk_size, fault, gpu));
         let mut comm = Box::new(Comm {
             dir,
             ctrl: conn.ctrl,
@@ -99,9 +163,12 @@ impl Comm {
                 ctrl_have: 0,
                 peer_closed: false,
                 close_fault_fired: false,
+                rng: Rng::new(seed),
+                stats: UnpackStats::default(),
             }),
             workers: Vec::new(),
             report_sizes,
+            max_run: unpack.map_or(1, |u| u.max_run),
         });
         if (&*comm as *const Comm as usize) & !ADDR_MASK != 0 {
             return Err(NetError::internal(
@@ -136,6 +203,31 @@ impl Comm {
     /// Number of data sockets.
     pub fn nsocks(&self) -> usize {
         self.shared.socks.len()
+    }
+
+    /// Whether the comm has GPU resources (unpack mode).
+    pub fn is_unpack(&self) -> bool {
+        self.shared.gpu.is_some()
+    }
+
+    /// Receive comms in unpack mode: where the device-unpack resources are.
+    pub fn unpack_handle(&self) -> Option<UnpackInfo> {
+        let g = self.shared.gpu.as_ref()?;
+        let r = g.recv.as_ref()?;
+        Some(UnpackInfo {
+            handle: r.handle_ptr(),
+            meta: r.meta_dev,
+            bounce: r.bounce_base(),
+            pool_len: r.pool.buf.len(),
+            region_off: r.region_off,
+            region_len: r.region_len,
+            gpu: g.dev.ordinal(),
+        })
+    }
+
+    /// Receive comms in unpack mode: `cnt[slot]` of the `netUnpackMeta` ring (for tests).
+    pub fn unpack_cnt(&self, slot: usize) -> Option<u64> {
+        Some(self.shared.gpu.as_ref()?.recv.as_ref()?.cnt(slot))
     }
 
     fn lock(&self) -> MutexGuard<'_, Caller> {
@@ -208,8 +300,23 @@ impl Comm {
     /// `ptr..ptr+size` must stay readable until `test` reports the request done (or the comm is
     /// closed).
     pub unsafe fn isend(&self, ptr: *const u8, size: usize) -> NetResult<Request> {
+        // SAFETY: forwarded contract.
+        unsafe { self.isend_mem(ptr, size, false) }
+    }
+
+    /// [`isend`](Self::isend) of host (`cuda = false`) or device memory (unpack mode only:
+    /// staged through pinned memory by the helper threads).
+    ///
+    /// # Safety
+    /// As [`isend`](Self::isend); device memory must belong to the comm's CUDA context.
+    pub unsafe fn isend_mem(&self, ptr: *const u8, size: usize, cuda: bool) -> NetResult<Request> {
         if self.dir != Dir::Send {
             return Err(NetError::invalid_usage("isend on a receive comm"));
+        }
+        if cuda && !self.is_unpack() {
+            return Err(NetError::invalid_argument(
+                "isend of CUDA memory on a host-mode comm: set TCPXEMU_MODE=unpack (or auto on a GPU host)",
+            ));
         }
         let mut c = self.lock();
         let seq = self.admit(&mut c)?;
@@ -228,6 +335,8 @@ impl Comm {
             ptr: ptr as usize,
             cap: size,
             size,
+            cuda,
+            cnt: 0,
         };
         self.shared.pending[slot].store(size, Ordering::Relaxed);
         let job = Job {
@@ -235,6 +344,7 @@ impl Comm {
             ptr: ptr as usize,
             len: size,
             first_chunk: c.next_chunk,
+            cuda,
         };
         c.next_chunk += self.shared.chunks(size);
         c.posted += 1;
@@ -248,8 +358,29 @@ impl Comm {
     /// # Safety
     /// `ptr..ptr+cap` must stay writable until the request completes (or the comm is closed).
     pub unsafe fn irecv(&self, ptr: *mut u8, cap: usize) -> NetResult<Request> {
+        // SAFETY: forwarded contract.
+        unsafe { self.irecv_mem(ptr, cap, false) }
+    }
+
+    /// [`irecv`](Self::irecv) into host (`cuda = false`) or device memory. A CUDA receive (unpack
+    /// mode only) never touches `ptr`: its bytes land in the bounce buffer and the slot's
+    /// `netUnpackMeta` entry says where; at most 4 MiB (2048 fragments), as TCPX.
+    ///
+    /// # Safety
+    /// As [`irecv`](Self::irecv).
+    pub unsafe fn irecv_mem(&self, ptr: *mut u8, cap: usize, cuda: bool) -> NetResult<Request> {
         if self.dir != Dir::Recv {
             return Err(NetError::invalid_usage("irecv on a send comm"));
+        }
+        if cuda && cap > MAX_RECV {
+            return Err(NetError::invalid_argument(format!(
+                "CUDA receive of {cap} bytes exceeds the device-unpack limit of {MAX_RECV} bytes ({MAX_DESCRIPTORS} fragments of 4 KiB per receive, NET_UNPACK_MAX_SLICE_SIZE): post receives of at most {MAX_RECV} bytes (TCPX exits on this)"
+            )));
+        }
+        if cuda && !self.is_unpack() {
+            return Err(NetError::invalid_argument(
+                "irecv into CUDA memory on a host-mode comm: set TCPXEMU_MODE=unpack (or auto on a GPU host)",
+            ));
         }
         let mut c = self.lock();
         let seq = self.admit(&mut c)?;
@@ -258,6 +389,8 @@ impl Comm {
             ptr: ptr as usize,
             cap,
             size: 0,
+            cuda,
+            cnt: 0,
         };
         c.posted += 1;
         self.progress(&mut c);
@@ -327,17 +460,45 @@ impl Comm {
                 return;
             };
             c.reqs[slot].size = size;
+            let cuda = c.reqs[slot].cuda;
+            if cuda && size > 0 {
+                if let Err(e) = self.plan_unpack(c, slot, size) {
+                    self.shared.set_error(e);
+                    return;
+                }
+            }
             self.shared.pending[slot].store(size, Ordering::Relaxed);
             let job = Job {
                 seq,
                 ptr: c.reqs[slot].ptr,
                 len: size,
                 first_chunk: c.next_chunk,
+                cuda,
             };
             c.next_chunk += self.shared.chunks(size);
             c.matched += 1;
             self.shared.publish(job);
         }
+    }
+
+    /// Plans where the pages of CUDA receive `slot` land and writes its descriptors into the
+    /// slot's (free) `netUnpackMeta` entry; the count is published when `test` reports it done.
+    fn plan_unpack(&self, c: &mut Caller, slot: usize, size: usize) -> NetResult<()> {
+        let ru = self
+            .shared
+            .gpu
+            .as_ref()
+            .and_then(|g| g.recv.as_ref())
+            .ok_or_else(|| NetError::internal("CUDA receive without a bounce buffer"))?;
+        let mut plan = self.shared.plans[slot].lock().unwrap_or_else(|e| e.into_inner());
+        plan.build(size, &ru.geo, self.max_run, &mut c.rng)
+            .map_err(NetError::invalid_argument)?;
+        // SAFETY: the slot is free (its previous receive was consumed: at most 16 outstanding)
+        // and only this thread writes descriptors.
+        let metas = unsafe { ru.slot_metas(slot) };
+        let n = plan.descriptors(ru.slot_off(slot) as u32, metas, &mut c.rng);
+        c.reqs[slot].cnt = n as u64;
+        Ok(())
     }
 
     /// Tests `req`, which must be the oldest request not yet reported done. Returns the size on
@@ -359,7 +520,33 @@ impl Comm {
         let slot = seq as usize % MAX_REQUESTS;
         if seq < c.matched && self.shared.pending[slot].load(Ordering::Acquire) == 0 {
             let info = c.reqs[slot];
-            if self.dir == Dir::Recv && info.size > 0 && Fault::hits(self.shared.fault, FaultKind::Corrupt, seq) {
+            if self.dir == Dir::Recv {
+                if let Some(ru) = self.shared.gpu.as_ref().and_then(|g| g.recv.as_ref()) {
+                    // Host receives carry no descriptors (TCPX does the same).
+                    let cnt = if info.cuda { info.cnt } else { 0 };
+                    ru.publish_cnt(slot, cnt);
+                    if info.cuda {
+                        if c.stats.cuda_recvs == 0 && info.size > 0 {
+                            crate::info!(
+                                nccl_net_abi::NCCL_NET,
+                                "first device-unpack receive from peer {}: {} bytes in {cnt} scrambled 4 KiB fragments (slot {slot})",
+                                self.peer(),
+                                info.size
+                            );
+                        }
+                        c.stats.cuda_recvs += 1;
+                        c.stats.cuda_bytes += info.size as u64;
+                        c.stats.descriptors += cnt;
+                    } else {
+                        c.stats.host_recvs += 1;
+                    }
+                }
+            }
+            if self.dir == Dir::Recv
+                && !info.cuda
+                && info.size > 0
+                && Fault::hits(self.shared.fault, FaultKind::Corrupt, seq)
+            {
                 // SAFETY: the offset is inside the received bytes of the caller's buffer.
                 unsafe { *((info.ptr + corrupt_offset(info.size)) as *mut u8) ^= CORRUPT_XOR };
             }
@@ -413,6 +600,18 @@ impl Drop for Comm {
     /// Stops and joins the helper threads (shutting the sockets down unblocks them, even with
     /// requests outstanding), then the sockets close as the fields drop.
     fn drop(&mut self) {
+        if self.dir == Dir::Recv && self.is_unpack() {
+            let st = self.lock().stats;
+            crate::info!(
+                nccl_net_abi::NCCL_NET,
+                "closing recv comm from peer {}: {} device-unpack receives ({} bytes, {} descriptors), {} host-memory receives",
+                self.peer(),
+                st.cuda_recvs,
+                st.cuda_bytes,
+                st.descriptors,
+                st.host_recvs
+            );
+        }
         self.shared.begin_close();
         // SAFETY: shutdown on our own descriptor.
         unsafe { libc::shutdown(self.ctrl.as_raw_fd(), libc::SHUT_RDWR) };

@@ -10,7 +10,10 @@
 //! | `NCCL_DYNAMIC_CHUNK_SIZE` | 524288 | bytes per chunk striped over the data sockets (0/invalid: WARN, default) |
 //! | `TCPXEMU_SOCKBUF` | 4194304 | `SO_SNDBUF`/`SO_RCVBUF` of data sockets; 0 = kernel autotuning |
 //! | `TCPXEMU_REPORT_SIZES` | 0 | 1: `test` writes `*sizes` (TCPX never does) |
-//! | `TCPXEMU_MODE` | `host` | `unpack` is reserved for the device-unpack emulation (not implemented: init fails) |
+//! | `TCPXEMU_MODE` | `auto` | `unpack`: device-unpack emulation (needs CUDA); `host`: host memory only; `auto`: `unpack` when a CUDA driver and a GPU are present, else `host` |
+//! | `TCPXEMU_UNPACK_MAX_RUN` | 16 | unpack mode: largest run of consecutive 4 KiB pages kept together in the bounce buffer (1..=1024; 1 = every page scattered) |
+//! | `TCPXEMU_UNPACK_SEED` | random | unpack mode: fixed seed of the scramble (reproducible layouts) |
+//! | `TCPXEMU_BOUNCE_POOL_MB` | 2048 | unpack mode: the GPU's bounce buffer, shared by its receive comms (64 MiB each at the default chunk size); 64..=4095 |
 //! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt` or `slow` (see [`crate::fault`]) |
 //! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
 //! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
@@ -29,11 +32,22 @@ pub const DEFAULT_SOCKBUF: usize = 4 << 20;
 /// Where received bytes land.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Straight into the caller's host buffer.
+    /// Resolved at `init`: `Unpack` when CUDA and a GPU are present, else `Host`. A comm built
+    /// directly (Rust API) with `Auto` behaves as `Host`.
+    Auto,
+    /// Host memory only, straight into the caller's buffer (`ptrSupport = HOST`).
     Host,
-    /// Reserved: a device bounce buffer in scrambled 4 KiB pages plus `netUnpackMeta`, as TCPX.
+    /// Device unpack as TCPX: CUDA receives land in a device bounce buffer in scrambled 4 KiB
+    /// pages, described in the host-mapped `netUnpackMeta` ring (`ptrSupport = HOST|CUDA`,
+    /// `netDeviceType = UNPACK`).
     Unpack,
 }
+
+/// Default of `TCPXEMU_BOUNCE_POOL_MB`: room for 32 receive comms per GPU.
+pub const DEFAULT_BOUNCE_POOL_MB: usize = 2048;
+
+/// Default of `TCPXEMU_UNPACK_MAX_RUN`.
+pub const DEFAULT_UNPACK_MAX_RUN: usize = crate::scramble::DEFAULT_MAX_RUN;
 
 /// The plugin's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +61,12 @@ pub struct Config {
     pub sockbuf: usize,
     pub report_sizes: bool,
     pub mode: Mode,
+    /// Unpack mode: largest run of consecutive pages kept together in the bounce buffer.
+    pub unpack_max_run: usize,
+    /// Unpack mode: fixed scramble seed (None: random per comm).
+    pub unpack_seed: Option<u64>,
+    /// Unpack mode: MiB of the per-GPU bounce pool (`src_off` is 32-bit: below 4 GiB).
+    pub bounce_pool_mb: usize,
     pub fault: Option<Fault>,
 }
 
@@ -58,7 +78,10 @@ impl Default for Config {
             chunk_size: DEFAULT_CHUNK_SIZE,
             sockbuf: DEFAULT_SOCKBUF,
             report_sizes: false,
-            mode: Mode::Host,
+            mode: Mode::Auto,
+            unpack_max_run: DEFAULT_UNPACK_MAX_RUN,
+            unpack_seed: None,
+            bounce_pool_mb: DEFAULT_BOUNCE_POOL_MB,
             fault: None,
         }
     }
@@ -142,9 +165,35 @@ impl Config {
 
         if let Some(v) = get("TCPXEMU_MODE") {
             match v.trim().to_ascii_lowercase().as_str() {
-                "host" | "" => cfg.mode = Mode::Host,
+                "auto" | "" => cfg.mode = Mode::Auto,
+                "host" => cfg.mode = Mode::Host,
                 "unpack" => cfg.mode = Mode::Unpack,
-                _ => warns.push(format!("TCPXEMU_MODE={v} is invalid, using host")),
+                _ => warns.push(format!("TCPXEMU_MODE={v} is invalid (auto|host|unpack), using auto")),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_UNPACK_MAX_RUN") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (1..=1024).contains(&n) => cfg.unpack_max_run = n,
+                _ => warns.push(format!(
+                    "TCPXEMU_UNPACK_MAX_RUN={v} is invalid (1..=1024), using {DEFAULT_UNPACK_MAX_RUN}"
+                )),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_BOUNCE_POOL_MB") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (64..=4095).contains(&n) => cfg.bounce_pool_mb = n,
+                _ => warns.push(format!(
+                    "TCPXEMU_BOUNCE_POOL_MB={v} is invalid (64..=4095), using {DEFAULT_BOUNCE_POOL_MB}"
+                )),
+            }
+        }
+
+        if let Some(v) = get("TCPXEMU_UNPACK_SEED").filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u64>() {
+                Ok(n) => cfg.unpack_seed = Some(n),
+                Err(_) => warns.push(format!("TCPXEMU_UNPACK_SEED={v} is invalid, using a random seed")),
             }
         }
 
@@ -236,6 +285,22 @@ mod tests {
             ("PMI_RANK", "1"),
         ]);
         assert_eq!(cfg.fault.map(|f| f.kind), Some(FaultKind::Stall));
+    }
+
+    #[test]
+    fn mode_and_unpack_knobs() {
+        assert_eq!(parse(&[]).0.mode, Mode::Auto);
+        assert_eq!(parse(&[("TCPXEMU_MODE", "HOST")]).0.mode, Mode::Host);
+        assert_eq!(parse(&[("TCPXEMU_MODE", "unpack")]).0.mode, Mode::Unpack);
+        let (cfg, warns) = parse(&[("TCPXEMU_MODE", "gpu")]);
+        assert_eq!((cfg.mode, warns.len()), (Mode::Auto, 1));
+        let (cfg, warns) = parse(&[("TCPXEMU_UNPACK_MAX_RUN", "4"), ("TCPXEMU_UNPACK_SEED", "42")]);
+        assert_eq!((cfg.unpack_max_run, cfg.unpack_seed, warns.len()), (4, Some(42), 0));
+        let (cfg, warns) = parse(&[("TCPXEMU_UNPACK_MAX_RUN", "0")]);
+        assert_eq!((cfg.unpack_max_run, warns.len()), (DEFAULT_UNPACK_MAX_RUN, 1));
+        assert_eq!(parse(&[("TCPXEMU_BOUNCE_POOL_MB", "512")]).0.bounce_pool_mb, 512);
+        let (cfg, warns) = parse(&[("TCPXEMU_BOUNCE_POOL_MB", "4096")]);
+        assert_eq!((cfg.bounce_pool_mb, warns.len()), (DEFAULT_BOUNCE_POOL_MB, 1));
     }
 
     #[test]

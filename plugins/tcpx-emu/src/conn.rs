@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
-use crate::comm::{Comm, Connected};
-use crate::config::Config;
+use crate::comm::{Comm, Connected, UnpackOpts};
+use crate::config::{Config, Mode};
 use crate::error::{NetError, NetResult};
 use crate::handle::{connect_state, set_connect_state, ListenInfo};
 use crate::worker::Dir;
@@ -47,6 +47,15 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const USER_TIMEOUT_MS: libc::c_int = 30_000;
 /// Dial attempts on ECONNREFUSED (TCPX's `CONNECTION_RETRY` default).
 const CONNECT_RETRIES: u32 = 3;
+
+/// The unpack options of a new comm: `Some` in unpack mode, with the fixed seed or a fresh one.
+pub fn unpack_opts(cfg: &Config) -> Option<UnpackOpts> {
+    (cfg.mode == Mode::Unpack).then(|| UnpackOpts {
+        max_run: cfg.unpack_max_run,
+        seed: cfg.unpack_seed.unwrap_or_else(random_u64),
+        pool_bytes: cfg.bounce_pool_mb << 20,
+    })
+}
 
 /// A random 64-bit value (std's per-process random hash keys plus a counter; no extra crate).
 pub fn random_u64() -> u64 {
@@ -297,7 +306,7 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
         .join()
         .map_err(|_| NetError::internal("connect thread panicked"))?;
     let conn = joined.map_err(|e| NetError::from_io(&e, format_args!("connecting to {peer}")))?;
-    Comm::new(Dir::Send, conn, cfg.report_sizes, cfg.fault).map(Some)
+    Comm::new(Dir::Send, conn, cfg.report_sizes, cfg.fault, unpack_opts(cfg)).map(Some)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -324,6 +333,7 @@ pub struct ListenComm {
     thread: Option<JoinHandle<()>>,
     report_sizes: bool,
     fault: Option<crate::fault::Fault>,
+    cfg: Config,
 }
 
 impl ListenComm {
@@ -363,6 +373,7 @@ impl ListenComm {
             thread: Some(thread),
             report_sizes: cfg.report_sizes,
             fault: cfg.fault,
+            cfg: cfg.clone(),
         });
         Ok((comm, handle))
     }
@@ -376,7 +387,7 @@ impl ListenComm {
     pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
         let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
         match next {
-            Some(conn) => Comm::new(Dir::Recv, conn, self.report_sizes, self.fault).map(Some),
+            Some(conn) => Comm::new(Dir::Recv, conn, self.report_sizes, self.fault, unpack_opts(&self.cfg)).map(Some),
             None => match self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
                 Some(e) => Err(e),
                 None => Ok(None),

@@ -14,7 +14,7 @@
 //! | 32..36 | IPv6 scope id |
 //! | 40..48 | listener token (random; echoed in every hello so a stale handle is rejected) |
 //! | 48..56 | connector state pointer, 0 before the first `connect` (process-local, like TCPX) |
-//! | 56..64 | the same pointer XOR [`STATE_KEY`], so garbage is not taken for a pointer |
+//! | 56..64 | the same pointer XOR `STATE_KEY`, so garbage is not taken for a pointer |
 //!
 //! The connector uses the receiver's socket count and chunk size so that both sides stripe
 //! identically: chunks carry no header on the wire.

@@ -14,6 +14,9 @@
 //! * [`conn`]: listen / asynchronous connect / asynchronous accept.
 //! * [`comm`]: request ring, matching, completion (the TCPX rules live here).
 //! * [`worker`]: per-data-socket helper threads.
+//! * [`scramble`]: device unpack, CPU part: where received pages land in the bounce buffer and
+//!   the `loadMeta` descriptors (unit-tested without a GPU).
+//! * [`gpu`]: device unpack, CUDA part: per-comm bounce buffer, `netUnpackMeta` ring, staging.
 //! * [`fault`]: `TCPXEMU_FAULT` injection.
 //! * [`log`], [`error`]: NCCL logger and the error type.
 //!
@@ -29,8 +32,10 @@ pub mod conn;
 pub mod device;
 pub mod error;
 pub mod fault;
+pub mod gpu;
 pub mod handle;
 pub mod log;
+pub mod scramble;
 pub mod worker;
 
 #[cfg(test)]
@@ -82,15 +87,11 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
     log::set_logger(logger);
     let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if PLUGIN.get().is_none() {
-        let (cfg, warns) = Config::from_env();
+        let (mut cfg, warns) = Config::from_env();
         for w in warns {
             warn!(NCCL_INIT | NCCL_NET, "{w}");
         }
-        if cfg.mode == Mode::Unpack {
-            return Err(NetError::invalid_usage(
-                "TCPXEMU_MODE=unpack is not implemented yet (host memory only)",
-            ));
-        }
+        resolve_mode(&mut cfg)?;
         let (devices, warns) = device::discover(&cfg.ifnames);
         for w in warns {
             warn!(NCCL_INIT | NCCL_NET, "{w}");
@@ -114,9 +115,18 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
             .enumerate()
             .map(|(i, d)| format!("[{i}]{}:{}", d.ifname, d.ip))
             .collect();
+        let mode = match cfg.mode {
+            Mode::Unpack => format!(
+                "mode unpack (ptrSupport HOST|CUDA, netDeviceType UNPACK v{NCCL_NET_DEVICE_UNPACK_VERSION}; per-GPU bounce pool {} MiB, 16 x {} KiB per recv comm, runs of 1..={} pages)",
+                cfg.bounce_pool_mb,
+                scramble::Geometry::new(cfg.chunk_size).map_or(0, |g| g.slot_bytes() >> 10),
+                cfg.unpack_max_run
+            ),
+            _ => "mode host (ptrSupport HOST)".to_owned(),
+        };
         info!(
             NCCL_INIT | NCCL_NET,
-            "using {} ; {} data socket(s) per comm, chunk {} B, sockbuf {} B",
+            "using {} ; {} data socket(s) per comm, chunk {} B, sockbuf {} B; {mode}",
             list.join(" "),
             cfg.nsocks,
             cfg.chunk_size,
@@ -127,6 +137,54 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
     }
     INIT_COUNT.fetch_add(1, Ordering::AcqRel);
     Ok(())
+}
+
+/// Resolves `TCPXEMU_MODE` (auto/host/unpack) against the CUDA driver, and rounds the chunk size
+/// up to whole pages in unpack mode (the bounce buffer is placed in 4 KiB pages).
+fn resolve_mode(cfg: &mut Config) -> NetResult<()> {
+    match cfg.mode {
+        Mode::Host => {}
+        Mode::Auto => {
+            cfg.mode = match gpu::cuda_present() {
+                Ok(true) => Mode::Unpack,
+                Ok(false) => Mode::Host,
+                Err(e) => {
+                    warn!(
+                        NCCL_INIT | NCCL_NET,
+                        "TCPXEMU_MODE=auto: the CUDA driver failed ({e}); using host mode"
+                    );
+                    Mode::Host
+                }
+            }
+        }
+        Mode::Unpack => match gpu::cuda_present() {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(NetError::invalid_usage(
+                    "TCPXEMU_MODE=unpack needs a CUDA driver (libcuda.so.1) and a visible GPU, and none was found: run on a GPU host, or set TCPXEMU_MODE=host (or auto) for host memory only",
+                ))
+            }
+            Err(e) => {
+                return Err(NetError::system(format!(
+                    "TCPXEMU_MODE=unpack: the CUDA driver failed ({e}): fix the driver, or set TCPXEMU_MODE=host for host memory only"
+                )))
+            }
+        },
+    }
+    if cfg.mode == Mode::Unpack && cfg.chunk_size % scramble::PAGE != 0 {
+        let rounded = cfg.chunk_size.next_multiple_of(scramble::PAGE);
+        warn!(
+            NCCL_INIT | NCCL_NET,
+            "NCCL_DYNAMIC_CHUNK_SIZE={} is not a multiple of 4096, using {rounded} (device unpack places whole pages)",
+            cfg.chunk_size
+        );
+        cfg.chunk_size = rounded;
+    }
+    Ok(())
+}
+
+fn unpack_mode() -> bool {
+    plugin().is_ok_and(|p| p.cfg.mode == Mode::Unpack)
 }
 
 /// Runs an adapter body: errors are logged as WARN and turned into their code, panics into
@@ -195,13 +253,18 @@ unsafe fn core_devices(ndev: *mut c_int) -> NetResult<()> {
 /// Properties of `dev` in the newest layout; older layouts copy from it.
 fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
     let d = device(dev)?;
+    let unpack = unpack_mode();
     let mut devs = [0; NCCL_NET_MAX_DEVS_PER_NIC_V12];
     devs[0] = dev;
     Ok(PropertiesV12 {
         name: d.name_ptr(),
         pci_path: d.pci_path_ptr(),
         guid: dev as u64,
-        ptr_support: NCCL_PTR_HOST,
+        ptr_support: if unpack {
+            NCCL_PTR_HOST | NCCL_PTR_CUDA
+        } else {
+            NCCL_PTR_HOST
+        },
         reg_is_global: 0,
         force_flush: 0,
         speed: d.speed_mbps,
@@ -209,8 +272,16 @@ fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
         latency: 0.0,
         max_comms: MAX_COMMS,
         max_recvs: 1,
-        net_device_type: NCCL_NET_DEVICE_HOST,
-        net_device_version: NCCL_NET_DEVICE_INVALID_VERSION,
+        net_device_type: if unpack {
+            NCCL_NET_DEVICE_UNPACK
+        } else {
+            NCCL_NET_DEVICE_HOST
+        },
+        net_device_version: if unpack {
+            NCCL_NET_DEVICE_UNPACK_VERSION
+        } else {
+            NCCL_NET_DEVICE_INVALID_VERSION
+        },
         v_props: VDevicePropsV12 { ndevs: 1, devs },
         max_p2p_bytes: MAX_P2P_BYTES,
         max_coll_bytes: MAX_COLL_BYTES,
@@ -256,14 +327,47 @@ unsafe fn core_connect(dev: c_int, handle: *mut c_void, sc: *mut *mut c_void) ->
 }
 
 /// `accept`. The device handle (v7+) may be NULL or point to NULL or to a caller-owned struct;
-/// host mode leaves it alone (a future unpack mode fills it here).
-unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, _dev_handle: *mut *mut DeviceHandleV7) -> NetResult<()> {
+/// host mode leaves it alone. Unpack mode fills a caller-owned struct, as TCPX:
+/// `{UNPACK, 7, <device ptr to unpackNetDeviceHandle>, 24, needsProxyProgress 1}`.
+unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *mut DeviceHandleV7) -> NetResult<()> {
     // SAFETY: `lc` came from our listen.
     let lc =
         unsafe { lc.cast::<ListenComm>().as_ref() }.ok_or_else(|| NetError::invalid_argument("listenComm is NULL"))?;
     let rc = unsafe { out(rc, "recvComm") }?;
     *rc = std::ptr::null_mut();
     if let Some(comm) = lc.accept()? {
+        if let Some(u) = comm.unpack_handle() {
+            // SAFETY: NCCL passes a pointer to its (allocated) device-handle pointer, or NULL.
+            let dh = unsafe { dev_handle.as_ref() }.and_then(|p| unsafe { p.as_mut() });
+            match dh {
+                Some(dh) => {
+                    *dh = DeviceHandleV7 {
+                        net_device_type: NCCL_NET_DEVICE_UNPACK,
+                        net_device_version: NCCL_NET_DEVICE_UNPACK_VERSION,
+                        handle: u.handle as usize as *mut c_void,
+                        size: std::mem::size_of::<UnpackNetDeviceHandle>(),
+                        needs_proxy_progress: 1,
+                    };
+                    info!(
+                        NCCL_INIT | NCCL_NET,
+                        "accept from {}: device-unpack handle netDeviceType UNPACK v{NCCL_NET_DEVICE_UNPACK_VERSION} on GPU {}: unpackNetDeviceHandle {:#x} {{meta {:#x} (host-mapped), bounce_buf {:#x} (the GPU's {} MiB pool; this comm's region {}..{} MiB), head -1}}",
+                        comm.peer(),
+                        u.gpu,
+                        u.handle,
+                        u.meta,
+                        u.bounce,
+                        u.pool_len >> 20,
+                        u.region_off >> 20,
+                        (u.region_off + u.region_len) >> 20
+                    );
+                }
+                None => info!(
+                    NCCL_NET,
+                    "accept from {}: unpack mode but no device handle to fill (NULL); CUDA receives still land in the bounce buffer",
+                    comm.peer()
+                ),
+            }
+        }
         *rc = Box::into_raw(comm).cast();
     }
     Ok(())
@@ -272,10 +376,12 @@ unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, _dev_handle: *mut *
 unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: *mut *mut c_void) -> NetResult<()> {
     let mh = unsafe { out(mhandle, "mhandle") }?;
     *mh = std::ptr::null_mut();
-    if ptr_type != NCCL_PTR_HOST {
+    let cuda_ok = ptr_type == NCCL_PTR_CUDA && unpack_mode();
+    if ptr_type != NCCL_PTR_HOST && !cuda_ok {
         return Err(NetError::invalid_argument(format!(
-            "memory type {} ({ptr_type}) not supported, tcpx-emu handles host memory only",
-            ptr_type_name(ptr_type)
+            "memory type {} ({ptr_type}) not supported in {} mode: tcpx-emu takes NCCL_PTR_HOST, and NCCL_PTR_CUDA with TCPXEMU_MODE=unpack",
+            ptr_type_name(ptr_type),
+            if unpack_mode() { "unpack" } else { "host" }
         )));
     }
     *mh = Box::into_raw(Box::new(MemRegion {
@@ -300,7 +406,23 @@ unsafe fn comm_ref<'a>(comm: *mut c_void) -> NetResult<&'a Comm> {
     unsafe { comm.cast::<Comm>().as_ref() }.ok_or_else(|| NetError::invalid_argument("comm is NULL"))
 }
 
-unsafe fn core_isend(comm: *mut c_void, data: *mut c_void, size: usize, request: *mut *mut c_void) -> NetResult<()> {
+/// Whether a buffer is device memory: from its registration when NCCL passes one, else (unpack
+/// mode) from the CUDA driver.
+unsafe fn mem_is_cuda(mh: *mut c_void, ptr: *mut c_void) -> bool {
+    // SAFETY: non-NULL mhandles come from our regMr.
+    match unsafe { mh.cast::<MemRegion>().as_ref() } {
+        Some(r) => r.ptr_type == NCCL_PTR_CUDA,
+        None => unpack_mode() && !ptr.is_null() && gpu::is_device_pointer(ptr as usize),
+    }
+}
+
+unsafe fn core_isend(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    mh: *mut c_void,
+    request: *mut *mut c_void,
+) -> NetResult<()> {
     let comm = unsafe { comm_ref(comm) }?;
     let request = unsafe { out(request, "request") }?;
     *request = std::ptr::null_mut();
@@ -308,7 +430,8 @@ unsafe fn core_isend(comm: *mut c_void, data: *mut c_void, size: usize, request:
         return Err(NetError::invalid_argument("data is NULL"));
     }
     // SAFETY: NCCL keeps the buffer alive until the request completes.
-    *request = unsafe { comm.isend(data.cast(), size) }?;
+    let cuda = unsafe { mem_is_cuda(mh, data) };
+    *request = unsafe { comm.isend_mem(data.cast(), size, cuda) }?;
     Ok(())
 }
 
@@ -317,6 +440,7 @@ unsafe fn core_irecv(
     n: c_int,
     data: *mut *mut c_void,
     size0: impl FnOnce() -> NetResult<usize>,
+    mhs: *mut *mut c_void,
     request: *mut *mut c_void,
 ) -> NetResult<()> {
     let comm = unsafe { comm_ref(comm) }?;
@@ -334,7 +458,10 @@ unsafe fn core_irecv(
         return Err(NetError::invalid_argument("data[0] is NULL"));
     }
     // SAFETY: NCCL keeps the buffer alive until the request completes.
-    *request = unsafe { comm.irecv(ptr.cast(), size) }?;
+    // SAFETY: when non-NULL, `mhs` has n == 1 entries.
+    let mh = unsafe { mhs.as_ref() }.copied().unwrap_or(std::ptr::null_mut());
+    let cuda = unsafe { mem_is_cuda(mh, ptr) };
+    *request = unsafe { comm.irecv_mem(ptr.cast(), size, cuda) }?;
     Ok(())
 }
 
@@ -589,7 +716,7 @@ unsafe extern "C" fn isend_v7(
     data: *mut c_void,
     size: c_int,
     _tag: c_int,
-    _mh: *mut c_void,
+    mh: *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
     guard("isend", || {
@@ -597,7 +724,7 @@ unsafe extern "C" fn isend_v7(
             *r = std::ptr::null_mut();
         }
         let size = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("negative size {size}")))?;
-        unsafe { core_isend(comm, data, size, req) }
+        unsafe { core_isend(comm, data, size, mh, req) }
     })
 }
 
@@ -606,10 +733,10 @@ unsafe extern "C" fn isend_v9(
     data: *mut c_void,
     size: usize,
     _tag: c_int,
-    _mh: *mut c_void,
+    mh: *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
-    guard("isend", || unsafe { core_isend(comm, data, size, req) })
+    guard("isend", || unsafe { core_isend(comm, data, size, mh, req) })
 }
 
 unsafe extern "C" fn isend_v10(
@@ -617,11 +744,11 @@ unsafe extern "C" fn isend_v10(
     data: *mut c_void,
     size: usize,
     _tag: c_int,
-    _mh: *mut c_void,
+    mh: *mut c_void,
     _phandle: *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
-    guard("isend", || unsafe { core_isend(comm, data, size, req) })
+    guard("isend", || unsafe { core_isend(comm, data, size, mh, req) })
 }
 
 unsafe extern "C" fn irecv_v7(
@@ -630,11 +757,11 @@ unsafe extern "C" fn irecv_v7(
     data: *mut *mut c_void,
     sizes: *mut c_int,
     _tags: *mut c_int,
-    _mh: *mut *mut c_void,
+    mh: *mut *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
     guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || int_size(sizes), req)
+        core_irecv(comm, n, data, || int_size(sizes), mh, req)
     })
 }
 
@@ -651,11 +778,11 @@ unsafe extern "C" fn irecv_v9(
     data: *mut *mut c_void,
     sizes: *mut usize,
     _tags: *mut c_int,
-    _mh: *mut *mut c_void,
+    mh: *mut *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
     guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || usize_size(sizes), req)
+        core_irecv(comm, n, data, || usize_size(sizes), mh, req)
     })
 }
 
@@ -666,12 +793,12 @@ unsafe extern "C" fn irecv_v10(
     data: *mut *mut c_void,
     sizes: *mut usize,
     _tags: *mut c_int,
-    _mh: *mut *mut c_void,
+    mh: *mut *mut c_void,
     _phandles: *mut *mut c_void,
     req: *mut *mut c_void,
 ) -> NcclResult {
     guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || usize_size(sizes), req)
+        core_irecv(comm, n, data, || usize_size(sizes), mh, req)
     })
 }
 

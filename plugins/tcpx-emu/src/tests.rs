@@ -984,3 +984,56 @@ fn killed_peer_process_yields_error() {
     assert!(err.msg.contains(&r.peer().ip().to_string()), "{}", err.msg);
     assert!(err.msg.contains(&r.peer().to_string()), "{}", err.msg);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Device-unpack mode, what a host without a GPU can check (the GPU path runs in
+// `examples/unpack_check.rs` and `launch/nccl-judge.sh`).
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn unpack_mode_resolution_without_gpu() {
+    if crate::gpu::cuda_present() == Ok(true) {
+        eprintln!("a GPU is present: skipping the no-GPU mode resolution test");
+        return;
+    }
+    let mut c = Config {
+        mode: crate::config::Mode::Auto,
+        ..Config::default()
+    };
+    crate::resolve_mode(&mut c).expect("auto resolves");
+    assert_eq!(c.mode, crate::config::Mode::Host);
+    let mut c = Config {
+        mode: crate::config::Mode::Unpack,
+        ..Config::default()
+    };
+    let e = crate::resolve_mode(&mut c).expect_err("unpack without CUDA");
+    assert_eq!(e.code, NCCL_INVALID_USAGE);
+    assert!(e.msg.contains("TCPXEMU_MODE=host"), "{}", e.msg);
+}
+
+#[test]
+fn cuda_buffers_on_host_comms_are_refused_with_the_fix() {
+    let (s, r, _lc) = pair(&cfg(1, 65536));
+    let mut buf = vec![0u8; 64];
+    let e = unsafe { r.irecv_mem(buf.as_mut_ptr(), (4 << 20) + 1, true) }.expect_err("above 4 MiB");
+    assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+    assert!(e.msg.contains("4194304") && e.msg.contains("2048"), "{}", e.msg);
+    let e = unsafe { r.irecv_mem(buf.as_mut_ptr(), 64, true) }.expect_err("host comm");
+    assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
+    assert!(e.msg.contains("TCPXEMU_MODE=unpack"), "{}", e.msg);
+    let e = unsafe { s.isend_mem(buf.as_ptr(), 64, true) }.expect_err("host comm");
+    assert!(e.msg.contains("TCPXEMU_MODE=unpack"), "{}", e.msg);
+    // Nothing was admitted: the comms still work.
+    let rq = unsafe { r.irecv(buf.as_mut_ptr(), 64) }.expect("irecv");
+    let src = [9u8; 64];
+    let sq = unsafe { s.isend(src.as_ptr(), 64) }.expect("isend");
+    assert_eq!(r.unpack_cnt(0), None);
+    let end = deadline();
+    let (mut sd, mut rd) = (false, false);
+    while !(sd && rd) {
+        assert!(Instant::now() < end);
+        sd = sd || s.test(sq).expect("test").is_some();
+        rd = rd || r.test(rq).expect("test").is_some();
+    }
+    assert_eq!(buf, src);
+}
