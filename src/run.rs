@@ -85,7 +85,11 @@ fn agree<T>(mpi: &Mpi, local: Result<T, String>) -> Result<T, Fatal> {
     let count = failed.iter().filter(|&&f| f != 0).count();
     if let Err(msg) = &local {
         if mpi.rank() == first {
-            let others = if count > 1 { format!(" (and {} more rank(s))", count - 1) } else { String::new() };
+            let others = if count > 1 {
+                format!(" (and {} more rank(s))", count - 1)
+            } else {
+                String::new()
+            };
             eprintln!("tcpx-perf: rank {first}{others}: error: {msg}");
         }
     }
@@ -278,7 +282,10 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         timeout: Duration::from_secs(cli.timeout),
         net_dev: cli.net_dev,
     };
-    let engine = agree(mpi, Engine::start(plugin.clone(), topo.clone(), connections, config, rank))?;
+    let engine = agree(
+        mpi,
+        Engine::start(plugin.clone(), topo.clone(), connections, config, rank),
+    )?;
     engine.connect(mpi, buffer_len).map_err(Fatal::Here)?;
 
     let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
