@@ -437,8 +437,11 @@ fn fault_slow_delays_but_delivers() {
     let (s, r, _lc) = pair(&c);
     let start = Instant::now();
     transfer(&s, &r, &[(40_000, 40_000)], 1);
-    // 10 chunks over 2 sockets, 1 ms after each chunk on both sides: at least 5 ms.
-    assert!(start.elapsed() >= Duration::from_millis(5));
+    // 10 chunks over 2 sockets: each socket's receiving thread sleeps 1 ms after each of its
+    // first 4 chunks before it can receive its 5th (the 5th is credited before its own sleep), and
+    // a sleep lasts at least what it asks for, so the transfer cannot finish in under 4 ms.
+    let elapsed = start.elapsed();
+    assert!(elapsed >= Duration::from_millis(4), "slow fault took only {elapsed:?}");
 }
 
 #[test]
