@@ -40,6 +40,19 @@ on correctness && for shape in "2 1" "4 1" "1 2" "1 4"; do
   done
 done
 
+# The staged path: tcpx-emu in host mode takes host memory only, so tcpx-perf stages CUDA buffers
+# through pinned host memory itself; the header must say so.
+on correctness && echo "## correctness: --mem cuda through a host-only plugin (TCPXEMU_MODE=host): pinned staging"
+on correctness && for pattern in sendrecv ring fullmesh; do
+  out=$("${MPI[@]}" -np 4 "${TUNE[@]}" -x TCPXEMU_MODE=host "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem cuda \
+        -b 1M -e 64M -f 8 -n 5 -w 1 --chunk 4M --window 8 -T 60 --no-out --progress never 2>&1)
+  rc=$?
+  wrong=$(echo "$out" | awk '/Out of bounds values/ {print $7}')
+  staged=$(echo "$out" | grep -c '^# memory: cuda (CUDA memory staged')
+  printf '%-9s np=4 staged: exit %d, wrong %s, header says staged: %s\n' "$pattern" "$rc" "${wrong:-?}" "$staged"
+  if [ "$rc" -ne 0 ] || [ "${wrong:-x}" != 0 ] || [ "$staged" != 1 ]; then fail=1; echo "$out" | tail -15; fi
+done
+
 CHANNELS=${CHANNELS:-2}
 on performance && echo "## performance: 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory, --channels $CHANNELS"
 on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do

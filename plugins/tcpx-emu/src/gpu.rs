@@ -4,7 +4,7 @@
 //! * Receive comm: the host-mapped `netUnpackMeta` ring (`cuMemHostAlloc(DEVICEMAP|PORTABLE)`),
 //!   a region of 16 slots of [`Geometry::slot_bytes`] in the GPU's bounce pool, the
 //!   device-resident `unpackNetDeviceHandle {meta, bounce_buf, head = u64::MAX}`, and per helper
-//!   thread a pinned staging buffer (one window) and a stream.
+//!   thread a [`Lane`].
 //! * The bounce pool: ONE device buffer per GPU (CUDA context), allocated by the first receive
 //!   comm and kept for the process; every receive comm of that GPU hands out the same
 //!   `bounce_buf` base and addresses its own region through `src_off`. This is required, not a
@@ -12,8 +12,13 @@
 //!   (`ncclShmem.devicePlugin.unpack.bounce_buf`, set by every peer's `ncclNetDeviceUnpackSetup`),
 //!   so a block that receives from two network peers (tree all-reduce, several p2p peers) would
 //!   read one peer's pages relative to the other's buffer. TCPX's RxDM buffer is per GPU too.
-//! * Send comm: per helper thread a pinned staging buffer and a stream (CUDA sends go
-//!   device -> pinned staging -> `send()`).
+//! * Send comm: per helper thread a [`Lane`] (CUDA sends go device -> pinned staging ->
+//!   `send()`).
+//!
+//! Staging budget: every helper thread owns [`STAGING_BUFS`] pinned buffers of
+//! `min(chunk, 4 MiB)` bytes, i.e. 2 x chunk per thread (8 sockets x 1 MiB chunks: 16 MiB of
+//! pinned memory per comm), all allocated at connect/accept. Two buffers let a thread overlap a
+//! staging copy with socket I/O (see [`crate::worker`]).
 //!
 //! Helper threads use the context through tcpx-gpu's objects, which make it current before
 //! every driver call. Kernels are never compiled here (`Device::current` loads them lazily and
@@ -22,7 +27,7 @@
 use std::sync::{Arc, Mutex};
 
 use nccl_net_abi::{LoadMeta, NetUnpackMeta, UNPACK_MAX_SLICE_PAGES, UNPACK_QUEUE_DEPTH};
-use tcpx_gpu::{Device, DeviceBuffer, GpuError, PinnedFlags, PinnedHostBuffer, Stream};
+use tcpx_gpu::{Device, DeviceBuffer, Event, GpuError, PinnedFlags, PinnedHostBuffer, Stream};
 
 use crate::error::{NetError, NetResult};
 use crate::scramble::{Geometry, RegionAllocator, MAX_RECV};
@@ -67,9 +72,14 @@ fn pool_for(dev: &Device, bytes: usize) -> NetResult<Arc<BouncePool>> {
     Ok(p)
 }
 
-/// A helper thread's staging buffer and stream.
+/// Pinned staging buffers per helper thread (double buffering).
+pub const STAGING_BUFS: usize = 2;
+
+/// A helper thread's staging buffers, their copy-completion events and its stream.
+/// `done[b]` is recorded right after the last copy into/out of `staging[b]`.
 pub struct Lane {
-    pub staging: PinnedHostBuffer,
+    pub staging: [PinnedHostBuffer; STAGING_BUFS],
+    pub done: [Event; STAGING_BUFS],
     pub stream: Stream,
 }
 
@@ -171,15 +181,20 @@ impl CommGpu {
         } else {
             None
         };
-        // One window per receive chunk; sends go through staging in pieces of this size.
+        // One window per receive chunk per buffer; sends go through staging in pieces of this
+        // size.
         let staging_len = chunk.clamp(1, MAX_RECV);
         let mut lanes = Vec::with_capacity(nsocks);
         for _ in 0..nsocks {
-            let staging = dev
-                .alloc_pinned(staging_len, PinnedFlags::PLAIN)
-                .map_err(|e| gpu_err("pinned staging buffer", e))?;
+            let pinned = || {
+                dev.alloc_pinned(staging_len, PinnedFlags::PLAIN)
+                    .map_err(|e| gpu_err("pinned staging buffer", e))
+            };
+            let event = || Event::new(&dev, false).map_err(|e| gpu_err("event", e));
+            let staging = [pinned()?, pinned()?];
+            let done = [event()?, event()?];
             let stream = dev.new_stream().map_err(|e| gpu_err("stream", e))?;
-            lanes.push(Mutex::new(Lane { staging, stream }));
+            lanes.push(Mutex::new(Lane { staging, done, stream }));
         }
         let recv = if let Some(geo) = geo {
             let meta = dev
