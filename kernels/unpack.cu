@@ -8,11 +8,18 @@
 // parameter limit), so the launch itself carries the job table: no staging buffer, no
 // host-to-device copy, nothing to recycle.
 //
-// Grid: blockIdx.y = job, blockIdx.x * warps_per_block + warp = fragment (grid-stride).
-// One warp per fragment: a 4 KiB fragment is 256 16-byte vectors, i.e. 8 per lane, all 8
-// loads issued before the first store. The fragment's descriptor (16 B) is read once per warp
-// (all lanes load the same address: one broadcast transaction), works from device memory or
-// from host-mapped memory (TCPX's netUnpackMeta ring).
+// Grid: blockIdx.y = job; blockIdx.x = chunk of `per_block` consecutive descriptors of that
+// job (grid-stride over chunks). Descriptors are staged per block: thread t < per_block loads
+// descriptor t of the chunk (one 16-byte load per thread, so a warp reads up to 512
+// contiguous bytes and a chunk of 8 is one 128-byte line), checks it, and writes it to
+// shared memory; after a barrier the block's warps take the chunk's fragments round-robin.
+// Host-mapped descriptors (TCPX's netUnpackMeta ring, not cached by the GPU) thus cost one
+// PCIe round trip per chunk, with each line read once, instead of one per fragment; when a
+// block has another chunk (grid-stride), its descriptors are loaded before the current
+// chunk's copies start, so that round trip overlaps the copies.
+//
+// Copy: one warp per fragment: a 4 KiB fragment is 256 16-byte vectors, i.e. 8 per lane, all
+// 8 loads issued before the first store.
 //
 // Width: the copy uses the widest W in {16, 8, 4, 2, 1} with (src ^ dst) % W == 0: a few
 // head bytes (lane-parallel) bring src (and so dst) to W alignment, the body moves W-byte
@@ -33,6 +40,8 @@ typedef unsigned long long u64;
 
 #define TCPX_UNPACK_MAX_JOBS 64
 #define TCPX_UNPACK_UNROLL 8
+// Most threads per block, and so most descriptors staged per chunk (one per thread).
+#define TCPX_UNPACK_MAX_BLOCK 256
 
 struct __align__(16) TcpxLoadMeta {
   u32 src_off;
@@ -112,8 +121,18 @@ __device__ __forceinline__ void tcpx_copy_fragment(const u8* s, u8* d, u64 len, 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
-tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u64* errors) {
+// One 16-byte descriptor, read with ld.volatile (relaxed, system scope, as NCCL's load128):
+// never served from a stale cache line, so it is right for the host-mapped ring the CPU
+// wrote before the launch, and costs nothing extra since each descriptor is read once.
+__device__ __forceinline__ void tcpx_load_meta(const TcpxLoadMeta* p, u64& lo, u64& hi) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p));
+}
+
+extern "C" __global__ void __launch_bounds__(TCPX_UNPACK_MAX_BLOCK)
+tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u32 per_block, u64* errors) {
+  // The chunk's checked descriptors: src_off | len << 32 (len 0: nothing to copy), dst_off.
+  __shared__ u64 s_lo[TCPX_UNPACK_MAX_BLOCK];
+  __shared__ u64 s_dst[TCPX_UNPACK_MAX_BLOCK];
   if (blockIdx.y >= njobs) return;
   const TcpxUnpackJob& job = batch.jobs[blockIdx.y];
   const TcpxLoadMeta* metas = (const TcpxLoadMeta*)job.metas;
@@ -123,22 +142,52 @@ tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u64* errors) {
   u8* dst = (u8*)job.dst;
   const u64 dst_len = job.dst_len;
 
-  const u32 lane = threadIdx.x & 31;
+  const u32 tid = threadIdx.x;
+  const u32 lane = tid & 31;
+  const u32 warp = tid >> 5;
   const u32 wpb = blockDim.x >> 5;
-  const u64 stride = (u64)gridDim.x * wpb;
-  for (u64 f = (u64)blockIdx.x * wpb + (threadIdx.x >> 5); f < cnt; f += stride) {
-    // 16-byte descriptor; every lane loads the same address (one broadcast transaction).
-    // Volatile, as NCCL's load128: the ring may be host-mapped memory the CPU rewrites.
-    u64 lo, dst_off;
-    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-                 : "=l"(lo), "=l"(dst_off)
-                 : "l"(metas + f));
-    const u64 src_off = lo & 0xffffffffULL;
-    const u64 len = lo >> 32;
-    if (src_off + len > bounce_len || dst_off > dst_len || len > dst_len - dst_off) {
-      if (lane == 0) atomicAdd(errors, 1ULL);
-      continue;
+  // Descriptors per chunk: 1..blockDim.x (one per loading thread).
+  u32 chunk = per_block;
+  if (chunk == 0) chunk = 1;
+  if (chunk > blockDim.x) chunk = blockDim.x;
+  const u64 step = (u64)gridDim.x * chunk;
+  u64 base = (u64)blockIdx.x * chunk;
+  // Block-uniform exits and loop conditions only: every thread reaches every barrier.
+  if (base >= cnt) return;
+
+  u64 lo = 0, hi = 0;
+  if (tid < chunk && base + tid < cnt) tcpx_load_meta(metas + base + tid, lo, hi);
+  for (;;) {
+    if (tid < chunk) {
+      u64 keep_lo = 0, keep_dst = 0;
+      if (base + tid < cnt) {
+        const u64 src_off = lo & 0xffffffffULL;
+        const u64 len = lo >> 32;
+        if (src_off + len > bounce_len || hi > dst_len || len > dst_len - hi) {
+          atomicAdd(errors, 1ULL);
+        } else {
+          keep_lo = lo;
+          keep_dst = hi;
+        }
+      }
+      s_lo[tid] = keep_lo;
+      s_dst[tid] = keep_dst;
     }
-    tcpx_copy_fragment(bounce + src_off, dst + dst_off, len, lane);
+    __syncthreads();
+    const u64 next = base + step;
+    const bool more = next < cnt;
+    // Prefetch the next chunk's descriptors; they are first used after this chunk's copies.
+    if (more && tid < chunk && next + tid < cnt) tcpx_load_meta(metas + next + tid, lo, hi);
+    const u64 rem = cnt - base;
+    const u32 n = rem < (u64)chunk ? (u32)rem : chunk;
+    for (u32 k = warp; k < n; k += wpb) {
+      const u64 m = s_lo[k];
+      const u64 len = m >> 32;
+      if (len == 0) continue;
+      tcpx_copy_fragment(bounce + (m & 0xffffffffULL), dst + s_dst[k], len, lane);
+    }
+    if (!more) break;
+    __syncthreads();  // every warp is done with s_lo / s_dst before they are overwritten
+    base = next;
   }
 }

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# CPU emulation of kernels/*.cu (no GPU, no CUDA needed: g++ and python3). Runs every thread
-# of every block sequentially, which is exact for these kernels because their threads write
-# disjoint bytes; the warp reduction in tcpx_verify is replaced by a per-thread atomicAdd and
-# the inline-PTX descriptor load by two plain loads. Checks fill/verify against an
-# independent pattern formula and unpack against memcpy on random layouts, alignments, block
-# sizes and grid-stride launches, including corrupt descriptors.
-# Usage: crates/tcpx-gpu/tools/kernel_emu/run.sh
+# CPU emulation of kernels/*.cu (no GPU, no CUDA needed: g++ and python3). Every thread of a
+# block is a fiber (ucontext); __syncthreads switches fibers, threads run between barriers one
+# after another in a random order per phase (so a missing barrier shows up as a mismatch),
+# and a barrier that not every thread of the block reaches is reported. Exact for these
+# kernels because their threads write disjoint bytes; the warp reduction in tcpx_verify is
+# replaced by a per-thread atomicAdd and the inline-PTX descriptor load by two plain loads.
+# Checks fill/verify against an independent pattern formula and unpack against a sequential
+# memcpy reference (unpack_reference's semantics) on random layouts: aligned and unaligned
+# fragments, TCPX-like scrambled pages, metas at any 16-byte alignment, all block sizes and
+# chunk sizes, grid-stride launches, up to 2048 descriptors, and corrupt descriptors (which
+# must be skipped and counted).
+# Usage: [TCPX_EMU_SEED=n] crates/tcpx-gpu/tools/kernel_emu/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../../.." && pwd)
@@ -17,7 +22,7 @@ root, out = sys.argv[1], sys.argv[2]
 src = open(f"{root}/kernels/pattern.cu").read() + "\n" + open(f"{root}/kernels/unpack.cu").read()
 src = src.replace("(threadIdx.x & 31) == 0 && count != 0", "count != 0")
 new = re.sub(r'asm volatile\("ld\.volatile.*?\);',
-             "lo = ((const u64*)(metas + f))[0]; dst_off = ((const u64*)(metas + f))[1];", src, flags=re.S)
+             "lo = ((const u64*)p)[0]; hi = ((const u64*)p)[1];", src, flags=re.S)
 assert new != src, "descriptor load not found: update run.sh"
 open(out, "w").write(new)
 PY
