@@ -6,24 +6,7 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 use tcpx_analyze::parse::{self, tcpx, ParseOptions};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-}
+use tcpx_analyze::stats::Rng;
 
 const TOKENS: &[&str] = &[
     "nan",
@@ -53,24 +36,24 @@ const TOKENS: &[&str] = &[
 
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
-    for _ in 0..1 + rng.below(8) {
-        let pos = rng.below(v.len() + 1);
-        match rng.below(6) {
+    for _ in 0..1 + rng.index(8) {
+        let pos = rng.index(v.len() + 1);
+        match rng.index(6) {
             0 if !v.is_empty() => {
                 let p = pos.min(v.len() - 1);
-                v[p] = rng.next() as u8;
+                v[p] = rng.next_u64() as u8;
             }
             1 => {
-                let end = (pos + rng.below(64)).min(v.len());
+                let end = (pos + rng.index(64)).min(v.len());
                 v.drain(pos..end);
             }
             2 => {
-                let t = TOKENS[rng.below(TOKENS.len())].as_bytes();
+                let t = TOKENS[rng.index(TOKENS.len())].as_bytes();
                 v.splice(pos..pos, t.iter().copied());
             }
             3 => {
                 // duplicate a chunk (duplicate rows, nested structures)
-                let end = (pos + rng.below(200)).min(v.len());
+                let end = (pos + rng.index(200)).min(v.len());
                 let chunk = v[pos..end].to_vec();
                 v.splice(pos..pos, chunk);
             }
@@ -79,7 +62,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
                 // replace a digit run by another number
                 if let Some(i) = v.iter().skip(pos).position(u8::is_ascii_digit) {
                     let i = pos + i;
-                    let num = (rng.next() % 100_000).to_string();
+                    let num = (rng.next_u64() % 100_000).to_string();
                     v.splice(i..i + 1, num.bytes());
                 }
             }
@@ -124,11 +107,11 @@ fn parsers_never_panic_on_mutated_input() {
         let p = e.unwrap().path();
         corpus.push((p.display().to_string(), std::fs::read(&p).unwrap()));
     }
-    let mut rng = Rng(0x5EED_F00D);
+    let mut rng = Rng::new(0x5EED_F00D);
     let deadline = Instant::now() + Duration::from_secs(4);
     let mut n = 0usize;
     while Instant::now() < deadline && n < 20_000 {
-        let (name, bytes) = &corpus[rng.below(corpus.len())];
+        let (name, bytes) = &corpus[rng.index(corpus.len())];
         let m = mutate(&mut rng, bytes);
         exercise(name, &m);
         n += 1;
