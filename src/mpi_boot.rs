@@ -125,6 +125,14 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    /// `buf` <- reduction of every rank's `buf` (setup and per-size reductions, not the hot path).
+    fn all_reduce_in_place<T: Equivalence + Copy>(&self, buf: &mut [T], op: SystemOperation) {
+        let send = buf.to_vec();
+        self.world.all_reduce_into(&send[..], buf, op);
+    }
+}
+
 /// FNV-1a: a stable 64-bit hash (the same on every rank and build, unlike `DefaultHasher`).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -146,19 +154,15 @@ impl Collectives for Mpi {
     }
 
     fn or_bytes(&self, buf: &mut [u8]) {
-        let send = buf.to_vec();
-        self.world
-            .all_reduce_into(&send[..], buf, SystemOperation::bitwise_or());
+        self.all_reduce_in_place(buf, SystemOperation::bitwise_or());
     }
 
     fn sum_u64(&self, buf: &mut [u64]) {
-        let send = buf.to_vec();
-        self.world.all_reduce_into(&send[..], buf, SystemOperation::sum());
+        self.all_reduce_in_place(buf, SystemOperation::sum());
     }
 
     fn sum_f64(&self, buf: &mut [f64]) {
-        let send = buf.to_vec();
-        self.world.all_reduce_into(&send[..], buf, SystemOperation::sum());
+        self.all_reduce_in_place(buf, SystemOperation::sum());
     }
 
     fn gather_f64(&self, local: &[f64]) -> Vec<f64> {

@@ -17,7 +17,7 @@ use crate::stats;
 use crate::topology::Topology;
 use nccl_net::{LogLevel, OpenOptions, Plugin, PluginSource};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -579,11 +579,4 @@ fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iters: usize) -
             }
         })
         .collect()
-}
-
-/// Where the default plugin would be found for this binary (for `--help`-style messages).
-pub fn default_plugin_dir() -> Option<PathBuf> {
-    std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
 }

@@ -337,8 +337,9 @@ fn note_post(stats: &LaneStats, epoch: Instant, was_empty: bool) {
     stats.posted.fetch_add(1, Ordering::Relaxed);
 }
 
-fn note_done(stats: &LaneStats, epoch: Instant, now: Instant, still_outstanding: bool) {
-    let oldest = if still_outstanding { ns_since(epoch, now) } else { 0 };
+/// After a completion: the oldest outstanding request is now the head of the queue.
+fn note_oldest(stats: &LaneStats, epoch: Instant, head: Option<&(Request, u32)>) {
+    let oldest = head.map_or(0, |(req, _)| ns_since(epoch, req.posted_at()));
     stats.oldest_post_ns.store(oldest, Ordering::Relaxed);
 }
 
@@ -399,7 +400,7 @@ fn pump_send(
                 state.round_left[ops[idx as usize].round as usize] -= 1;
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
                 lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
-                note_done(&lane.stats, ctx.epoch, clock.last, !lane.inflight.is_empty());
+                note_oldest(&lane.stats, ctx.epoch, lane.inflight.front());
                 progressed = true;
             }
         }
@@ -475,7 +476,7 @@ fn pump_recv(
                     Some(batch) => lane.landing.push_back((idx, done, batch)),
                     None => deliver(lane, op, done, state, clock)?,
                 }
-                note_done(&lane.stats, ctx.epoch, clock.last, !lane.inflight.is_empty());
+                note_oldest(&lane.stats, ctx.epoch, lane.inflight.front());
             }
         }
     }

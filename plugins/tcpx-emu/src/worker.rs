@@ -859,29 +859,13 @@ pub unsafe fn send_all(fd: i32, mut ptr: *const u8, mut len: usize) -> std::io::
 ///
 /// # Safety
 /// `ptr..ptr+len` must be writable for the duration of the call.
-unsafe fn recv_all(fd: i32, mut ptr: *mut u8, mut len: usize) -> std::io::Result<()> {
-    while len > 0 {
-        // SAFETY: the caller guarantees `ptr..ptr+len` is writable for the request's lifetime.
-        let n = unsafe { libc::recv(fd, ptr.cast(), len, libc::MSG_WAITALL) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "connection closed by peer",
-            ));
-        }
-        let n = n as usize;
-        // SAFETY: n <= len.
-        ptr = unsafe { ptr.add(n) };
-        len -= n;
-    }
-    Ok(())
+unsafe fn recv_all(fd: i32, ptr: *mut u8, len: usize) -> std::io::Result<()> {
+    let mut iov = [libc::iovec {
+        iov_base: ptr.cast(),
+        iov_len: len,
+    }];
+    // SAFETY: the one iovec is the caller's writable range.
+    unsafe { recv_iov_all(fd, &mut iov) }
 }
 
 #[cfg(test)]
