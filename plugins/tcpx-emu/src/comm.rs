@@ -615,8 +615,17 @@ impl Drop for Comm {
         self.shared.begin_close();
         // SAFETY: shutdown on our own descriptor.
         unsafe { libc::shutdown(self.ctrl.as_raw_fd(), libc::SHUT_RDWR) };
+        let threads = self.workers.len();
         for h in self.workers.drain(..) {
             let _ = h.join();
         }
+        crate::info!(
+            nccl_net_abi::NCCL_NET,
+            "closed {} comm {} peer {}: {}",
+            if self.dir == Dir::Recv { "recv" } else { "send" },
+            if self.dir == Dir::Recv { "from" } else { "to" },
+            self.peer(),
+            self.shared.timing.summary(threads)
+        );
     }
 }

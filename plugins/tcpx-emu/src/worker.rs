@@ -36,8 +36,9 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::error::NetError;
 use crate::fault::{Fault, FaultKind, SLOW_CHUNK_DELAY};
@@ -77,6 +78,40 @@ struct Ring {
     sleepers: u32,
 }
 
+/// Where a comm's helper threads spent their time, summed over the threads (each adds its own
+/// totals when it exits); logged at INFO when the comm closes, to tell a starved pipeline (idle:
+/// no request posted) from a saturated one (socket I/O) or a slow device copy.
+#[derive(Debug, Default)]
+pub struct Timing {
+    /// From each thread's first chunk to its exit.
+    pub active_ns: AtomicU64,
+    /// Asleep, waiting for a request to be posted.
+    pub idle_ns: AtomicU64,
+    /// Moving chunks: socket I/O plus staging copies.
+    pub busy_ns: AtomicU64,
+    /// Part of `busy_ns` spent waiting for a staging copy's event.
+    pub copy_wait_ns: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+impl Timing {
+    /// One line: per-thread averages as percentages of the active time, and the rate while busy.
+    pub fn summary(&self, threads: usize) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let active = get(&self.active_ns).max(1.0);
+        let pct = |a: &AtomicU64| 100.0 * get(a) / active;
+        format!(
+            "{} threads moved {} bytes; of their active time {:.0}% moving chunks (including {:.0}% waiting for staging copies), {:.0}% idle; {:.2} GB/s per thread while moving",
+            threads,
+            get(&self.bytes),
+            pct(&self.busy_ns),
+            pct(&self.copy_wait_ns),
+            pct(&self.idle_ns),
+            get(&self.bytes) / get(&self.busy_ns).max(1.0)
+        )
+    }
+}
+
 /// State shared by a comm and its workers.
 pub struct Shared {
     pub dir: Dir,
@@ -94,6 +129,7 @@ pub struct Shared {
     cv: Condvar,
     failed: AtomicBool,
     error: Mutex<Option<NetError>>,
+    pub timing: Timing,
 }
 
 impl Shared {
@@ -129,6 +165,7 @@ impl Shared {
             cv: Condvar::new(),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
+            timing: Timing::default(),
         }
     }
 
@@ -519,6 +556,18 @@ struct GpuLane<'a> {
     fd: i32,
     /// recvmsg's scatter list (one entry per run of a chunk), reused: no allocation per chunk.
     iov: Vec<libc::iovec>,
+    /// Nanoseconds spent waiting for staging copies.
+    copy_wait_ns: u64,
+}
+
+impl GpuLane<'_> {
+    /// Waits for the copy through staging buffer `b`, timing the wait.
+    fn wait_event(&mut self, b: usize, what: &str) -> std::io::Result<()> {
+        let t = Instant::now();
+        let r = self.lane.done[b].synchronize().map_err(|e| gpu_io(what, e));
+        self.copy_wait_ns += t.elapsed().as_nanos() as u64;
+        r
+    }
 }
 
 impl GpuLane<'_> {
@@ -614,9 +663,7 @@ impl RecvOps for GpuLane<'_> {
     }
 
     fn wait_copy(&mut self, b: usize) -> std::io::Result<()> {
-        self.lane.done[b]
-            .synchronize()
-            .map_err(|e| gpu_io("copy to bounce buffer", e))
+        self.wait_event(b, "copy to bounce buffer")
     }
 
     fn arrived(&mut self, c: &Chunk) {
@@ -644,9 +691,7 @@ impl SendOps for GpuLane<'_> {
     }
 
     fn wait_copy(&mut self, b: usize) -> std::io::Result<()> {
-        self.lane.done[b]
-            .synchronize()
-            .map_err(|e| gpu_io("copy to staging", e))
+        self.wait_event(b, "copy to staging")
     }
 
     fn send(&mut self, b: usize, c: &Chunk) -> std::io::Result<()> {
@@ -696,9 +741,11 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
         lane,
         fd,
         iov: Vec::with_capacity(1024),
+        copy_wait_ns: 0,
     });
     let mut rp = RecvPipe::default();
     let mut sp = SendPipe::default();
+    let (mut first, mut idle_ns, mut busy_ns, mut bytes) = (None::<Instant>, 0u64, 0u64, 0u64);
     loop {
         let step = match chunks.next(&mut fetch, false, &stall) {
             Step::Empty => {
@@ -709,7 +756,12 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
                         break;
                     }
                 }
-                chunks.next(&mut fetch, true, &stall)
+                let t = Instant::now();
+                let s = chunks.next(&mut fetch, true, &stall);
+                if first.is_some() {
+                    idle_ns += t.elapsed().as_nanos() as u64;
+                }
+                s
             }
             s => s,
         };
@@ -722,6 +774,8 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
             }
             Step::Empty | Step::Closed => break,
         };
+        let t = Instant::now();
+        first.get_or_insert(t);
         let res: Result<(), ChunkError> = match (sh.dir, c.job.cuda, gl.as_mut()) {
             (Dir::Recv, true, Some(g)) => rp.recv(g, c),
             (Dir::Send, true, Some(g)) if c.len <= g.cap() => {
@@ -750,6 +804,8 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
                 .and_then(|()| unsafe { send_all(fd, (c.job.ptr + c.off) as *const u8, c.len) }.map_err(|e| (e, c)))
                 .map(|()| credit(sh, &c)),
         };
+        busy_ns += t.elapsed().as_nanos() as u64;
+        bytes += c.len as u64;
         if let Err(e) = res {
             report(sh, idx, e);
             break;
@@ -773,6 +829,16 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
         }
         let _ = g.lane.stream.synchronize();
     }
+    let tm = &sh.timing;
+    if let Some(first) = first {
+        tm.active_ns
+            .fetch_add(first.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+    tm.idle_ns.fetch_add(idle_ns, Ordering::Relaxed);
+    tm.busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
+    tm.bytes.fetch_add(bytes, Ordering::Relaxed);
+    tm.copy_wait_ns
+        .fetch_add(gl.map_or(0, |g| g.copy_wait_ns), Ordering::Relaxed);
 }
 
 fn gpu_io(what: &str, e: tcpx_gpu::GpuError) -> std::io::Error {
