@@ -54,32 +54,33 @@ on correctness && for pattern in sendrecv ring fullmesh; do
   if [ "$rc" -ne 0 ] || [ "${wrong:-x}" != 0 ] || [ "$staged" != 1 ]; then fail=1; echo "$out" | tail -15; fi
 done
 
-# Performance: a tuning pass (launch/sweep.sh at 256 MiB and 1 GiB, data check on) over data
-# sockets per comm, socket chunk size, socket buffers and comms per peer; the variant with the
-# highest sum of algbw runs the full sweep, --mem cuda and --mem host in the same call with the
-# same knobs. Per-chunk costs (staging copies and their events) favour chunks of 2-4 MiB; small
+# Performance: a tuning pass (launch/sweep.sh at TUNE_SIZES, data check on) over data sockets per
+# comm, socket chunk size, socket buffers, comms per peer and request size; the variant whose
+# slowest size is fastest runs the full sweep, --mem cuda and --mem host in the same call with the
+# same knobs. Per-chunk costs (staging copies and their events) favour chunks of 1-4 MiB; small
 # socket buffers keep the staging and socket memory in the last-level cache.
+TUNE_SIZES=${TUNE_SIZES:-64M 1G}
 declare -A VARIANTS=(
-  [sendrecv]="${SENDRECV_VARIANTS:-nsocks=4,ch=1,cs=2097152,buf=524288 nsocks=8,ch=1,cs=2097152,buf=524288 nsocks=4,ch=2,cs=2097152,buf=524288 nsocks=4,ch=2,cs=4194304,buf=524288 nsocks=4,ch=4,cs=2097152,buf=524288 nsocks=8,ch=2,cs=1048576,buf=524288}"
-  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=524288 nsocks=2,ch=2,cs=4194304,buf=524288 nsocks=2,ch=1,cs=2097152,buf=524288 nsocks=4,ch=1,cs=2097152,buf=524288 nsocks=2,ch=2,cs=2097152,buf=262144 nsocks=2,ch=2,cs=2097152,buf=1048576}"
+  [sendrecv]="${SENDRECV_VARIANTS:-nsocks=4,ch=2,cs=4194304,buf=524288 nsocks=4,ch=2,cs=2097152,buf=524288 nsocks=8,ch=1,cs=2097152,buf=524288 nsocks=4,ch=2,cs=4194304,buf=262144 nsocks=4,ch=2,cs=2097152,buf=262144}"
+  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=262144 nsocks=4,ch=1,cs=2097152,buf=262144 nsocks=2,ch=2,cs=1048576,buf=262144 nsocks=4,ch=2,cs=1048576,buf=262144 nsocks=2,ch=2,cs=2097152,buf=131072 nsocks=2,ch=3,cs=2097152,buf=262144 nsocks=4,ch=2,cs=2097152,buf=262144 nsocks=2,ch=2,cs=2097152,buf=262144,chunk=2M}"
 )
 on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
   echo "## tuning: $pattern, --mem cuda"
-  table=$(BIN_DIR=$BIN_DIR PATTERN=$pattern MEM=cuda SIZES="256M 1G" ITERS=8 WARMUP=2 \
+  table=$(BIN_DIR=$BIN_DIR PATTERN=$pattern MEM=cuda SIZES="$TUNE_SIZES" ITERS=8 WARMUP=2 \
           bash "$(dirname "$0")/sweep.sh" ${VARIANTS[$pattern]})
   echo "$table"
-  best=$(echo "$table" | awk '!/^#/ {s=0; for (i=3; i<=NF; i+=2) {split($i, a, "/"); s+=a[1]} if (s>m) {m=s; b=$1}} END {print b}')
+  best=$(echo "$table" | awk '!/^#/ {s=1e9; for (i=3; i<=NF; i+=2) {split($i, a, "/"); if (a[1]+0 < s) s=a[1]+0} if (s>m) {m=s; b=$1}} END {print b}')
   [ -n "$best" ] || { echo "# tuning $pattern failed"; fail=1; continue; }
-  nsocks=8 cs=1048576 buf=4194304 ch=2
+  nsocks=8 cs=1048576 buf=4194304 ch=2 chunk=4M win=8
   IFS=, read -ra kv <<<"$best"
   for a in "${kv[@]}"; do printf -v "${a%%=*}" '%s' "${a#*=}"; done
   echo "## performance: $pattern, 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory, $best"
   for mem in cuda host; do
     dir="$OUT_DIR/h200-${STAMP}-${pattern}-${mem}"
-    echo "# command: NCCL_NSOCKS_PERTHREAD=$nsocks NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=$cs TCPXEMU_SOCKBUF=$buf mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk 4M --window 8 --channels $ch"
+    echo "# command: NCCL_NSOCKS_PERTHREAD=$nsocks NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=$cs TCPXEMU_SOCKBUF=$buf mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk $chunk --window $win --channels $ch"
     "${MPI[@]}" -np 4 -x NCCL_NSOCKS_PERTHREAD="$nsocks" -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK_SIZE="$cs" \
       -x TCPXEMU_SOCKBUF="$buf" "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem "$mem" -b 1M -e 1G -f 2 -n 20 -w 5 \
-      --chunk 4M --window 8 --channels "$ch" -T 120 --progress never --out "$dir" 2>&1 \
+      --chunk "$chunk" --window "$win" --channels "$ch" -T 120 --progress never --out "$dir" 2>&1 \
       | grep -E '^ +[0-9]|^# memory|Out of bounds|Avg bus|error|timeout' || fail=1
   done
 done
