@@ -937,6 +937,24 @@ unsafe fn recv_all(fd: i32, ptr: *mut u8, len: usize) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timing_summary_averages_over_threads() {
+        let t = Timing::default();
+        // Two threads, 1 s active each: 1.5 s moving (0.2 s of it waiting for copies), 0.4 s idle,
+        // 3 GB moved.
+        t.active_ns.store(2_000_000_000, Ordering::Relaxed);
+        t.busy_ns.store(1_500_000_000, Ordering::Relaxed);
+        t.copy_wait_ns.store(200_000_000, Ordering::Relaxed);
+        t.idle_ns.store(400_000_000, Ordering::Relaxed);
+        t.bytes.store(3_000_000_000, Ordering::Relaxed);
+        assert_eq!(
+            t.summary(2),
+            "2 threads moved 3000000000 bytes; of their active time 75% moving chunks (including 10% waiting for staging copies), 20% idle; 2.00 GB/s per thread while moving"
+        );
+        // A comm that never moved a byte must not divide by zero.
+        assert!(Timing::default().summary(1).contains("0% idle; 0.00 GB/s"));
+    }
     use std::collections::VecDeque;
     use tcpx_gpu::unpack::Rng;
 
