@@ -805,11 +805,11 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
                 .map(|()| credit(sh, &c)),
         };
         busy_ns += t.elapsed().as_nanos() as u64;
-        bytes += c.len as u64;
         if let Err(e) = res {
             report(sh, idx, e);
             break;
         }
+        bytes += c.len as u64;
         if Fault::hits(sh.fault, FaultKind::Slow, c.job.seq) {
             // Count the chunk before sleeping, as without pipelining.
             if let Some(g) = gl.as_mut() {
