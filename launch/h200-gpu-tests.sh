@@ -4,12 +4,17 @@
 #     (gather of scrambled 4 KiB fragments vs cuMemcpyDtoD of the same bytes);
 #  2. every pattern with --mem cuda -c 1 through tcpx-emu in unpack mode: 2 and 4 GPUs with one
 #     rank per GPU, and one rank driving all GPUs (-g); each must exit 0 with #wrong == 0;
-#  3. sendrecv and fullmesh, 4 GPUs: a tuning pass with --mem cuda (launch/sweep.sh), then
+#  3. baseline: NCCL's own Socket transport, sendrecv and alltoall, 4 GPUs, in the same call
+#     (launch/nccl-socket-bench.sh): machines of the test host differ by tens of percent from one
+#     loan to the next, so the figures that matter are ratios measured on one machine;
+#  4. sendrecv and fullmesh, 4 GPUs: a tuning pass with --mem cuda (launch/sweep.sh), then
 #     1 MiB .. 1 GiB with the best knobs, --mem cuda and --mem host in the same call (result
-#     directories under $OUT_DIR).
-# Usage on the GPU host, binaries carried in BIN_DIR (tcpx-perf, libnccl_net_tcpxemu.so, gpu_check):
+#     directories under $OUT_DIR), each compared with section 3 per size (tcpx-analyze compare).
+# Usage on the GPU host, binaries carried in BIN_DIR (tcpx-perf, libnccl_net_tcpxemu.so, gpu_check,
+# tcpx-analyze):
 #   BIN_DIR=.device/bin OUT_DIR=$OUT/results launch/h200-gpu-tests.sh
 set -uo pipefail
+. "$(dirname "$0")/variant.sh"
 BIN_DIR=${BIN_DIR:-target/release}
 OUT_DIR=${OUT_DIR:-results}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -17,9 +22,9 @@ export NCCL_NVLS_ENABLE=0
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 TUNE=(-x NCCL_NSOCKS_PERTHREAD=8 -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK_SIZE=1048576)
 fail=0
-echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(nproc) cores"
+echo "# $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l); $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 
-SECTIONS=${SECTIONS:-kernels correctness performance}
+SECTIONS=${SECTIONS:-kernels correctness baseline performance}
 on() { case " $SECTIONS " in *" $1 "*) return 0;; esac; return 1; }
 
 if on kernels && [ -x "$BIN_DIR/gpu_check" ]; then
@@ -54,15 +59,28 @@ on correctness && for pattern in sendrecv ring fullmesh; do
   if [ "$rc" -ne 0 ] || [ "${wrong:-x}" != 0 ] || [ "$staged" != 1 ]; then fail=1; echo "$out" | tail -15; fi
 done
 
+NCCL_DIR="$OUT_DIR/h200-${STAMP}-nccl-socket"
+if on baseline; then
+  echo "## baseline: NCCL Socket transport over lo, same call (launch/nccl-socket-bench.sh)"
+  OUT_DIR=$NCCL_DIR bash "$(dirname "$0")/nccl-socket-bench.sh" 4 | grep -v '^$' || fail=1
+fi
+
+# One line per comparison: tcpx-perf result directory $1 against NCCL's JSON $2 on metric $3,
+# the ratio of medians per size (tcpx-analyze compare; bootstrap CIs in its full output).
+ratios() {
+  "$BIN_DIR/tcpx-analyze" compare "$1" -B "$2" --metric "$3" 2>&1 |
+    awk -F'|' '/^\| [a-z]+ \| [0-9]+ [KMG]iB \|/ {r = $8; sub(/ \(.*/, "", r); gsub(/ /, "", $3); gsub(/ /, "", r); printf " %s %s", $3, r}'
+}
+
 # Performance: a tuning pass (launch/sweep.sh at TUNE_SIZES, data check on) over data sockets per
 # comm, socket chunk size, socket buffers, comms per peer and request size; the variant whose
 # slowest size is fastest runs the full sweep, --mem cuda and --mem host in the same call with the
 # same knobs. Per-chunk costs (staging copies and their events) favour chunks of 1-4 MiB; small
 # socket buffers keep the staging and socket memory in the last-level cache.
-TUNE_SIZES=${TUNE_SIZES:-64M 1G}
+TUNE_SIZES=${TUNE_SIZES:-64M 256M 1G}
 declare -A VARIANTS=(
-  [sendrecv]="${SENDRECV_VARIANTS:-nsocks=4,ch=2,cs=4194304,buf=524288 nsocks=4,ch=2,cs=2097152,buf=524288 nsocks=8,ch=1,cs=2097152,buf=524288 nsocks=4,ch=2,cs=4194304,buf=262144 nsocks=4,ch=2,cs=2097152,buf=262144}"
-  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=262144 nsocks=4,ch=1,cs=2097152,buf=262144 nsocks=2,ch=2,cs=1048576,buf=262144 nsocks=4,ch=2,cs=1048576,buf=262144 nsocks=2,ch=2,cs=2097152,buf=131072 nsocks=2,ch=3,cs=2097152,buf=262144 nsocks=4,ch=2,cs=2097152,buf=262144 nsocks=2,ch=2,cs=2097152,buf=262144,chunk=2M}"
+  [sendrecv]="${SENDRECV_VARIANTS:-nsocks=4,ch=2,cs=4194304,buf=524288 nsocks=4,ch=2,cs=2097152,buf=524288 nsocks=8,ch=1,cs=2097152,buf=524288 nsocks=8,ch=1,cs=1048576,buf=524288 nsocks=4,ch=2,cs=2097152,buf=262144}"
+  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=4194304,buf=262144,win=16 nsocks=1,ch=4,cs=4194304,buf=262144,win=16 nsocks=1,ch=4,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=2097152,buf=262144,win=8 nsocks=2,ch=2,cs=1048576,buf=262144,win=16}"
 )
 on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
   echo "## tuning: $pattern, --mem cuda"
@@ -71,17 +89,23 @@ on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
   echo "$table"
   best=$(echo "$table" | awk '!/^#/ {s=1e9; for (i=3; i<=NF; i+=2) {split($i, a, "/"); if (a[1]+0 < s) s=a[1]+0} if (s>m) {m=s; b=$1}} END {print b}')
   [ -n "$best" ] || { echo "# tuning $pattern failed"; fail=1; continue; }
-  nsocks=8 cs=1048576 buf=4194304 ch=2 chunk=4M win=8
-  IFS=, read -ra kv <<<"$best"
-  for a in "${kv[@]}"; do printf -v "${a%%=*}" '%s' "${a#*=}"; done
+  variant_parse "$best" || { fail=1; continue; }
   echo "## performance: $pattern, 4 GPUs, 1 MiB .. 1 GiB, CUDA vs host memory, $best"
   for mem in cuda host; do
     dir="$OUT_DIR/h200-${STAMP}-${pattern}-${mem}"
-    echo "# command: NCCL_NSOCKS_PERTHREAD=$nsocks NCCL_SOCKET_NTHREADS=1 NCCL_DYNAMIC_CHUNK_SIZE=$cs TCPXEMU_SOCKBUF=$buf mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 --chunk $chunk --window $win --channels $ch"
-    "${MPI[@]}" -np 4 -x NCCL_NSOCKS_PERTHREAD="$nsocks" -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK_SIZE="$cs" \
-      -x TCPXEMU_SOCKBUF="$buf" "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem "$mem" -b 1M -e 1G -f 2 -n 20 -w 5 \
-      --chunk "$chunk" --window "$win" --channels "$ch" -T 120 --progress never --out "$dir" 2>&1 \
+    echo "# command: $variant_mpirun -np 4 tcpx-perf --pattern $pattern --mem $mem -b 1M -e 1G -f 2 -n 20 -w 5 ${variant_args[*]}"
+    mpirun --allow-run-as-root --oversubscribe "${variant_binding[@]}" -np 4 "${variant_env[@]}" \
+      "$BIN_DIR/tcpx-perf" --pattern "$pattern" --mem "$mem" -b 1M -e 1G -f 2 -n 20 -w 5 \
+      "${variant_args[@]}" -T 120 --progress never --out "$dir" 2>&1 \
       | grep -E '^ +[0-9]|^# memory|Out of bounds|Avg bus|error|timeout' || fail=1
+  done
+  [ -x "$BIN_DIR/tcpx-analyze" ] && [ -d "$NCCL_DIR" ] || continue
+  case $pattern in sendrecv) coll=sendrecv metric=busbw ;; *) coll=alltoall metric=algbw ;; esac
+  for mem in cuda host; do
+    for timing in batch barrier; do
+      echo "# ratio $pattern --mem $mem / NCCL $coll ($timing timing), $metric per size:$(ratios \
+        "$OUT_DIR/h200-${STAMP}-${pattern}-${mem}" "$NCCL_DIR/nccl-socket-${coll}-${timing}.json" "$metric")"
+    done
   done
 done
 echo "gpu tests: $([ $fail -eq 0 ] && echo PASS || echo FAIL)"
