@@ -8,6 +8,7 @@
 //! blocks) outlives it.
 
 pub mod buffer;
+pub mod copier;
 pub mod gpu;
 pub mod progress;
 pub mod schedule;

@@ -6,6 +6,7 @@
 //! pass. Nothing here allocates or logs: the op vectors were built before the clock started, and
 //! the in-flight queues were sized for the window.
 
+use super::copier::Copier;
 use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::schedule::{RecvOp, Schedule, SendOp};
 use nccl_net::{MrId, Poll, RecvComm, RecvDone, Request, SendComm};
@@ -103,6 +104,8 @@ pub enum IterationError {
     Stalled(String),
     /// Another worker of this rank failed and asked everyone to stop.
     Aborted,
+    /// The local copy threads could not be started.
+    LocalCopy(String),
     /// A receive completed with a size other than the one planned.
     SizeMismatch {
         peer: String,
@@ -118,6 +121,7 @@ impl std::fmt::Display for IterationError {
             IterationError::Gpu(e) => write!(f, "CUDA: {e}"),
             IterationError::Stalled(dump) => write!(f, "no progress before the -T deadline\n{dump}"),
             IterationError::Aborted => write!(f, "stopped because another worker failed"),
+            IterationError::LocalCopy(e) => write!(f, "local copy: {e}"),
             IterationError::SizeMismatch { peer, expected, got } => {
                 write!(
                     f,
@@ -174,8 +178,8 @@ impl IterationState {
 pub struct LoopContext<'a> {
     pub schedule: &'a Schedule,
     pub window: usize,
-    /// Bytes of local copy done per pass of the loop (the chunk size).
-    pub local_step: u64,
+    /// Host memory: the threads that do the local copies (fullmesh's own block).
+    pub copier: Option<&'a Copier>,
     /// The buffer the plugin reads and writes (host buffer, device buffer, or staging mirror).
     pub base: *mut u8,
     pub epoch: Instant,
@@ -189,8 +193,24 @@ fn ns_since(epoch: Instant, t: Instant) -> u64 {
 
 /// Runs one iteration to completion. `start` is the instant the start signal was received.
 /// With `gpu`, the buffer is device memory and receives complete only once their unpack (or
-/// staging copy) has run on the GPU.
+/// staging copy) has run on the GPU. Returns only once no local copy is running (also on errors:
+/// the caller reuses the buffer).
 pub fn run_iteration(
+    ctx: &LoopContext<'_>,
+    send: &mut [SendLane],
+    recv: &mut [RecvLane],
+    state: &mut IterationState,
+    gpu: Option<&mut GpuState>,
+    start: Instant,
+) -> Result<IterationTiming, IterationError> {
+    let result = drive(ctx, send, recv, state, gpu, start);
+    if let Some(c) = ctx.copier {
+        c.wait();
+    }
+    result
+}
+
+fn drive(
     ctx: &LoopContext<'_>,
     send: &mut [SendLane],
     recv: &mut [RecvLane],
@@ -210,8 +230,8 @@ pub fn run_iteration(
             None => 0,
         };
         // Local copies (fullmesh's own block) are part of the pattern's time, as nccl-tests'
-        // self-send is; on the host they advance one step per pass so the network keeps being
-        // driven, on the GPU they are one asynchronous copy.
+        // self-send is; on the host they run on the copy threads while this loop keeps driving
+        // the network, on the GPU they are one asynchronous copy.
         let mut progressed = pump_local(ctx, &mut local, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
         for (lane, ops) in recv.iter_mut().zip(&ctx.schedule.recv) {
             progressed |= retire_landed(lane, ops, state, completed, &mut clock)?;
@@ -261,6 +281,8 @@ struct LocalCursor {
     done: u64,
     /// GPU: the batch the copies were queued under (0 = not queued yet).
     batch: u64,
+    /// Host: the current copy was handed to the copy threads.
+    started: bool,
 }
 
 impl LocalCursor {
@@ -296,17 +318,31 @@ fn pump_local(
         cursor.batch = 0;
         cursor.done = copy.len;
     } else {
-        let step = (copy.len - cursor.done).min(ctx.local_step);
-        // SAFETY: both ranges lie inside the endpoint buffer (the plan's layout) and do not
-        // overlap: the source is in the send half, the destination in the receive half.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                ctx.base.add((copy.src_off + cursor.done) as usize),
-                ctx.base.add((copy.dst_off + cursor.done) as usize),
-                step as usize,
-            );
+        let Some(copier) = ctx.copier else {
+            return Err(IterationError::LocalCopy(
+                "no copy threads for a host-memory local copy".into(),
+            ));
+        };
+        if !cursor.started {
+            // SAFETY: both ranges lie inside the endpoint buffer (the plan's layout) and do not
+            // overlap (the source is in the send half, the destination in the receive half);
+            // nothing else touches the destination, and `run_iteration` waits for the copy
+            // before it returns.
+            unsafe {
+                copier.start(
+                    ctx.base.add(copy.src_off as usize),
+                    ctx.base.add(copy.dst_off as usize),
+                    copy.len as usize,
+                );
+            }
+            cursor.started = true;
+            return Ok(true);
         }
-        cursor.done += step;
+        if !copier.is_idle() {
+            return Ok(false);
+        }
+        cursor.started = false;
+        cursor.done = copy.len;
     }
     if cursor.done == copy.len {
         clock.last = Instant::now();

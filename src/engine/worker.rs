@@ -4,6 +4,7 @@
 //! plugin calls for a comm happen on one thread, as NCCL's proxy thread does and as TCPX requires.
 
 use super::buffer::HostBuffer;
+use super::copier::{self, Copier};
 use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::progress::{
     run_iteration, IterationError, IterationState, IterationTiming, LoopContext, RecvLane, SendLane,
@@ -23,6 +24,9 @@ pub struct Worker {
     shared: Arc<Shared>,
     lanes: Lanes,
     net_dev: usize,
+    /// Host memory with local copies: their threads (started at the first iteration). Declared
+    /// before `memory` so that it is dropped (its threads joined) first.
+    copier: Option<Copier>,
     memory: Option<Memory>,
     listens: Vec<ListenComm>,
     send: Vec<SendLane>,
@@ -91,6 +95,7 @@ impl Worker {
             state: None,
             flow_time_sum: Vec::new(),
             wrong: 0,
+            copier: None,
         }
     }
 
@@ -251,6 +256,11 @@ impl Worker {
     /// Runs one iteration from `start` (the instant the start signal arrived).
     pub fn run(&mut self, start: Instant, timed: bool) -> Result<IterationTiming, IterationError> {
         let memory = self.memory.as_mut().expect("allocated");
+        if self.copier.is_none() && matches!(memory, Memory::Host(_)) && !self.schedule.local.is_empty() {
+            let copier = Copier::new(copier::THREADS)
+                .map_err(|e| IterationError::LocalCopy(format!("starting copy threads: {e}")))?;
+            self.copier = Some(copier);
+        }
         let base = memory.net_view().0;
         let gpu = match memory {
             Memory::Gpu(g) => Some(&mut **g),
@@ -259,7 +269,7 @@ impl Worker {
         let ctx = LoopContext {
             schedule: &self.schedule,
             window: self.config.window,
-            local_step: self.config.chunk.max(1),
+            copier: self.copier.as_ref(),
             base,
             epoch: self.shared.epoch,
             deadline: self.config.timeout,
