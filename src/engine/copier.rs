@@ -51,6 +51,8 @@ impl Copier {
     /// Starts `threads` copy threads (at least one). Fails only if no thread could be spawned.
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
+        // The progress loop never allocates: room for several copies' pieces up front.
+        shared.queue.lock().unwrap_or_else(|p| p.into_inner()).pieces = Vec::with_capacity(4 * threads.max(1));
         let mut handles = Vec::with_capacity(threads.max(1));
         for i in 0..threads.max(1) {
             let s = Arc::clone(&shared);
