@@ -62,7 +62,9 @@ done
 NCCL_DIR="$OUT_DIR/h200-${STAMP}-nccl-socket"
 if on baseline; then
   echo "## baseline: NCCL Socket transport over lo, same call (launch/nccl-socket-bench.sh)"
-  OUT_DIR=$NCCL_DIR bash "$(dirname "$0")/nccl-socket-bench.sh" 4 | grep -v '^$' || fail=1
+  # NCCL's names for this script's patterns (PATTERNS means tcpx-perf's here, NCCL's there).
+  nccl_patterns=$(for p in ${PATTERNS:-sendrecv fullmesh}; do [ "$p" = fullmesh ] && echo alltoall || echo "$p"; done)
+  PATTERNS="$nccl_patterns" OUT_DIR=$NCCL_DIR bash "$(dirname "$0")/nccl-socket-bench.sh" 4 | grep -v '^$' || fail=1
 fi
 
 # One line per comparison: tcpx-perf result directory $1 against NCCL's JSON $2 on metric $3,
