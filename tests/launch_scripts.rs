@@ -2,9 +2,12 @@
 //! that `launch/h200-gpu-tests.sh` builds on must run a real variant over real `mpirun` here, and
 //! refuse a knob it does not know before it starts anything.
 
+mod common;
+
+use common::output_within;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
 
@@ -22,26 +25,7 @@ fn bash(script: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bash must be installed");
-    let start = Instant::now();
-    while child.try_wait().expect("wait on bash").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect output");
-            panic!(
-                "{} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                script.display(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("collect output")
+    output_within(&mut cmd, limit, &format!("bash {}", script.display()))
 }
 
 #[test]

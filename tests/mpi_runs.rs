@@ -4,8 +4,11 @@
 //!
 //! Needs `mpirun` (Open MPI) and the release build of the workspace (`launch/build.sh`).
 
+mod common;
+
+use common::output_within;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
@@ -40,26 +43,7 @@ fn mpirun(apps: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Duration) 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .expect("mpirun must be installed (apt-get install openmpi-bin)");
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait on mpirun").is_some() {
-            return child.wait_with_output().expect("collect mpirun output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect mpirun output");
-            panic!(
-                "mpirun did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    output_within(&mut cmd, limit, "mpirun")
 }
 
 fn args(list: &str) -> Vec<String> {
