@@ -97,7 +97,6 @@ def measure(p: Pattern, timing: str, iters: int, warmup: int, dev):
     for _ in range(warmup):
         p.run()
     torch.cuda.synchronize()
-    samples = []
     if timing == "batch":
         events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
         dist.barrier(device_ids=[dev.index])
@@ -111,6 +110,7 @@ def measure(p: Pattern, timing: str, iters: int, warmup: int, dev):
         total_us = (time.perf_counter() - t0) * 1e6
         samples = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
         return samples, total_us / iters
+    samples = []
     for _ in range(iters):
         dist.barrier(device_ids=[dev.index])
         torch.cuda.synchronize()
