@@ -82,7 +82,7 @@ ratios() {
 TUNE_SIZES=${TUNE_SIZES:-64M 256M 1G}
 declare -A VARIANTS=(
   [sendrecv]="${SENDRECV_VARIANTS:-nsocks=4,ch=2,cs=4194304,buf=524288 nsocks=4,ch=2,cs=2097152,buf=524288 nsocks=8,ch=1,cs=2097152,buf=524288 nsocks=8,ch=1,cs=1048576,buf=524288 nsocks=4,ch=2,cs=2097152,buf=262144}"
-  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=4194304,buf=262144,win=16 nsocks=1,ch=4,cs=4194304,buf=262144,win=16 nsocks=1,ch=4,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=2097152,buf=262144,win=8 nsocks=2,ch=2,cs=1048576,buf=262144,win=16}"
+  [fullmesh]="${FULLMESH_VARIANTS:-nsocks=2,ch=2,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=2097152,buf=1048576,win=16 nsocks=1,ch=4,cs=2097152,buf=262144,win=16 nsocks=2,ch=2,cs=1048576,buf=1048576,win=16 nsocks=2,ch=2,cs=2097152,buf=262144,win=8 nsocks=2,ch=2,cs=1048576,buf=262144,win=16}"
 )
 on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
   echo "## tuning: $pattern, --mem cuda"

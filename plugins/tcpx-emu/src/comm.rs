@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use crate::config::ZeroCopy;
 use crate::error::{NetError, NetResult};
 use crate::fault::{abort_socket, corrupt_offset, Fault, FaultKind, CORRUPT_XOR};
 use crate::gpu::CommGpu;
@@ -44,6 +45,9 @@ pub struct Connected {
     pub data: Vec<TcpStream>,
     pub peer: SocketAddr,
     pub chunk_size: usize,
+    /// Zero-copy sends: which chunks the send side splices; unless `Off`, the receive side
+    /// acknowledges every chunk (for a receive comm only that distinction matters).
+    pub zerocopy: ZeroCopy,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -147,7 +151,15 @@ impl Comm {
             None => None,
         };
         let seed = unpack.map_or(0, |u| u.seed);
-        let shared = Arc::new(Shared::new(dir, conn.peer, conn.data, conn.chunk_size, fault, gpu));
+        let shared = Arc::new(Shared::new(
+            dir,
+            conn.peer,
+            conn.data,
+            conn.chunk_size,
+            conn.zerocopy,
+            fault,
+            gpu,
+        ));
         let mut comm = Box::new(Comm {
             dir,
             ctrl: conn.ctrl,

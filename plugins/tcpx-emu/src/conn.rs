@@ -2,8 +2,9 @@
 //!
 //! A connection is one ctrl socket plus `nsocks` data sockets. Each socket starts with a 32-byte
 //! hello (little-endian):
-//! `{ magic "TXHL", version u16, kind u8 (0 ctrl, 1 data), index u8, nsocks u8, pad[3],
-//!    chunk_size u32, listener token u64, connection id u64 }`.
+//! `{ magic "TXHL", version u16, kind u8 (0 ctrl, 1 data), index u8, nsocks u8, flags u8,
+//!    pad[2], chunk_size u32, listener token u64, connection id u64 }`; flag bit 0: the receiver
+//! acknowledges every chunk (the sender splices some of them: [`crate::worker`]).
 //! The acceptor groups sockets by the random connection id, so sockets of concurrent connections
 //! may interleave, and a listen comm serves any number of accepts.
 //!
@@ -31,7 +32,7 @@ use std::time::Duration;
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
 use crate::comm::{Comm, Connected, UnpackOpts};
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, ZeroCopy};
 use crate::error::{NetError, NetResult};
 use crate::handle::{connect_state, set_connect_state, ListenInfo};
 use crate::worker::Dir;
@@ -41,6 +42,8 @@ const HELLO_VERSION: u16 = 1;
 const HELLO_LEN: usize = 32;
 const KIND_CTRL: u8 = 0;
 const KIND_DATA: u8 = 1;
+/// Hello flag: the receiver acknowledges every chunk (zero-copy sends).
+const FLAG_ACKS: u8 = 1;
 /// How long the acceptor waits for a hello on a fresh socket.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the connection.
@@ -201,6 +204,7 @@ struct Hello {
     kind: u8,
     index: u8,
     nsocks: u8,
+    flags: u8,
     chunk_size: u32,
     token: u64,
     conn_id: u64,
@@ -214,6 +218,7 @@ impl Hello {
         b[6] = self.kind;
         b[7] = self.index;
         b[8] = self.nsocks;
+        b[9] = self.flags;
         b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.token.to_le_bytes());
         b[24..32].copy_from_slice(&self.conn_id.to_le_bytes());
@@ -228,6 +233,7 @@ impl Hello {
             kind: b[6],
             index: b[7],
             nsocks: b[8],
+            flags: b[9],
             chunk_size: u32::from_le_bytes(b[12..16].try_into().ok()?),
             token: u64::from_le_bytes(b[16..24].try_into().ok()?),
             conn_id: u64::from_le_bytes(b[24..32].try_into().ok()?),
@@ -245,12 +251,13 @@ struct Connecting {
     info: ListenInfo,
 }
 
-fn connect_blocking(info: ListenInfo, sockbuf: usize) -> std::io::Result<Connected> {
+fn connect_blocking(info: ListenInfo, sockbuf: usize, zerocopy: ZeroCopy) -> std::io::Result<Connected> {
     let conn_id = random_u64();
     let hello = |kind, index| Hello {
         kind,
         index,
         nsocks: info.nsocks as u8,
+        flags: if zerocopy == ZeroCopy::Off { 0 } else { FLAG_ACKS },
         chunk_size: info.chunk_size as u32,
         token: info.token,
         conn_id,
@@ -268,6 +275,7 @@ fn connect_blocking(info: ListenInfo, sockbuf: usize) -> std::io::Result<Connect
         data,
         peer: info.addr,
         chunk_size: info.chunk_size,
+        zerocopy,
     })
 }
 
@@ -277,10 +285,16 @@ fn connect_blocking(info: ListenInfo, sockbuf: usize) -> std::io::Result<Connect
 pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Comm>>> {
     let Some(ptr) = connect_state(handle) else {
         let info = ListenInfo::decode(handle)?;
+        // Staged zero-copy needs staging, i.e. unpack mode; otherwise no chunk would be spliced
+        // and the acknowledgements would be pure overhead.
+        let zerocopy = match cfg.zerocopy {
+            ZeroCopy::Staged if cfg.mode != Mode::Unpack => ZeroCopy::Off,
+            z => z,
+        };
         let sockbuf = cfg.sockbuf;
         let thread = std::thread::Builder::new()
             .name("tcpxemu-connect".to_owned())
-            .spawn(move || connect_blocking(info, sockbuf))
+            .spawn(move || connect_blocking(info, sockbuf, zerocopy))
             .map_err(|e| NetError::system(format!("spawning connect thread: {e}")))?;
         let state = Box::new(Connecting {
             thread: Some(thread),
@@ -317,6 +331,8 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
 struct Partial {
     ctrl: Option<TcpStream>,
     data: Vec<Option<TcpStream>>,
+    /// The ctrl hello's flags.
+    flags: u8,
 }
 
 struct ListenShared {
@@ -469,12 +485,19 @@ fn accept_loop(ls: &ListenShared) {
         }
         if h.kind == KIND_CTRL {
             p.ctrl = Some(sock);
+            p.flags = h.flags;
         } else {
             p.data[usize::from(h.index)] = Some(sock);
         }
         if p.ctrl.is_some() && p.data.iter().all(Option::is_some) {
             let Some(p) = partial.remove(&h.conn_id) else {
                 continue;
+            };
+            // The receiver only needs to know whether to acknowledge.
+            let zerocopy = if p.flags & FLAG_ACKS != 0 {
+                ZeroCopy::All
+            } else {
+                ZeroCopy::Off
             };
             let (Some(ctrl), data) = (p.ctrl, p.data.into_iter().flatten().collect::<Vec<_>>()) else {
                 continue;
@@ -485,6 +508,7 @@ fn accept_loop(ls: &ListenShared) {
                 data,
                 peer,
                 chunk_size: info.chunk_size,
+                zerocopy,
             });
         }
     }

@@ -162,8 +162,11 @@ fn default_chunk_four_mib_two_sockets() {
 }
 
 fn back_to_back(nsocks: usize) {
-    let c = cfg(nsocks, 16 << 10);
-    let (s, r, _lc) = pair(&c);
+    back_to_back_with(&cfg(nsocks, 16 << 10));
+}
+
+fn back_to_back_with(c: &Config) {
+    let (s, r, _lc) = pair(c);
     let msgs: Vec<_> = (0..200usize)
         .map(|i| {
             let n = (i * 7919 * 13) % (300 << 10) + (i % 3);
@@ -186,6 +189,73 @@ fn back_to_back_2_sockets() {
 #[test]
 fn back_to_back_4_sockets() {
     back_to_back(4);
+}
+
+/// Every send spliced and acknowledged (`TCPXEMU_ZEROCOPY=all`; the default, `staged`, splices
+/// only unpack mode's staging, which these host-memory tests do not use).
+fn zerocopy(nsocks: usize, chunk_size: usize) -> Config {
+    Config {
+        zerocopy: crate::config::ZeroCopy::All,
+        ..cfg(nsocks, chunk_size)
+    }
+}
+
+#[test]
+fn zerocopy_back_to_back_1_and_3_sockets() {
+    back_to_back_with(&zerocopy(1, 16 << 10));
+    back_to_back_with(&zerocopy(3, 16 << 10));
+}
+
+#[test]
+fn zerocopy_large_chunks_and_odd_sizes() {
+    // Chunks larger than the default 64 KiB pipe and than 1 MiB: several hand-overs per chunk.
+    let (s, r, _lc) = pair(&zerocopy(2, 3 << 20));
+    transfer(
+        &s,
+        &r,
+        &[(16 << 20, 16 << 20), (5_000_001, 8 << 20), (0, 16), (1, 1)],
+        16,
+    );
+}
+
+/// A send of `len` bytes with no receive posted: whether `test` reports it done within 200 ms.
+fn send_completes_before_receive(c: &Config, len: usize) -> bool {
+    let (s, r, _lc) = pair(c);
+    let mut src = vec![0u8; len];
+    fill(&mut src, 7);
+    let expect = src.clone();
+    // SAFETY: `src` outlives the request.
+    let sreq = unsafe { s.isend(src.as_ptr(), len) }.expect("isend");
+    let early = Instant::now() + Duration::from_millis(200);
+    let mut done = false;
+    while !done && Instant::now() < early {
+        done = s.test(sreq).expect("test send").is_some();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut dst = vec![0u8; len];
+    // SAFETY: `dst` outlives the request.
+    let rreq = unsafe { r.irecv(dst.as_mut_ptr(), len) }.expect("irecv");
+    if !done {
+        wait(&s, sreq).expect("send completes once the receive is posted");
+    }
+    // The request is complete: the sender may reuse its buffer, and the receiver must still
+    // get the bytes as they were.
+    src.fill(0x5a);
+    assert_eq!(wait(&r, rreq).expect("recv"), len);
+    assert!(
+        dst == expect,
+        "the receiver saw the sender's buffer after it was reused"
+    );
+    r.irecv_consumed(rreq).expect("irecvConsumed");
+    done
+}
+
+#[test]
+fn zerocopy_send_completes_only_once_the_receiver_has_read_it() {
+    // 64 KiB fits the socket buffers: a copying send (the default policy on host memory) is
+    // done at once, a zero-copy send only after the receiver read (and acknowledged) every chunk.
+    assert!(send_completes_before_receive(&cfg(2, 16 << 10), 64 << 10));
+    assert!(!send_completes_before_receive(&zerocopy(2, 16 << 10), 64 << 10));
 }
 
 #[test]

@@ -32,17 +32,29 @@
 //!   ([`Chunks::peek`]: same job, or the next job if already published) is started into the other
 //!   buffer; a chunk is sent only after its own event completed.
 //!
+//! Zero-copy sends (`TCPXEMU_ZEROCOPY=1`, flagged in the hello so that the receiver knows): TCPX
+//! sends with `MSG_ZEROCOPY` and completes a send once the kernel released its pages. Over
+//! loopback that saves nothing (the kernel copies zero-copy pages when it delivers them to a
+//! local socket), so tcpx-emu hands the pages over with `vmsplice` + `splice` instead, which
+//! loopback delivers by reference: the receiver's copy out of the socket is the only CPU copy.
+//! The pages stay referenced until the receiver has read them, so the receiver writes one
+//! acknowledgement byte per chunk back on the same data socket once its read finished, and the
+//! sender ([`Tx`]) counts a chunk as moved, and reuses its staging buffer, only after that byte
+//! arrived. Without zero-copy, `send` copies the chunk into the socket and it counts at once.
+//!
 //! The buffer rotation and the chunk cursor are CPU-only and unit-tested against models.
 
+use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::config::ZeroCopy;
 use crate::error::NetError;
 use crate::fault::{Fault, FaultKind, SLOW_CHUNK_DELAY};
-use crate::gpu::{CommGpu, Lane};
+use crate::gpu::{CommGpu, Lane, STAGING_BUFS};
 use crate::scramble::Plan;
 
 /// Outstanding requests per comm (TCPX's `MAX_REQUESTS`).
@@ -92,6 +104,8 @@ pub struct Timing {
     /// Part of `busy_ns` spent waiting for a staging copy's event.
     pub copy_wait_ns: AtomicU64,
     pub bytes: AtomicU64,
+    /// Chunks handed to the socket by reference (zero-copy sends).
+    pub spliced: AtomicU64,
 }
 
 impl Timing {
@@ -100,8 +114,12 @@ impl Timing {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let active = get(&self.active_ns).max(1.0);
         let pct = |a: &AtomicU64| 100.0 * get(a) / active;
+        let spliced = match self.spliced.load(Ordering::Relaxed) {
+            0 => String::new(),
+            n => format!("; {n} chunks sent zero-copy"),
+        };
         format!(
-            "{} threads moved {} bytes; of their active time {:.0}% moving chunks (including {:.0}% waiting for staging copies), {:.0}% idle; {:.2} GB/s per thread while moving",
+            "{} threads moved {} bytes; of their active time {:.0}% moving chunks (including {:.0}% waiting for staging copies), {:.0}% idle; {:.2} GB/s per thread while moving{spliced}",
             threads,
             get(&self.bytes),
             pct(&self.busy_ns),
@@ -118,6 +136,9 @@ pub struct Shared {
     pub peer: SocketAddr,
     pub socks: Vec<TcpStream>,
     pub chunk_size: usize,
+    /// Zero-copy sends: which chunks the send side splices; unless `Off`, the receive side
+    /// acknowledges every chunk.
+    pub zerocopy: ZeroCopy,
     pub fault: Option<Fault>,
     /// GPU resources (unpack mode only).
     pub gpu: Option<CommGpu>,
@@ -138,6 +159,7 @@ impl Shared {
         peer: SocketAddr,
         socks: Vec<TcpStream>,
         chunk_size: usize,
+        zerocopy: ZeroCopy,
         fault: Option<Fault>,
         gpu: Option<CommGpu>,
     ) -> Self {
@@ -152,6 +174,7 @@ impl Shared {
             peer,
             socks,
             chunk_size,
+            zerocopy,
             fault,
             gpu,
             plans,
@@ -167,6 +190,11 @@ impl Shared {
             error: Mutex::new(None),
             timing: Timing::default(),
         }
+    }
+
+    /// Whether every chunk on this comm is acknowledged by the receiver (zero-copy sends).
+    pub fn acks(&self) -> bool {
+        self.zerocopy != ZeroCopy::Off
     }
 
     fn lock(&self) -> MutexGuard<'_, Ring> {
@@ -492,7 +520,8 @@ pub trait SendOps {
     fn start_copy(&mut self, b: usize, c: &Chunk) -> std::io::Result<()>;
     /// Waits for the copy into buffer `b`.
     fn wait_copy(&mut self, b: usize) -> std::io::Result<()>;
-    /// Sends chunk `c` from staging buffer `b` (blocking; the buffer is free again on return).
+    /// Sends chunk `c` from staging buffer `b` (blocking). The buffer is free again once the
+    /// next `start_copy` into it returns (zero-copy: after the receiver released it).
     fn send(&mut self, b: usize, c: &Chunk) -> std::io::Result<()>;
 }
 
@@ -577,8 +606,10 @@ impl GpuLane<'_> {
     }
 
     /// Sends a CUDA chunk larger than a staging buffer (a send chunk size above 4 MiB), in
-    /// synchronous pieces through buffer 0. Only while nothing is staged.
-    fn send_unpipelined(&mut self, c: &Chunk) -> std::io::Result<()> {
+    /// synchronous pieces through buffer 0, copied into the socket (the buffer is reused at
+    /// once). Only while nothing is staged.
+    fn send_unpipelined(&mut self, tx: &mut Tx, c: &Chunk) -> std::io::Result<()> {
+        tx.wait_buffer(self.shared, 0)?;
         let lane = &mut *self.lane;
         let cap = lane.staging[0].len();
         let src = (c.job.ptr + c.off) as u64;
@@ -596,6 +627,7 @@ impl GpuLane<'_> {
             unsafe { send_all(self.fd, p, n) }?;
             off += n;
         }
+        tx.handed(self.shared, c, None, false);
         Ok(())
     }
 }
@@ -646,6 +678,9 @@ impl RecvOps for GpuLane<'_> {
         // SAFETY: every iovec points into staging buffer `b`, which no copy is reading (the
         // pipeline's invariant).
         unsafe { recv_iov_all(self.fd, &mut self.iov) }?;
+        if self.shared.acks() {
+            ack(self.fd)?;
+        }
         let dst = ru.bounce_base() + (ru.slot_off(slot) + window) as u64;
         // SAFETY: the window lies inside the slot's region of the live bounce buffer; staging
         // buffer `b` is not written again until its event (recorded next) has completed.
@@ -671,32 +706,290 @@ impl RecvOps for GpuLane<'_> {
     }
 }
 
-impl SendOps for GpuLane<'_> {
+/// A send helper's lane and socket side together, for [`SendOps`].
+struct GpuTx<'g, 'a> {
+    gl: &'g mut GpuLane<'a>,
+    tx: &'g mut Tx,
+}
+
+impl SendOps for GpuTx<'_, '_> {
     fn start_copy(&mut self, b: usize, c: &Chunk) -> std::io::Result<()> {
-        if c.len > self.lane.staging[b].len() {
+        let lane = &mut *self.gl.lane;
+        if c.len > lane.staging[b].len() {
             return Err(std::io::Error::other(format!(
                 "internal: chunk {} of request {} ({} bytes) exceeds the staging buffer",
                 c.j, c.job.seq, c.len
             )));
         }
-        let p = self.lane.staging[b].as_mut_ptr();
-        // SAFETY: `p` is staging buffer `b` (free: the pipeline's invariant), not touched by the
-        // host until its event completed; the source is the caller's device buffer, valid until
-        // the request completes, which needs this chunk sent.
-        unsafe { self.lane.stream.memcpy_dtoh_async(p, (c.job.ptr + c.off) as u64, c.len) }
+        // Zero-copy: the socket may still reference the buffer's pages.
+        self.tx.wait_buffer(self.gl.shared, b)?;
+        let p = lane.staging[b].as_mut_ptr();
+        // SAFETY: `p` is staging buffer `b` (free: the pipeline's invariant, and released by the
+        // receiver's acknowledgement on zero-copy comms), not touched by the host until its
+        // event completed; the source is the caller's device buffer, valid until the request
+        // completes, which needs this chunk sent.
+        unsafe { lane.stream.memcpy_dtoh_async(p, (c.job.ptr + c.off) as u64, c.len) }
             .map_err(|e| gpu_io("copy to staging", e))?;
-        self.lane.done[b]
-            .record(&self.lane.stream)
+        lane.done[b]
+            .record(&lane.stream)
             .map_err(|e| gpu_io("copy to staging", e))
     }
 
     fn wait_copy(&mut self, b: usize) -> std::io::Result<()> {
-        self.wait_event(b, "copy to staging")
+        self.gl.wait_event(b, "copy to staging")
     }
 
     fn send(&mut self, b: usize, c: &Chunk) -> std::io::Result<()> {
-        // SAFETY: staging buffer `b` holds the chunk's `c.len` bytes (its copy completed).
-        unsafe { send_all(self.fd, self.lane.staging[b].as_ptr(), c.len) }
+        // SAFETY: staging buffer `b` holds the chunk's `c.len` bytes (its copy completed) and is
+        // not written again before `Tx` released it.
+        unsafe {
+            self.tx
+                .send(self.gl.shared, c, self.gl.lane.staging[b].as_ptr(), Some(b))
+        }
+    }
+}
+
+/// The byte a zero-copy receiver writes back on a data socket for every chunk it has read.
+const ACK: u8 = 0xac;
+
+/// Acknowledges one chunk (zero-copy comms): its bytes are out of the socket.
+fn ack(fd: i32) -> std::io::Result<()> {
+    // SAFETY: one readable byte.
+    unsafe { send_all(fd, &ACK, 1) }
+}
+
+/// The socket side of a send helper thread: hands a chunk's bytes to the socket and decides
+/// when the chunk counts as moved (see the module docs).
+pub struct Tx {
+    fd: i32,
+    /// Zero-copy comms only.
+    zc: Option<Acked>,
+    /// Chunks spliced so far.
+    pub spliced: u64,
+}
+
+struct Acked {
+    /// Host-memory chunks are spliced too (`TCPXEMU_ZEROCOPY=all`), not only staged ones.
+    splice_host: bool,
+    /// `(read end, write end)`; None if the pipe could not be made (then chunks are copied,
+    /// and still acknowledged).
+    pipe: Option<(OwnedFd, OwnedFd)>,
+    /// Chunks handed to the socket and not acknowledged yet, oldest first, each with whether it
+    /// counts only once acknowledged (spliced) or counted already (copied).
+    unacked: VecDeque<(Chunk, bool)>,
+    /// Chunks handed over, and acknowledged, so far.
+    handed: u64,
+    acked: u64,
+    /// Per staging buffer: `handed` right after its last chunk went out; the buffer may be
+    /// written again once `acked` reached it.
+    busy_until: [u64; STAGING_BUFS],
+}
+
+impl Tx {
+    /// A send helper's socket side under `policy`; `chunk_size` sizes the pipe.
+    pub fn new(fd: i32, policy: ZeroCopy, chunk_size: usize) -> Self {
+        let zc = (policy != ZeroCopy::Off).then(|| Acked {
+            splice_host: policy == ZeroCopy::All,
+            pipe: splice_pipe(chunk_size),
+            unacked: VecDeque::with_capacity(4 * MAX_REQUESTS),
+            handed: 0,
+            acked: 0,
+            busy_until: [0; STAGING_BUFS],
+        });
+        Self { fd, zc, spliced: 0 }
+    }
+
+    /// Sends chunk `c`'s bytes from `ptr` (from staging buffer `buf`, if any). A copied chunk
+    /// counts now; a spliced one (zero-copy comms: staged chunks, and host chunks under `all`)
+    /// once acknowledged.
+    ///
+    /// # Safety
+    /// `ptr..ptr+c.len` must be readable, and stay unmodified until the chunk counts.
+    pub unsafe fn send(&mut self, sh: &Shared, c: &Chunk, ptr: *const u8, buf: Option<usize>) -> std::io::Result<()> {
+        let pipe = self
+            .zc
+            .as_ref()
+            .filter(|z| buf.is_some() || z.splice_host)
+            .and_then(|z| z.pipe.as_ref());
+        let spliced = pipe.is_some();
+        match pipe {
+            // SAFETY: the caller's contract.
+            Some((r, w)) => unsafe { splice_all(self.fd, r.as_raw_fd(), w.as_raw_fd(), ptr, c.len) }?,
+            // SAFETY: as above.
+            None => unsafe { send_all(self.fd, ptr, c.len) }?,
+        }
+        self.spliced += u64::from(spliced);
+        self.handed(sh, c, buf, spliced);
+        self.poll(sh)
+    }
+
+    /// Chunk `c` went into the socket (from staging buffer `buf`, if any), by reference
+    /// (`spliced`) or copied.
+    pub fn handed(&mut self, sh: &Shared, c: &Chunk, buf: Option<usize>, spliced: bool) {
+        if !spliced {
+            credit(sh, c);
+        }
+        if let Some(z) = self.zc.as_mut() {
+            z.unacked.push_back((*c, spliced));
+            z.handed += 1;
+            if let (Some(b), true) = (buf, spliced) {
+                z.busy_until[b] = z.handed;
+            }
+        }
+    }
+
+    /// Waits until the socket no longer references staging buffer `b`.
+    pub fn wait_buffer(&mut self, sh: &Shared, b: usize) -> std::io::Result<()> {
+        while self.zc.as_ref().is_some_and(|z| z.acked < z.busy_until[b]) {
+            self.read_acks(sh, true)?;
+        }
+        Ok(())
+    }
+
+    /// Counts the chunks acknowledged so far (never blocks).
+    pub fn poll(&mut self, sh: &Shared) -> std::io::Result<()> {
+        self.read_acks(sh, false)
+    }
+
+    /// Waits until every chunk handed over is acknowledged (before the thread sleeps: requests
+    /// complete only through it).
+    pub fn settle(&mut self, sh: &Shared) -> Result<(), ChunkError> {
+        while let Some((oldest, _)) = self.zc.as_ref().and_then(|z| z.unacked.front().copied()) {
+            self.read_acks(sh, true).map_err(|e| (e, oldest))?;
+        }
+        Ok(())
+    }
+
+    fn read_acks(&mut self, sh: &Shared, block: bool) -> std::io::Result<()> {
+        let Some(z) = self.zc.as_mut() else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 64];
+        let want = z.unacked.len().min(buf.len());
+        if want == 0 {
+            return Ok(());
+        }
+        let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: `want` writable bytes.
+        let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), want, flags) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(()),
+                _ => Err(e),
+            };
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed by peer",
+            ));
+        }
+        if let Some(bad) = buf[..n as usize].iter().find(|&&b| b != ACK) {
+            return Err(std::io::Error::other(format!(
+                "protocol: byte {bad:#04x} instead of a chunk acknowledgement on the data socket"
+            )));
+        }
+        for _ in 0..n {
+            if let Some((c, true)) = z.unacked.pop_front() {
+                credit(sh, &c);
+            }
+        }
+        z.acked += n as u64;
+        Ok(())
+    }
+}
+
+/// A pipe for [`splice_all`], as large as a chunk where the kernel allows (fewer, larger
+/// hand-overs); None if no pipe could be made.
+fn splice_pipe(chunk_size: usize) -> Option<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        crate::warn!(
+            nccl_net_abi::NCCL_NET,
+            "zero-copy sends: pipe2 failed ({}); copying instead",
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Unprivileged processes may go up to /proc/sys/fs/pipe-max-size (1 MiB by default); the
+    // default 64 KiB also works, in more system calls.
+    for size in [chunk_size.clamp(4096, 4 << 20), 1 << 20] {
+        // SAFETY: fcntl on our descriptor.
+        if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) } >= 0 {
+            break;
+        }
+    }
+    Some((r, w))
+}
+
+/// Hands `len` bytes at `ptr` to socket `fd` by reference: `vmsplice` puts the pages in the
+/// pipe, `splice` moves them into the socket. The pages must stay unmodified until the receiver
+/// has read them.
+///
+/// # Safety
+/// `ptr..ptr+len` must be readable, and stay unmodified until the receiver acknowledged them.
+unsafe fn splice_all(fd: i32, pipe_r: i32, pipe_w: i32, mut ptr: *const u8, mut len: usize) -> std::io::Result<()> {
+    while len > 0 {
+        let iov = libc::iovec {
+            iov_base: ptr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: one iovec over the caller's readable range; the pipe is empty here.
+        let n = unsafe { libc::vmsplice(pipe_w, &iov, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = n as usize;
+        let more = if n < len { libc::SPLICE_F_MORE } else { 0 };
+        let mut left = n;
+        while left > 0 {
+            // SAFETY: moves pipe buffers into the socket; no user memory is touched.
+            let m = unsafe {
+                libc::splice(
+                    pipe_r,
+                    std::ptr::null_mut(),
+                    fd,
+                    std::ptr::null_mut(),
+                    left,
+                    libc::SPLICE_F_MOVE | more,
+                )
+            };
+            if m < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if m == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            left -= m as usize;
+        }
+        // SAFETY: n <= len: still inside the caller's range.
+        ptr = unsafe { ptr.add(n) };
+        len -= n;
+    }
+    Ok(())
+}
+
+/// Blocks SIGPIPE on the calling thread: `splice` into a socket the peer closed raises it (it
+/// has no MSG_NOSIGNAL), and a C host program would die of it; the call fails with EPIPE instead.
+fn block_sigpipe() {
+    // SAFETY: plain signal-mask calls on a local, initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
 
@@ -743,18 +1036,32 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
         iov: Vec::with_capacity(1024),
         copy_wait_ns: 0,
     });
+    let zerocopy = if sh.dir == Dir::Send {
+        sh.zerocopy
+    } else {
+        ZeroCopy::Off
+    };
+    if zerocopy != ZeroCopy::Off {
+        block_sigpipe();
+    }
+    let mut tx = Tx::new(fd, zerocopy, sh.chunk_size);
     let mut rp = RecvPipe::default();
     let mut sp = SendPipe::default();
     let (mut first, mut idle_ns, mut busy_ns, mut bytes) = (None::<Instant>, 0u64, 0u64, 0u64);
     loop {
         let step = match chunks.next(&mut fetch, false, &stall) {
             Step::Empty => {
-                // About to sleep: complete the in-flight receive first.
+                // About to sleep: complete the in-flight receive, or every send still waiting
+                // for its acknowledgement, first.
                 if let Some(g) = gl.as_mut() {
                     if let Err(e) = rp.flush(g) {
                         report(sh, idx, e);
                         break;
                     }
+                }
+                if let Err(e) = tx.settle(sh) {
+                    report(sh, idx, e);
+                    break;
                 }
                 let t = Instant::now();
                 let s = chunks.next(&mut fetch, true, &stall);
@@ -781,12 +1088,11 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
             (Dir::Send, true, Some(g)) if c.len <= g.cap() => {
                 let cap = g.cap();
                 let n = chunks.peek(&mut fetch, &stall).filter(|n| n.job.cuda && n.len <= cap);
-                sp.send(g, c, n).map(|()| credit(sh, &c))
+                sp.send(&mut GpuTx { gl: g, tx: &mut tx }, c, n)
             }
             (Dir::Send, true, Some(g)) => sp
                 .idle(&c)
-                .and_then(|()| g.send_unpipelined(&c).map_err(|e| (e, c)))
-                .map(|()| credit(sh, &c)),
+                .and_then(|()| g.send_unpipelined(&mut tx, &c).map_err(|e| (e, c))),
             (Dir::Recv, true, None) => Err((
                 std::io::Error::other("CUDA receive on a comm without a bounce buffer"),
                 c,
@@ -797,12 +1103,13 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
                 // SAFETY: the job's buffer stays valid until the request completes or the comm
                 // closes (the caller's contract), and `off + len <= job.len`.
                 .and_then(|()| unsafe { recv_all(fd, (c.job.ptr + c.off) as *mut u8, c.len) }.map_err(|e| (e, c)))
+                .and_then(|()| if sh.acks() { ack(fd).map_err(|e| (e, c)) } else { Ok(()) })
                 .map(|()| credit(sh, &c)),
             (Dir::Send, false, _) => sp
                 .idle(&c)
-                // SAFETY: as above.
-                .and_then(|()| unsafe { send_all(fd, (c.job.ptr + c.off) as *const u8, c.len) }.map_err(|e| (e, c)))
-                .map(|()| credit(sh, &c)),
+                // SAFETY: as above; the buffer is left alone until the request completes, which
+                // needs this chunk counted.
+                .and_then(|()| unsafe { tx.send(sh, &c, (c.job.ptr + c.off) as *const u8, None) }.map_err(|e| (e, c))),
         };
         busy_ns += t.elapsed().as_nanos() as u64;
         if let Err(e) = res {
@@ -837,6 +1144,7 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
     tm.idle_ns.fetch_add(idle_ns, Ordering::Relaxed);
     tm.busy_ns.fetch_add(busy_ns, Ordering::Relaxed);
     tm.bytes.fetch_add(bytes, Ordering::Relaxed);
+    tm.spliced.fetch_add(tx.spliced, Ordering::Relaxed);
     tm.copy_wait_ns
         .fetch_add(gl.map_or(0, |g| g.copy_wait_ns), Ordering::Relaxed);
 }
@@ -953,7 +1261,11 @@ mod tests {
             "2 threads moved 3000000000 bytes; of their active time 75% moving chunks (including 10% waiting for staging copies), 20% idle; 2.00 GB/s per thread while moving"
         );
         // A comm that never moved a byte must not divide by zero.
-        assert!(Timing::default().summary(1).contains("0% idle; 0.00 GB/s"));
+        assert!(Timing::default()
+            .summary(1)
+            .ends_with("0% idle; 0.00 GB/s per thread while moving"));
+        t.spliced.store(7, Ordering::Relaxed);
+        assert!(t.summary(2).ends_with("while moving; 7 chunks sent zero-copy"));
     }
     use std::collections::VecDeque;
     use tcpx_gpu::unpack::Rng;
