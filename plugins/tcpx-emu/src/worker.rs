@@ -880,10 +880,7 @@ impl Tx {
             };
         }
         if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "connection closed by peer",
-            ));
+            return Err(peer_closed());
         }
         if let Some(bad) = buf[..n as usize].iter().find(|&&b| b != ACK) {
             return Err(std::io::Error::other(format!(
@@ -939,20 +936,15 @@ unsafe fn splice_all(fd: i32, pipe_r: i32, pipe_w: i32, mut ptr: *const u8, mut 
             iov_len: len,
         };
         // SAFETY: one iovec over the caller's readable range; the pipe is empty here.
-        let n = unsafe { libc::vmsplice(pipe_w, &iov, 1, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = n as usize;
+        let ret = unsafe { libc::vmsplice(pipe_w, &iov, 1, 0) };
+        let Some(n) = moved(ret, write_zero)? else {
+            continue;
+        };
         let more = if n < len { libc::SPLICE_F_MORE } else { 0 };
         let mut left = n;
         while left > 0 {
             // SAFETY: moves pipe buffers into the socket; no user memory is touched.
-            let m = unsafe {
+            let ret = unsafe {
                 libc::splice(
                     pipe_r,
                     std::ptr::null_mut(),
@@ -962,17 +954,9 @@ unsafe fn splice_all(fd: i32, pipe_r: i32, pipe_w: i32, mut ptr: *const u8, mut 
                     libc::SPLICE_F_MOVE | more,
                 )
             };
-            if m < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+            if let Some(m) = moved(ret, write_zero)? {
+                left -= m;
             }
-            if m == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            left -= m as usize;
         }
         // SAFETY: n <= len: still inside the caller's range.
         ptr = unsafe { ptr.add(n) };
@@ -1169,21 +1153,10 @@ unsafe fn recv_iov_all(fd: i32, iov: &mut [libc::iovec]) -> std::io::Result<()> 
         msg.msg_iov = iov[first..].as_mut_ptr();
         msg.msg_iovlen = (iov.len() - first) as _;
         // SAFETY: the iovecs describe writable memory (the caller's contract).
-        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "connection closed by peer",
-            ));
-        }
-        let mut n = n as usize;
+        let ret = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL) };
+        let Some(mut n) = moved(ret, peer_closed)? else {
+            continue;
+        };
         while n > 0 {
             let l = iov[first].iov_len;
             if n >= l {
@@ -1203,6 +1176,32 @@ unsafe fn recv_iov_all(fd: i32, iov: &mut [libc::iovec]) -> std::io::Result<()> 
     Ok(())
 }
 
+/// The result of a system call that moves bytes: `Ok(Some(n))` for `n > 0` bytes, `Ok(None)` if
+/// it was interrupted (call again), the error otherwise; a return of 0 becomes `zero`.
+fn moved(ret: isize, zero: impl FnOnce() -> std::io::Error) -> std::io::Result<Option<usize>> {
+    match ret {
+        n if n > 0 => Ok(Some(n as usize)),
+        0 => Err(zero()),
+        _ => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+fn write_zero() -> std::io::Error {
+    std::io::ErrorKind::WriteZero.into()
+}
+
+/// End of stream where bytes were expected.
+fn peer_closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed by peer")
+}
+
 /// Sends exactly `len` bytes (MSG_NOSIGNAL: a dead peer is EPIPE, never SIGPIPE).
 ///
 /// # Safety
@@ -1210,18 +1209,10 @@ unsafe fn recv_iov_all(fd: i32, iov: &mut [libc::iovec]) -> std::io::Result<()> 
 pub unsafe fn send_all(fd: i32, mut ptr: *const u8, mut len: usize) -> std::io::Result<()> {
     while len > 0 {
         // SAFETY: the caller guarantees `ptr..ptr+len` is readable for the request's lifetime.
-        let n = unsafe { libc::send(fd, ptr.cast(), len, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        let n = n as usize;
+        let ret = unsafe { libc::send(fd, ptr.cast(), len, libc::MSG_NOSIGNAL) };
+        let Some(n) = moved(ret, write_zero)? else {
+            continue;
+        };
         // SAFETY: n <= len, so the pointer stays within the buffer.
         ptr = unsafe { ptr.add(n) };
         len -= n;
