@@ -32,7 +32,8 @@
 //!   ([`Chunks::peek`]: same job, or the next job if already published) is started into the other
 //!   buffer; a chunk is sent only after its own event completed.
 //!
-//! Zero-copy sends (`TCPXEMU_ZEROCOPY=1`, flagged in the hello so that the receiver knows): TCPX
+//! Zero-copy sends (`TCPXEMU_ZEROCOPY=staged|all`, flagged in the hello so that the receiver
+//! knows): TCPX
 //! sends with `MSG_ZEROCOPY` and completes a send once the kernel released its pages. Over
 //! loopback that saves nothing (the kernel copies zero-copy pages when it delivers them to a
 //! local socket), so tcpx-emu hands the pages over with `vmsplice` + `splice` instead, which
@@ -678,9 +679,7 @@ impl RecvOps for GpuLane<'_> {
         // SAFETY: every iovec points into staging buffer `b`, which no copy is reading (the
         // pipeline's invariant).
         unsafe { recv_iov_all(self.fd, &mut self.iov) }?;
-        if self.shared.acks() {
-            ack(self.fd)?;
-        }
+        chunk_read(self.shared, self.fd)?;
         let dst = ru.bounce_base() + (ru.slot_off(slot) + window) as u64;
         // SAFETY: the window lies inside the slot's region of the live bounce buffer; staging
         // buffer `b` is not written again until its event (recorded next) has completed.
@@ -752,8 +751,12 @@ impl SendOps for GpuTx<'_, '_> {
 /// The byte a zero-copy receiver writes back on a data socket for every chunk it has read.
 const ACK: u8 = 0xac;
 
-/// Acknowledges one chunk (zero-copy comms): its bytes are out of the socket.
-fn ack(fd: i32) -> std::io::Result<()> {
+/// A receiver has read a chunk out of socket `fd`: on zero-copy comms, acknowledge it (the
+/// sender's pages are free again).
+fn chunk_read(sh: &Shared, fd: i32) -> std::io::Result<()> {
+    if !sh.acks() {
+        return Ok(());
+    }
     // SAFETY: one readable byte.
     unsafe { send_all(fd, &ACK, 1) }
 }
@@ -777,11 +780,10 @@ struct Acked {
     /// Chunks handed to the socket and not acknowledged yet, oldest first, each with whether it
     /// counts only once acknowledged (spliced) or counted already (copied).
     unacked: VecDeque<(Chunk, bool)>,
-    /// Chunks handed over, and acknowledged, so far.
-    handed: u64,
+    /// Chunks acknowledged so far (chunks handed over: this plus `unacked.len()`).
     acked: u64,
-    /// Per staging buffer: `handed` right after its last chunk went out; the buffer may be
-    /// written again once `acked` reached it.
+    /// Per staging buffer: the number of chunks handed over right after its last chunk went
+    /// out; the buffer may be written again once `acked` reached it.
     busy_until: [u64; STAGING_BUFS],
 }
 
@@ -792,7 +794,6 @@ impl Tx {
             splice_host: policy == ZeroCopy::All,
             pipe: splice_pipe(chunk_size),
             unacked: VecDeque::with_capacity(4 * MAX_REQUESTS),
-            handed: 0,
             acked: 0,
             busy_until: [0; STAGING_BUFS],
         });
@@ -831,9 +832,8 @@ impl Tx {
         }
         if let Some(z) = self.zc.as_mut() {
             z.unacked.push_back((*c, spliced));
-            z.handed += 1;
             if let (Some(b), true) = (buf, spliced) {
-                z.busy_until[b] = z.handed;
+                z.busy_until[b] = z.acked + z.unacked.len() as u64;
             }
         }
     }
@@ -871,18 +871,14 @@ impl Tx {
         }
         let flags = if block { 0 } else { libc::MSG_DONTWAIT };
         // SAFETY: `want` writable bytes.
-        let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), want, flags) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(()),
-                _ => Err(e),
-            };
-        }
-        if n == 0 {
-            return Err(peer_closed());
-        }
-        if let Some(bad) = buf[..n as usize].iter().find(|&&b| b != ACK) {
+        let ret = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), want, flags) };
+        let n = match moved(ret, peer_closed) {
+            Ok(Some(n)) => n,
+            Ok(None) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if let Some(bad) = buf[..n].iter().find(|&&b| b != ACK) {
             return Err(std::io::Error::other(format!(
                 "protocol: byte {bad:#04x} instead of a chunk acknowledgement on the data socket"
             )));
@@ -1087,7 +1083,7 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
                 // SAFETY: the job's buffer stays valid until the request completes or the comm
                 // closes (the caller's contract), and `off + len <= job.len`.
                 .and_then(|()| unsafe { recv_all(fd, (c.job.ptr + c.off) as *mut u8, c.len) }.map_err(|e| (e, c)))
-                .and_then(|()| if sh.acks() { ack(fd).map_err(|e| (e, c)) } else { Ok(()) })
+                .and_then(|()| chunk_read(sh, fd).map_err(|e| (e, c)))
                 .map(|()| credit(sh, &c)),
             (Dir::Send, false, _) => sp
                 .idle(&c)
