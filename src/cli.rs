@@ -139,6 +139,13 @@ pub struct Cli {
     #[arg(long, default_value = "512K", value_parser = parse_size)]
     pub chunk: u64,
 
+    /// Largest single memory registration; the buffer is registered in segments of this size
+    ///
+    /// Default: what the plugin's ABI can express (1G for v7/v8, whose regMr takes an int size;
+    /// unlimited from v9). Every request lies inside one segment.
+    #[arg(long = "max-reg", value_parser = parse_size)]
+    pub max_reg: Option<u64>,
+
     /// Communicators (connections) per peer
     #[arg(long, default_value_t = 1)]
     pub channels: usize,
@@ -421,6 +428,9 @@ impl Cli {
         }
         if self.chunk == 0 {
             return Err("--chunk 0 is not a request size: use e.g. --chunk 512K".into());
+        }
+        if self.max_reg.is_some_and(|m| m < 4096) {
+            return Err("--max-reg below 4K cannot hold a page: use --max-reg 4K or more, or drop it".into());
         }
         if !(1..=32).contains(&self.window) {
             return Err(format!(

@@ -12,6 +12,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod contracts;
 pub mod engine;
 pub mod export;
 pub mod mpi_boot;

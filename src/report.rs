@@ -70,6 +70,8 @@ pub struct RunInfo {
     pub channels: usize,
     /// Requests outstanding per communicator.
     pub window: usize,
+    /// Choices tcpx-perf made for the user and limits it warns about (one line each).
+    pub notes: Vec<String>,
 }
 
 /// Where one rank ran.

@@ -7,6 +7,7 @@
 //! ends the whole job so that no other rank waits for it.
 
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
+use crate::contracts;
 use crate::engine::gpu::CudaPath;
 use crate::engine::{watchdog, Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
@@ -30,9 +31,6 @@ pub const EXIT_TIMEOUT: i32 = watchdog::EXIT_TIMEOUT;
 /// File name of the reference plugin as NCCL names it, and as cargo names it.
 pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu.so", "libnccl_net_tcpxemu.so"];
 
-/// Largest number of requests GPUDirect-TCPX (and tcpx-emu) accepts per comm.
-const TCPX_MAX_REQUESTS: usize = 16;
-
 enum Fatal {
     /// Every rank reached the same conclusion: rank 0 says it once, all exit.
     Everywhere(String),
@@ -46,6 +44,17 @@ enum Fatal {
 
 /// Runs the benchmark; returns the process exit status.
 pub fn run(cli: Cli) -> i32 {
+    // Before MPI starts threads (the environment is process-wide): the built-in tcpx-emu behaves
+    // as TCPX, which moves no data without NCCL_DYNAMIC_CHUNK_SIZE; give it GKE's value.
+    let mut notes = Vec::new();
+    if cli.plugin.is_none() && std::env::var_os(contracts::DYNAMIC_CHUNK_ENV).is_none() {
+        std::env::set_var(contracts::DYNAMIC_CHUNK_ENV, contracts::DYNAMIC_CHUNK_DEFAULT);
+        notes.push(format!(
+            "{}={} set for the built-in tcpx-emu (GKE's value for TCPX; it was unset)",
+            contracts::DYNAMIC_CHUNK_ENV,
+            contracts::DYNAMIC_CHUNK_DEFAULT
+        ));
+    }
     let mpi = match Mpi::init() {
         Ok(m) => m,
         Err(e) => {
@@ -53,7 +62,7 @@ pub fn run(cli: Cli) -> i32 {
             return EXIT_ERROR;
         }
     };
-    match run_with(&cli, &mpi) {
+    match run_with(&cli, &mpi, notes) {
         Ok(code) => code,
         Err(Fatal::Everywhere(msg)) => {
             if mpi.rank() == 0 {
@@ -138,16 +147,6 @@ fn open_plugin(cli: &Cli) -> Result<Arc<Plugin>, String> {
     Plugin::open(&plugin_source(cli)?, &options).map_err(|e| e.to_string())
 }
 
-/// Requests a plugin can hold per comm: TCPX's 16 for TCPX and tcpx-emu, NCCL's 32 otherwise.
-fn request_limit(plugin: &Plugin) -> usize {
-    let name = plugin.name().to_ascii_lowercase();
-    if name.contains("tcpx") {
-        TCPX_MAX_REQUESTS
-    } else {
-        nccl_net::abi::NCCL_NET_MAX_REQUESTS
-    }
-}
-
 fn ptr_support_str(bits: i32) -> String {
     let mut parts = Vec::new();
     for (bit, name) in [
@@ -166,7 +165,7 @@ fn ptr_support_str(bits: i32) -> String {
     }
 }
 
-fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
+fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
     // Every rank parses the same flags, so rank 0 alone reports what is wrong with them.
     cli.validate().map_err(Fatal::Everywhere)?;
     let start_time = report::now_rfc3339();
@@ -204,7 +203,13 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         .unwrap_or(0);
 
     let plugin = agree(mpi, open_plugin(cli))?;
-    let limit = request_limit(&plugin);
+    if contracts::is_tcpx_like(plugin.name()) {
+        let value = std::env::var(contracts::DYNAMIC_CHUNK_ENV).ok();
+        if let Some(problem) = contracts::dynamic_chunk_problem(value.as_deref()) {
+            return Err(Fatal::Everywhere(problem));
+        }
+    }
+    let limit = contracts::request_limit(plugin.name());
     if cli.window > limit {
         return Err(Fatal::Everywhere(format!(
             "--window {} exceeds the {limit} outstanding requests per comm that plugin '{}' accepts; use --window {limit} or less",
@@ -213,7 +218,11 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         )));
     }
     let props = agree(mpi, plugin.properties(0).map_err(|e| e.to_string()))?;
-    let mem = agree(mpi, resolve_mem(cli.mem, &topo, rank, &props))?;
+    let mem = agree(mpi, resolve_mem(cli.mem, &topo, rank, &props, &mut notes))?;
+    let cuda_unpack =
+        mem == MemKind::Cuda(CudaPath::Direct) && props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK;
+    notes.extend(contracts::check_chunk(cli.chunk, plugin.abi(), &props, cuda_unpack).map_err(Fatal::Everywhere)?);
+    let reg_segment = contracts::registration_segment(plugin.abi(), cli.max_reg);
     if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 && mem != MemKind::Cuda(CudaPath::Direct) {
         return Err(Fatal::Everywhere(format!(
             "plugin '{}' does not take host memory (ptrSupport {}); use --mem cuda on a GPU host",
@@ -238,6 +247,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         ("average", cli.average.to_string()),
         ("ngpus", cli.ngpus.to_string()),
         ("chunk", cli.chunk.to_string()),
+        ("max-reg", reg_segment.to_string()),
         ("channels", cli.channels.to_string()),
         ("window", cli.window.to_string()),
         ("timeout", cli.timeout.to_string()),
@@ -249,7 +259,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
     ];
     mpi.check_same_plan(&fields).map_err(Fatal::Everywhere)?;
 
-    let info = run_info(
+    let mut info = run_info(
         cli,
         mpi,
         &topo,
@@ -259,6 +269,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         (pattern, scope, dir, mem),
         start_time,
     );
+    info.notes = notes;
     let out_dir = (!cli.no_out).then(|| {
         cli.out
             .clone()
@@ -281,6 +292,7 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
         chunk: cli.chunk,
         timeout: Duration::from_secs(cli.timeout),
         net_dev: cli.net_dev,
+        reg_segment,
     };
     let engine = agree(
         mpi,
@@ -344,12 +356,25 @@ fn run_with(cli: &Cli, mpi: &Mpi) -> Result<i32, Fatal> {
 }
 
 /// Picks host or CUDA memory (`--mem`) and, for CUDA, how buffers reach the plugin.
-fn resolve_mem(choice: Mem, topo: &Topology, rank: usize, props: &nccl_net::Properties) -> Result<MemKind, String> {
+fn resolve_mem(
+    choice: Mem,
+    topo: &Topology,
+    rank: usize,
+    props: &nccl_net::Properties,
+    notes: &mut Vec<String>,
+) -> Result<MemKind, String> {
     let want_cuda = match choice {
         Mem::Host => return Ok(MemKind::Host),
         Mem::Cuda => true,
         Mem::Auto => false,
     };
+    if let Some(why) = contracts::cuda_unreachable(props) {
+        if want_cuda {
+            return Err(format!("--mem cuda: {why}; use --mem host"));
+        }
+        notes.push(format!("--mem auto chose host memory: {why}"));
+        return Ok(MemKind::Host);
+    }
     let gpus = match tcpx_gpu::Gpu::probe() {
         Ok(Some(info)) if info.count() > 0 => info.count(),
         Ok(_) if !want_cuda => return Ok(MemKind::Host),
@@ -441,6 +466,7 @@ fn run_info(
         chunk: cli.chunk,
         channels: cli.channels,
         window: cli.window,
+        notes: Vec::new(),
     }
 }
 

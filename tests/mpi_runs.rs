@@ -162,6 +162,41 @@ fn zero_copy_sends_ring_and_fullmesh() {
     }
 }
 
+/// Issue 11's first failure on real TCPX: a 1 GiB sendrecv needs a 2 GiB buffer, which an ABI v7
+/// `regMr` (int size) cannot register in one call. tcpx-perf registers 1 GiB segments.
+#[test]
+fn abi7_sendrecv_of_one_gib() {
+    let dir = scratch("abi7-1g");
+    let o = run(
+        2,
+        "--abi 7 --pattern sendrecv -b 1G -e 1G -n 1 -w 0 --mem host --progress never",
+        &dir,
+        &[],
+    );
+    assert_clean(&o, &dir, 1, 2);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ABI v7"), "{}", show(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Registrations of 64 KiB: odd block sizes cross segment boundaries on one side or both, so
+/// requests are cut there (ring forwarding waits for the right pieces); data checked.
+#[test]
+fn small_registration_segments_cut_requests() {
+    for pattern in ["ring", "fullmesh"] {
+        let dir = scratch(&format!("maxreg-{pattern}"));
+        let o = run(
+            3,
+            &format!(
+                "--pattern {pattern} --max-reg 64K --chunk 48K -b 100003 -e 400012 -f 4 -n 2 -w 1 --progress never"
+            ),
+            &dir,
+            &[],
+        );
+        assert_clean(&o, &dir, 2, 3);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn one_rank_drives_two_endpoints() {
     let dir = scratch("g2");
@@ -253,6 +288,8 @@ fn bad_input_is_one_clear_line() {
         ("--pattern pairs -b 1M -e 1M", "even number"),
         ("--plugin /etc/passwd", "cannot load net plugin '/etc/passwd'"),
         ("--plugin nosuchplugin", "nosuchplugin"),
+        ("--abi 7 --chunk 2G", "--chunk 1G or less"),
+        ("--max-reg 1K", "--max-reg 4K"),
     ];
     if !matches!(tcpx_gpu::Gpu::probe(), Ok(Some(_))) {
         cases.push(("--mem cuda", "--mem host"));

@@ -242,6 +242,12 @@ impl GpuState {
         Ok(self.done)
     }
 
+    /// Descriptors the unpack kernel skipped (out of their job's buffers) since the last call;
+    /// resets the count. Synchronous: called after an iteration, outside the clock.
+    pub fn take_unpack_errors(&self) -> Result<u64, String> {
+        self.device.unpack_errors(&self.stream).map_err(|e| e.to_string())
+    }
+
     /// Fills `[off, off + len)` of the device buffer with `origin`'s pattern and waits.
     pub fn fill(&self, off: u64, len: u64, origin: u32, iter: u32, origin_off: u64) -> Result<(), String> {
         let range = off as usize..(off + len) as usize;

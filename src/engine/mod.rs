@@ -58,6 +58,8 @@ pub struct EngineConfig {
     pub chunk: u64,
     pub timeout: Duration,
     pub net_dev: Option<usize>,
+    /// Largest single registration: the buffer is registered in segments of this size.
+    pub reg_segment: u64,
 }
 
 /// State shared by the crew and the watchdog.
@@ -170,6 +172,15 @@ impl Engine {
             watched: Mutex::new(Vec::new()),
         });
         let endpoints = shared.topology.endpoints_of(rank);
+        let net_devs: Vec<usize> = endpoints
+            .clone()
+            .map(|e| {
+                config
+                    .net_dev
+                    .unwrap_or_else(|| default_net_dev(&shared.topology, e, devices))
+            })
+            .collect();
+        check_max_comms(&plugin, &shared, endpoints.clone(), &net_devs, config.channels)?;
         let crew = Arc::new(Crew {
             barrier: Barrier::new(endpoints.len() + 1),
             command: Mutex::new(None),
@@ -177,11 +188,8 @@ impl Engine {
         });
         let watchdog = watchdog::Watchdog::start(shared.clone(), rank);
         let mut threads = Vec::new();
-        for (slot, endpoint) in endpoints.enumerate() {
+        for (slot, (endpoint, &net_dev)) in endpoints.zip(&net_devs).enumerate() {
             let lanes = Lanes::of(endpoint, &shared.connections, config.channels);
-            let net_dev = config
-                .net_dev
-                .unwrap_or_else(|| default_net_dev(&shared.topology, endpoint, devices));
             let worker = Worker::new(endpoint, plugin.clone(), config.clone(), shared.clone(), lanes, net_dev);
             let crew = crew.clone();
             let thread = std::thread::Builder::new()
@@ -352,6 +360,30 @@ fn default_net_dev(topology: &Topology, endpoint: usize, devices: usize) -> usiz
     } else {
         e.gpu % devices
     }
+}
+
+/// The plugin's `maxComms` per device against the send and receive comms this rank opens there.
+fn check_max_comms(
+    plugin: &Plugin,
+    shared: &Shared,
+    endpoints: std::ops::Range<usize>,
+    net_devs: &[usize],
+    channels: usize,
+) -> Result<(), String> {
+    let mut per_device: Vec<(usize, usize)> = Vec::new();
+    for (endpoint, &dev) in endpoints.zip(net_devs) {
+        let lanes = Lanes::of(endpoint, &shared.connections, channels);
+        let comms = (lanes.send_peers.len() + lanes.recv_peers.len()) * channels;
+        match per_device.iter_mut().find(|(d, _)| *d == dev) {
+            Some((_, n)) => *n += comms,
+            None => per_device.push((dev, comms)),
+        }
+    }
+    for (dev, needed) in per_device {
+        let props = plugin.properties(dev).map_err(|e| e.to_string())?;
+        crate::contracts::check_comms(needed, dev, &props, channels)?;
+    }
+    Ok(())
 }
 
 fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {

@@ -26,10 +26,11 @@ pub struct LaneStats {
     pub oldest_post_ns: AtomicU64,
 }
 
-/// A send comm with its registration, its ops for this size and its in-flight requests.
+/// A send comm with its registrations, its ops for this size and its in-flight requests.
 pub struct SendLane {
     pub comm: SendComm,
-    pub mr: MrId,
+    /// One registration per buffer segment (see `schedule`); ops name theirs by index.
+    pub mrs: Vec<MrId>,
     pub peer: String,
     pub stats: Arc<LaneStats>,
     inflight: VecDeque<(Request, u32)>,
@@ -41,7 +42,8 @@ pub struct SendLane {
 /// A receive comm likewise; completed receives are consumed (irecvConsumed) in FIFO order.
 pub struct RecvLane {
     pub comm: RecvComm,
-    pub mr: MrId,
+    /// One registration per buffer segment, as for sends.
+    pub mrs: Vec<MrId>,
     pub peer: String,
     pub stats: Arc<LaneStats>,
     /// Set when the plugin delivers through device unpack (the comm's metadata ring).
@@ -56,10 +58,10 @@ pub struct RecvLane {
 }
 
 impl SendLane {
-    pub fn new(comm: SendComm, mr: MrId, peer: String, window: usize) -> Self {
+    pub fn new(comm: SendComm, mrs: Vec<MrId>, peer: String, window: usize) -> Self {
         Self {
             comm,
-            mr,
+            mrs,
             peer,
             stats: Arc::default(),
             inflight: VecDeque::with_capacity(window),
@@ -70,10 +72,10 @@ impl SendLane {
 }
 
 impl RecvLane {
-    pub fn new(comm: RecvComm, mr: MrId, peer: String, window: usize, unpack: Option<UnpackRing>) -> Self {
+    pub fn new(comm: RecvComm, mrs: Vec<MrId>, peer: String, window: usize, unpack: Option<UnpackRing>) -> Self {
         Self {
             comm,
-            mr,
+            mrs,
             peer,
             stats: Arc::default(),
             unpack,
@@ -354,6 +356,12 @@ fn pump_local(
     Ok(true)
 }
 
+/// The registration of segment `reg`. A zero-length op at the very end of the buffer names the
+/// segment after the last one; it lies at the end of the last.
+fn segment_mr(mrs: &[MrId], reg: u32) -> MrId {
+    mrs[(reg as usize).min(mrs.len() - 1)]
+}
+
 fn finished(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> bool {
     send.iter()
         .zip(&schedule.send)
@@ -395,7 +403,10 @@ fn pump_send(
     // Ops become sendable in order: dependencies met and (staged path) copied out of the GPU.
     while lane.inflight.len() + lane.staged.len() < ctx.window && lane.next < ops.len() {
         let op = ops[lane.next];
-        if op.round > round || op.dep.is_some_and(|slot| !state.received[slot as usize]) {
+        let waiting = op
+            .dep
+            .is_some_and(|(first, last)| !state.received[first as usize..=last as usize].iter().all(|&r| r));
+        if op.round > round || waiting {
             break;
         }
         let batch = match gpu.as_deref_mut() {
@@ -416,8 +427,12 @@ fn pump_send(
         let op = ops[idx as usize];
         // SAFETY: the range lies inside the registered buffer, which outlives the request.
         let posted = unsafe {
-            lane.comm
-                .isend(lane.mr, ctx.base.add(op.off as usize), op.len as usize, 0)?
+            lane.comm.isend(
+                segment_mr(&lane.mrs, op.reg),
+                ctx.base.add(op.off as usize),
+                op.len as usize,
+                0,
+            )?
         };
         let Some(req) = posted else { break };
         note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
@@ -462,8 +477,12 @@ fn pump_recv(
         }
         // SAFETY: the range lies inside the registered buffer, which outlives the request.
         let posted = unsafe {
-            lane.comm
-                .irecv(lane.mr, ctx.base.add(op.off as usize), op.len as usize, 0)?
+            lane.comm.irecv(
+                segment_mr(&lane.mrs, op.reg),
+                ctx.base.add(op.off as usize),
+                op.len as usize,
+                0,
+            )?
         };
         let Some(req) = posted else { break };
         note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());

@@ -5,6 +5,12 @@
 //! to `b` are concatenated in plan order, chunk `j` of that concatenation goes to channel
 //! `j % channels`. Everything here is computed before the clock starts; the hot path only walks
 //! these vectors.
+//!
+//! Registrations: an endpoint's buffer is registered in segments of at most `segment` bytes (an
+//! ABI v7/v8 `regMr` takes an `int` size, so a 2 GiB buffer needs two registrations). Every
+//! request must lie inside one registration, so a flow is cut where either side's range crosses
+//! a segment boundary, besides every `chunk` bytes. Both sides know both offsets (the plan is
+//! global), so they still agree on every cut.
 
 use crate::plan::Plan;
 
@@ -13,8 +19,11 @@ use crate::plan::Plan;
 pub struct SendOp {
     pub off: u64,
     pub len: u64,
-    /// Receive slot that must have completed before this chunk may be sent (ring forwarding).
-    pub dep: Option<u32>,
+    /// Index of the registration (buffer segment) the range lies in.
+    pub reg: u32,
+    /// Receive slots `first..=last` that must have completed before this chunk may be sent (ring
+    /// forwarding: the slots whose bytes it forwards).
+    pub dep: Option<(u32, u32)>,
     pub round: u32,
 }
 
@@ -23,6 +32,8 @@ pub struct SendOp {
 pub struct RecvOp {
     pub off: u64,
     pub len: u64,
+    /// Index of the registration (buffer segment) the range lies in.
+    pub reg: u32,
     /// Index into the endpoint's per-iteration "received" flags.
     pub slot: u32,
     /// Global index of the flow this chunk belongs to (for per-pair times).
@@ -93,13 +104,32 @@ pub struct Schedule {
     pub recv_bytes: u64,
 }
 
-fn chunks(len: u64, chunk: u64) -> impl Iterator<Item = (u64, u64)> {
-    let count = len.div_ceil(chunk).max(1);
-    (0..count).map(move |i| (i * chunk, chunk.min(len - (i * chunk).min(len))))
+/// The pieces `(flow offset, length)` a flow is posted in: every `chunk` bytes from the flow's
+/// start, and wherever the source range (at `src_off`) or the destination range (at `dst_off`)
+/// crosses a multiple of `segment`. A zero-length flow is one zero-length piece.
+fn pieces(len: u64, chunk: u64, segment: u64, src_off: u64, dst_off: u64) -> Vec<(u64, u64)> {
+    let next_boundary = |base: u64, pos: u64| {
+        let at = base + pos;
+        (at / segment + 1).saturating_mul(segment) - base
+    };
+    let mut out = Vec::with_capacity(len.div_ceil(chunk).max(1) as usize);
+    let mut pos = 0;
+    loop {
+        let end = ((pos / chunk + 1) * chunk)
+            .min(next_boundary(src_off, pos))
+            .min(next_boundary(dst_off, pos))
+            .min(len);
+        out.push((pos, end - pos));
+        pos = end;
+        if pos >= len {
+            return out;
+        }
+    }
 }
 
 impl Schedule {
-    pub fn build(plan: &Plan, endpoint: usize, lanes: &Lanes, chunk: u64) -> Schedule {
+    /// `segment`: the registration size (a page multiple; `u64::MAX` for one registration).
+    pub fn build(plan: &Plan, endpoint: usize, lanes: &Lanes, chunk: u64, segment: u64) -> Schedule {
         let channels = lanes.channels;
         let mut s = Schedule {
             send: vec![Vec::new(); lanes.send_peers.len() * channels],
@@ -120,11 +150,12 @@ impl Schedule {
                 .filter(|(_, f)| f.src == peer && f.dst == endpoint)
             {
                 first_slot_of_flow[fi] = Some(s.recv_slots as u32);
-                for (off, len) in chunks(f.len, chunk) {
+                for (off, len) in pieces(f.len, chunk, segment, f.src_off, f.dst_off) {
                     let lane = lanes.recv_lane(peer, j % channels);
                     let op = RecvOp {
                         off: f.dst_off + off,
                         len,
+                        reg: ((f.dst_off + off) / segment) as u32,
                         slot: s.recv_slots as u32,
                         flow: fi as u32,
                         round: f.round,
@@ -140,19 +171,36 @@ impl Schedule {
         for &peer in &lanes.send_peers {
             let mut j = 0usize;
             for f in plan.flows.iter().filter(|f| f.src == endpoint && f.dst == peer) {
+                // Ring forwarding: the range was filled by an incoming flow of the same length,
+                // whose pieces may be cut elsewhere (segment boundaries of other offsets).
                 let feeder = f.forwards.then(|| {
-                    plan.flows
+                    let g = plan
+                        .flows
                         .iter()
                         .position(|g| g.dst == endpoint && g.dst_off == f.src_off && g.len == f.len && !g.is_local())
-                        .and_then(|g| first_slot_of_flow[g])
-                        .expect("a forwarded range is filled by an incoming flow of the same length")
+                        .expect("a forwarded range is filled by an incoming flow of the same length");
+                    let first = first_slot_of_flow[g].expect("the feeding flow is received here");
+                    let g = &plan.flows[g];
+                    (first, pieces(g.len, chunk, segment, g.src_off, g.dst_off))
                 });
-                for (c, (off, len)) in chunks(f.len, chunk).enumerate() {
+                let mut fed_at = 0usize;
+                for (off, len) in pieces(f.len, chunk, segment, f.src_off, f.dst_off) {
                     let lane = lanes.send_lane(peer, j % channels);
-                    let dep = feeder.map(|first| first + c as u32);
+                    // The fed pieces overlapping [off, off + len): both lists are in offset order.
+                    let dep = feeder.as_ref().map(|(first, fed)| {
+                        while fed_at + 1 < fed.len() && fed[fed_at].0 + fed[fed_at].1 <= off {
+                            fed_at += 1;
+                        }
+                        let mut last = fed_at;
+                        while last + 1 < fed.len() && fed[last + 1].0 < off + len {
+                            last += 1;
+                        }
+                        (first + fed_at as u32, first + last as u32)
+                    });
                     s.send[lane].push(SendOp {
                         off: f.src_off + off,
                         len,
+                        reg: ((f.src_off + off) / segment) as u32,
                         dep,
                         round: f.round,
                     });
@@ -199,7 +247,9 @@ mod tests {
             let conns = p.connections();
             for channels in [1, 2, 3] {
                 let lanes: Vec<Lanes> = (0..3).map(|e| Lanes::of(e, &conns, channels)).collect();
-                let sched: Vec<Schedule> = (0..3).map(|e| Schedule::build(&p, e, &lanes[e], 4096)).collect();
+                let sched: Vec<Schedule> = (0..3)
+                    .map(|e| Schedule::build(&p, e, &lanes[e], 4096, u64::MAX))
+                    .collect();
                 for &(a, b) in &conns {
                     for ch in 0..channels {
                         let sends: Vec<u64> = sched[a].send[lanes[a].send_lane(b, ch)].iter().map(|o| o.len).collect();
@@ -216,17 +266,17 @@ mod tests {
         let p = plan(Pattern::Ring, 2, 2 * 8192);
         let conns = p.connections();
         let lanes = Lanes::of(0, &conns, 1);
-        let s = Schedule::build(&p, 0, &lanes, 4096);
+        let s = Schedule::build(&p, 0, &lanes, 4096, u64::MAX);
         // 2 steps of 8192 bytes in 4096-byte chunks: the second step's chunks wait on slots 0, 1.
-        let deps: Vec<Option<u32>> = s.send[0].iter().map(|o| o.dep).collect();
-        assert_eq!(deps, vec![None, None, Some(0), Some(1)]);
+        let deps: Vec<Option<(u32, u32)>> = s.send[0].iter().map(|o| o.dep).collect();
+        assert_eq!(deps, vec![None, None, Some((0, 0)), Some((1, 1))]);
     }
 
     #[test]
     fn zero_length_flows_still_post_one_message() {
         let p = plan(Pattern::Sendrecv, 2, 0);
         let conns = p.connections();
-        let s = Schedule::build(&p, 0, &Lanes::of(0, &conns, 1), 4096);
+        let s = Schedule::build(&p, 0, &Lanes::of(0, &conns, 1), 4096, u64::MAX);
         assert_eq!(s.send[0].len(), 1);
         assert_eq!(s.recv[0].len(), 1);
         assert_eq!(s.send[0][0].len, 0);
@@ -236,8 +286,70 @@ mod tests {
     fn fullmesh_self_block_is_a_local_copy() {
         let p = plan(Pattern::Fullmesh, 3, 3000);
         let conns = p.connections();
-        let s = Schedule::build(&p, 1, &Lanes::of(1, &conns, 1), 512);
+        let s = Schedule::build(&p, 1, &Lanes::of(1, &conns, 1), 512, u64::MAX);
         assert_eq!(s.local.len(), 1);
         assert_eq!(s.recv_bytes, 2000);
+    }
+
+    /// With registrations of `segment` bytes, every piece lies inside one segment on both sides,
+    /// both sides still agree, the pieces tile each flow, and forwarded pieces wait for exactly
+    /// the received pieces they overlap.
+    #[test]
+    fn segment_cuts_agree_and_stay_inside_one_registration() {
+        let segment = 3 * 4096;
+        for pattern in [Pattern::Sendrecv, Pattern::Ring, Pattern::Fullmesh] {
+            for n in [2, 3, 5] {
+                let p = plan(pattern, n, n as u64 * 10_000 + 7);
+                let conns = p.connections();
+                for (chunk, channels) in [(4096, 1), (5000, 2), (1 << 20, 3)] {
+                    let lanes: Vec<Lanes> = (0..n).map(|e| Lanes::of(e, &conns, channels)).collect();
+                    let sched: Vec<Schedule> = (0..n)
+                        .map(|e| Schedule::build(&p, e, &lanes[e], chunk, segment))
+                        .collect();
+                    for &(a, b) in &conns {
+                        for ch in 0..channels {
+                            let sends = &sched[a].send[lanes[a].send_lane(b, ch)];
+                            let recvs = &sched[b].recv[lanes[b].recv_lane(a, ch)];
+                            let s_len: Vec<u64> = sends.iter().map(|o| o.len).collect();
+                            let r_len: Vec<u64> = recvs.iter().map(|o| o.len).collect();
+                            assert_eq!(s_len, r_len, "{pattern} n={n} {a}->{b} ch {ch}");
+                            for o in sends {
+                                assert!(o.len <= chunk);
+                                assert!(o.len == 0 || o.off / segment == (o.off + o.len - 1) / segment, "{o:?}");
+                                assert_eq!(o.reg as u64, o.off / segment);
+                            }
+                            for o in recvs {
+                                assert!(o.len == 0 || o.off / segment == (o.off + o.len - 1) / segment, "{o:?}");
+                                assert_eq!(o.reg as u64, o.off / segment);
+                            }
+                        }
+                    }
+                    for (e, s) in sched.iter().enumerate() {
+                        let received: u64 = s.recv.iter().flatten().map(|o| o.len).sum();
+                        let planned: u64 = p
+                            .flows
+                            .iter()
+                            .filter(|f| f.dst == e && !f.is_local())
+                            .map(|f| f.len)
+                            .sum();
+                        assert_eq!(received, planned, "pieces tile the flows of endpoint {e}");
+                        let slots: Vec<&RecvOp> = {
+                            let mut v: Vec<&RecvOp> = s.recv.iter().flatten().collect();
+                            v.sort_by_key(|o| o.slot);
+                            v
+                        };
+                        for op in s.send.iter().flatten() {
+                            if let Some((first, last)) = op.dep {
+                                // The waited-for slots cover the forwarded range, and no more.
+                                let lo = slots[first as usize];
+                                let hi = slots[last as usize];
+                                assert!(lo.off <= op.off && hi.off + hi.len >= op.off + op.len, "{op:?}");
+                                assert!(first == last || hi.off < op.off + op.len, "{op:?}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -17,6 +17,33 @@ use nccl_net::{ListenComm, MemType, NetHandle, PendingConnect, Plugin, RecvComm,
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Registration granularity: sizes and CUDA addresses are whole 4 KiB pages.
+const PAGE: usize = super::buffer::BUFFER_ALIGN;
+
+/// Registers `[base, base + len)` on `comm` in segments of at most `segment` bytes (`len` and
+/// `segment` are page multiples): one `regMr` per segment, in order, as the schedule's `reg`
+/// indices expect.
+///
+/// # Safety
+/// The range is one live allocation that outlives the comm's registrations.
+unsafe fn register_segments<C: nccl_net::Registrar>(
+    comm: &mut C,
+    base: *mut u8,
+    len: usize,
+    mem: MemType,
+    segment: u64,
+) -> Result<Vec<nccl_net::MrId>, String> {
+    let segment = usize::try_from(segment).unwrap_or(usize::MAX).max(PAGE);
+    (0..len.div_ceil(segment).max(1))
+        .map(|i| {
+            let start = i * segment;
+            let size = segment.min(len - start);
+            // SAFETY: the segment lies inside the caller's range.
+            unsafe { comm.register(base.add(start), size, mem) }.map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
 pub struct Worker {
     pub endpoint: usize,
     plugin: Arc<Plugin>,
@@ -28,6 +55,9 @@ pub struct Worker {
     /// before `memory` so that it is dropped (its threads joined) first.
     copier: Option<Copier>,
     memory: Option<Memory>,
+    /// Host memory on a GPU host: the endpoint's GPU, kept open so its context stays current on
+    /// this thread for every plugin call.
+    context: Option<tcpx_gpu::Device>,
     listens: Vec<ListenComm>,
     send: Vec<SendLane>,
     recv: Vec<RecvLane>,
@@ -87,6 +117,7 @@ impl Worker {
             lanes,
             net_dev,
             memory: None,
+            context: None,
             listens: Vec::new(),
             send: Vec::new(),
             recv: Vec::new(),
@@ -106,8 +137,16 @@ impl Worker {
     /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
     /// (global handle slot, handle) pairs for the MPI exchange.
     pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(usize, NetHandle)>, String> {
+        // Registrations cover whole pages (NCCL rounds registration sizes up to the page; TCPX
+        // imports CUDA ranges page by page), so the buffer has the slack.
+        let buffer_len = buffer_len.max(1).div_ceil(PAGE as u64) * PAGE as u64;
         self.memory = Some(match self.config.mem {
-            MemKind::Host => Memory::Host(HostBuffer::new(buffer_len as usize)?),
+            MemKind::Host => {
+                // TCPX takes its GPU from the calling thread's CUDA context in listen, connect,
+                // accept and regMr, host-memory comms included: make this endpoint's current.
+                self.bind_gpu_context()?;
+                Memory::Host(HostBuffer::new(buffer_len as usize)?)
+            }
             MemKind::Cuda(path) => {
                 let lanes = self.lanes.send_peers.len() + self.lanes.recv_peers.len();
                 let batches = lanes * self.lanes.channels * self.config.window + 8;
@@ -131,6 +170,24 @@ impl Worker {
             }
         }
         Ok(handles)
+    }
+
+    /// Makes the endpoint's GPU context current on this thread where a GPU exists (host memory;
+    /// the CUDA path opens the GPU with its buffer). Without CUDA there is nothing to bind.
+    fn bind_gpu_context(&mut self) -> Result<(), String> {
+        let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
+        match tcpx_gpu::Gpu::probe() {
+            Ok(Some(info)) if gpu < info.count() => {
+                let device = tcpx_gpu::Device::open(gpu)
+                    .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
+                device
+                    .make_current()
+                    .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
+                self.context = Some(device);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Connects to every outgoing peer and accepts every incoming one, polling all of them in one
@@ -194,21 +251,27 @@ impl Worker {
         self.listens.clear();
         let memory = self.memory.as_mut().expect("listen allocated the buffer");
         let (base, len, mem) = memory.net_view();
+        if mem == MemType::Cuda && base as usize % PAGE != 0 {
+            return Err(format!(
+                "the GPU buffer at {base:p} is not {PAGE}-byte aligned, as GPUDirect plugins require of CUDA registrations"
+            ));
+        }
+        let segment = self.config.reg_segment;
         let window = self.config.window;
         for (i, comm) in sends.into_iter().enumerate() {
             let mut comm = comm.expect("all connects completed");
             // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
             // in `close`).
-            let mr = unsafe { comm.register(base, len, mem) }.map_err(|e| e.to_string())?;
+            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
             let peer = self.label(pending[i].0);
-            let lane = SendLane::new(comm, mr, peer, window);
+            let lane = SendLane::new(comm, mrs, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
             self.send.push(lane);
         }
         for (i, comm) in recvs.into_iter().enumerate() {
             let mut comm = comm.expect("all accepts completed");
             // SAFETY: as above.
-            let mr = unsafe { comm.register(base, len, mem) }.map_err(|e| e.to_string())?;
+            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
             let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
             let unpack = match (self.memory.as_ref(), comm.device_handle()) {
                 (Some(Memory::Gpu(g)), Some(handle)) if g.path == CudaPath::Direct => {
@@ -216,7 +279,7 @@ impl Worker {
                 }
                 _ => None,
             };
-            let lane = RecvLane::new(comm, mr, peer, window, unpack);
+            let lane = RecvLane::new(comm, mrs, peer, window, unpack);
             self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
             self.recv.push(lane);
         }
@@ -225,7 +288,13 @@ impl Worker {
 
     /// Builds this endpoint's post sequences for a new size (before any clock runs).
     pub fn prepare(&mut self, plan: Arc<Plan>) {
-        self.schedule = Schedule::build(&plan, self.endpoint, &self.lanes, self.config.chunk);
+        self.schedule = Schedule::build(
+            &plan,
+            self.endpoint,
+            &self.lanes,
+            self.config.chunk,
+            self.config.reg_segment,
+        );
         self.state = Some(IterationState::new(&self.schedule, plan.flows.len()));
         self.flow_time_sum = vec![0.0; plan.flows.len()];
         self.wrong = 0;
@@ -276,7 +345,20 @@ impl Worker {
             abort: &self.shared.abort,
         };
         let state = self.state.as_mut().expect("prepared");
+        let unpacking = self.recv.iter().any(|l| l.unpack.is_some());
         let timing = run_iteration(&ctx, &mut self.send, &mut self.recv, state, gpu, start)?;
+        if unpacking {
+            // Every iteration, with or without the data check: a skipped descriptor is a byte
+            // range that never reached the buffer.
+            if let Some(Memory::Gpu(g)) = self.memory.as_ref() {
+                let skipped = g.take_unpack_errors()?;
+                if skipped > 0 {
+                    return Err(IterationError::Gpu(format!(
+                        "the unpack kernel skipped {skipped} descriptor(s) pointing outside their buffers: the plugin's unpack metadata is wrong"
+                    )));
+                }
+            }
+        }
         if timed {
             for (flow, done) in state.flow_done.iter().enumerate() {
                 if let Some(t) = done {

@@ -135,6 +135,7 @@ pub(crate) mod fixtures {
             chunk: 524288,
             channels: 1,
             window: 8,
+            notes: vec!["a note".into()],
         }
     }
 

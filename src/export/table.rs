@@ -73,6 +73,9 @@ pub fn header(info: &RunInfo) -> String {
         if info.check { "on" } else { "off" },
         info.time_reduction
     );
+    for note in &info.notes {
+        let _ = writeln!(s, "# note: {note}");
+    }
     s.push_str("#\n");
     for line in COLUMNS {
         s.push_str(line);

@@ -439,6 +439,30 @@ unsafe impl Send for SendComm {}
 // SAFETY: as above.
 unsafe impl Send for RecvComm {}
 
+/// What send and receive comms share for memory registration, so that code registering a
+/// buffer (in segments, say) serves both.
+pub trait Registrar {
+    /// Registers `len` bytes at `ptr` (see [`SendComm::register`]).
+    ///
+    /// # Safety
+    /// As [`SendComm::register`].
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize, mem: MemType) -> Result<MrId, NetError>;
+}
+
+impl Registrar for SendComm {
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize, mem: MemType) -> Result<MrId, NetError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.core.register(ptr, len, mem) }
+    }
+}
+
+impl Registrar for RecvComm {
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize, mem: MemType) -> Result<MrId, NetError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.core.register(ptr, len, mem) }
+    }
+}
+
 impl SendComm {
     /// Registers `len` bytes at `ptr` for sending.
     ///

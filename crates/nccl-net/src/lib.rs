@@ -44,7 +44,8 @@ pub mod props;
 mod table;
 
 pub use comm::{
-    CommCounters, ListenComm, MemType, MrId, NetHandle, PendingConnect, Poll, RecvComm, RecvDone, Request, SendComm,
+    CommCounters, ListenComm, MemType, MrId, NetHandle, PendingConnect, Poll, RecvComm, RecvDone, Registrar, Request,
+    SendComm,
 };
 pub use error::NetError;
 pub use loader::{OpenOptions, Plugin, PluginSource};
