@@ -62,7 +62,9 @@ pub fn run(cli: Cli) -> i32 {
             return EXIT_ERROR;
         }
     };
-    match run_with(&cli, &mpi, notes) {
+    let outcome = run_with(&cli, &mpi, notes);
+    report_plugin_repeats(mpi.rank());
+    match outcome {
         Ok(code) => code,
         Err(Fatal::Everywhere(msg)) => {
             if mpi.rank() == 0 {
@@ -79,6 +81,13 @@ pub fn run(cli: Cli) -> i32 {
             mpi.abort(EXIT_TIMEOUT)
         }
         Err(Fatal::Reported) => EXIT_ERROR,
+    }
+}
+
+/// The plugin log lines this rank held back as repeats, with their counts.
+fn report_plugin_repeats(rank: usize) {
+    for line in nccl_net::logger::suppressed_summary() {
+        eprintln!("tcpx-perf: rank {rank}: plugin log repeated: {line}");
     }
 }
 

@@ -10,10 +10,13 @@
 //!   verbosity chosen with [`crate::OpenOptions::log_level`] (a process-wide setting: the logger is
 //!   one C function shared by every loaded plugin, so the last `Plugin::open` wins);
 //! - WARN and ABORT lines are also remembered (the last few process-wide, and the last one per
-//!   thread), so a failing call can say *why* the plugin failed: see [`last_warning`].
+//!   thread), so a failing call can say *why* the plugin failed: see [`last_warning`];
+//! - a message printed [`REPEAT_VERBATIM`] times verbatim is counted, not printed, after that, and
+//!   [`suppressed_summary`] lists the counts: TCPX logs a WARN on every host-memory receive,
+//!   tens of thousands of identical lines per rank and sweep, which would bury everything else.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_ulong, CStr};
 use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -65,6 +68,44 @@ const KEEP_WARNINGS: usize = 8;
 /// A remembered warning older than this is not attached to an error: it is more likely to be about
 /// something else than about the failing call.
 const WARNING_RELEVANCE: Duration = Duration::from_secs(30);
+
+/// Identical printed messages beyond this many are counted instead of printed.
+pub const REPEAT_VERBATIM: u64 = 3;
+/// Distinct messages tracked for repeats; past this, new messages are printed as they come.
+const TRACK_DISTINCT: usize = 4096;
+
+/// Printed lines by text, with how often each was seen.
+static SEEN: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+
+/// Whether this line is to be printed: its first [`REPEAT_VERBATIM`] occurrences are.
+fn first_few(line: &str) -> bool {
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(HashMap::new);
+    if let Some(n) = seen.get_mut(line) {
+        *n += 1;
+        return *n <= REPEAT_VERBATIM;
+    }
+    if seen.len() < TRACK_DISTINCT {
+        seen.insert(line.to_owned(), 1);
+    }
+    true
+}
+
+/// The messages whose repeats were not printed: one line each, `"<line> (N more times)"`, most
+/// frequent first. Empty when nothing was held back.
+pub fn suppressed_summary() -> Vec<String> {
+    let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut held: Vec<(&String, u64)> = seen
+        .iter()
+        .flat_map(|m| m.iter())
+        .filter(|(_, &n)| n > REPEAT_VERBATIM)
+        .map(|(line, &n)| (line, n - REPEAT_VERBATIM))
+        .collect();
+    held.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    held.into_iter()
+        .map(|(line, n)| format!("{line} ({n} more times, not printed)"))
+        .collect()
+}
 
 #[derive(Clone, Debug)]
 struct Warning {
@@ -131,14 +172,10 @@ unsafe extern "C" fn sink(level: c_int, _flags: c_ulong, file: *const c_char, li
         level
     };
     if level != abi::NCCL_LOG_NONE && severity <= THRESHOLD.load(Ordering::Relaxed) {
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "[plugin] {} {}:{}: {}",
-            level_name(level),
-            file,
-            line,
-            msg
-        );
+        let text = format!("[plugin] {} {}:{}: {}", level_name(level), file, line, msg);
+        if first_few(&text) {
+            let _ = writeln!(std::io::stderr().lock(), "{text}");
+        }
     }
     if level == abi::NCCL_LOG_WARN || level == abi::NCCL_LOG_ABORT {
         let thread = std::thread::current();
@@ -219,5 +256,20 @@ mod tests {
         assert!(again.contains("ago"), "{again}");
         assert!(recent_warnings().iter().any(|w| w.contains("bad thing 7")));
         logger_for(LogLevel::Warn);
+    }
+
+    #[test]
+    fn repeated_lines_are_printed_a_few_times_then_counted() {
+        let line = "[plugin] WARN t.cc:1: requested receive on host mem buffer (test)";
+        let printed = (0..1000).filter(|_| first_few(line)).count() as u64;
+        assert_eq!(printed, REPEAT_VERBATIM);
+        assert!(first_few("[plugin] WARN t.cc:2: another line (test)"));
+        let summary = suppressed_summary();
+        let mine: Vec<&String> = summary.iter().filter(|l| l.contains("(test)")).collect();
+        assert_eq!(mine.len(), 1, "{summary:?}");
+        assert!(
+            mine[0].ends_with(&format!("({} more times, not printed)", 1000 - REPEAT_VERBATIM)),
+            "{mine:?}"
+        );
     }
 }
