@@ -119,6 +119,15 @@ pub fn cuda_unreachable(props: &Properties) -> Option<String> {
     None
 }
 
+/// Whether a completed receive into GPU memory needs `iflush` before the GPU may read it, as
+/// NCCL decides (`graph/paths.cc`, `transport/net.cc`): GPUDirect receives (the plugin writes
+/// device memory itself, not through device unpack) on a plugin asking `forceFlush`, or on a
+/// GPU older than Hopper (compute capability < 9). TCPX (UNPACK) is never flushed: its `iflush`
+/// dereferences a NULL request.
+pub fn needs_flush(props: &Properties, gpudirect_receive: bool, gpu_major: u32) -> bool {
+    gpudirect_receive && props.net_device_type != abi::NCCL_NET_DEVICE_UNPACK && (props.force_flush || gpu_major < 9)
+}
+
 /// TCPX moves no data while `NCCL_DYNAMIC_CHUNK_SIZE` is unset or 0. Returns the fix for a
 /// TCPX-like plugin that would run without it, given the variable's value.
 pub fn dynamic_chunk_problem(value: Option<&str>) -> Option<String> {
@@ -152,6 +161,7 @@ mod tests {
             net_device_type: abi::NCCL_NET_DEVICE_UNPACK,
             net_device_version: abi::NCCL_NET_DEVICE_UNPACK_VERSION,
             max_p2p_bytes: max_p2p,
+            force_flush: false,
         }
     }
 
@@ -211,6 +221,19 @@ mod tests {
             cuda_unreachable(&props(None, abi::NCCL_PTR_HOST, None, 0)).is_none(),
             "staged path"
         );
+    }
+
+    #[test]
+    fn flushes_where_nccl_flushes() {
+        let mut p = props(None, abi::NCCL_PTR_HOST | abi::NCCL_PTR_CUDA, Some("/sys/p"), 0);
+        assert!(!needs_flush(&p, true, 9), "UNPACK devices are never flushed (TCPX)");
+        assert!(!needs_flush(&p, true, 8));
+        p.net_device_type = abi::NCCL_NET_DEVICE_HOST;
+        assert!(!needs_flush(&p, true, 9), "Hopper without forceFlush");
+        assert!(needs_flush(&p, true, 8), "Ampere GDR receives are flushed");
+        assert!(!needs_flush(&p, false, 8), "host-memory or staged receives never");
+        p.force_flush = true;
+        assert!(needs_flush(&p, true, 9));
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct RecvLane {
     pub stats: Arc<LaneStats>,
     /// Set when the plugin delivers through device unpack (the comm's metadata ring).
     pub unpack: Option<UnpackRing>,
+    /// GPUDirect receives the plugin writes to device memory that need `iflush` before the GPU
+    /// reads them (see `contracts::needs_flush`).
+    pub flush: bool,
     inflight: VecDeque<(Request, u32)>,
     /// Receives done in the plugin whose unpack or staging copy is queued on the GPU
     /// (op index, slot release token, batch); released in order once the batch completes.
@@ -79,6 +82,7 @@ impl RecvLane {
             peer,
             stats: Arc::default(),
             unpack,
+            flush: false,
             inflight: VecDeque::with_capacity(window),
             landing: VecDeque::with_capacity(window),
             completed_total: 0,
@@ -508,6 +512,18 @@ fn pump_recv(
                     }
                 }
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
+                if lane.flush && op.len > 0 {
+                    let deadline = Instant::now() + ctx.deadline;
+                    // SAFETY: the receive just completed into this range of the registration.
+                    unsafe {
+                        lane.comm.flush(
+                            segment_mr(&lane.mrs, op.reg),
+                            ctx.base.add(op.off as usize),
+                            op.len as usize,
+                            deadline,
+                        )?
+                    };
+                }
                 let k = lane.completed_total;
                 lane.completed_total += 1;
                 progressed = true;

@@ -279,7 +279,12 @@ impl Worker {
                 }
                 _ => None,
             };
-            let lane = RecvLane::new(comm, mrs, peer, window, unpack);
+            let mut lane = RecvLane::new(comm, mrs, peer, window, unpack);
+            if let Some(Memory::Gpu(g)) = self.memory.as_ref() {
+                let props = self.plugin.properties(self.net_dev).map_err(|e| e.to_string())?;
+                let gpudirect = g.path == CudaPath::Direct && lane.unpack.is_none();
+                lane.flush = crate::contracts::needs_flush(&props, gpudirect, g.device.info().compute_capability.0);
+            }
             self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
             self.recv.push(lane);
         }

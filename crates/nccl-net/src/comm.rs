@@ -596,6 +596,51 @@ impl RecvComm {
         Ok(())
     }
 
+    /// Flushes a completed GPUDirect receive of `len` bytes at `ptr` (in registration `mr`) so
+    /// that the GPU sees its bytes, as NCCL does for plugins asking `forceFlush` and for GPUs older
+    /// than Hopper; waits for the flush until `deadline`. Never call it on TCPX (it dereferences
+    /// a NULL request).
+    ///
+    /// # Safety
+    /// The range is the buffer of a receive of this comm that has completed.
+    pub unsafe fn flush(&mut self, mr: MrId, ptr: *mut u8, len: usize, deadline: Instant) -> Result<(), NetError> {
+        let c = &mut self.core;
+        if !c.plugin.table.has_iflush() {
+            return Err(NetError::Usage(format!(
+                "plugin '{}' asks for flushes but has no iflush entry",
+                c.plugin.name()
+            )));
+        }
+        let size = c_int::try_from(len).map_err(|_| c.abi_limit("iflush", len, IntLimit { abi: c.plugin.abi() }))?;
+        let mh = c.mhandle(mr, ptr as usize, len)?;
+        let mut req: *mut c_void = std::ptr::null_mut();
+        // SAFETY: open recv comm; the range lies in registration `mh` (checked by `mhandle`).
+        let rc = unsafe { c.plugin.table.iflush(c.comm, ptr.cast(), size, mh, &mut req) };
+        if rc != abi::NCCL_SUCCESS {
+            return Err(NetError::call("iflush", rc, &c.peer, format!("{len} bytes")));
+        }
+        // A NULL request: the plugin had nothing to flush.
+        while !req.is_null() {
+            let (mut done, mut size): (c_int, c_int) = (0, -1);
+            // SAFETY: `req` is the flush request just returned, tested until done.
+            let rc = unsafe { c.plugin.table.test(req, &mut done, &mut size) };
+            if rc != abi::NCCL_SUCCESS {
+                return Err(NetError::call("test", rc, &c.peer, "of an iflush request".to_string()));
+            }
+            if done != 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(NetError::Usage(format!(
+                    "iflush on the comm with {} did not complete before the deadline",
+                    c.peer
+                )));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
     /// The device handle `accept` filled, when the plugin offloads receives to the device
     /// (type other than `NCCL_NET_DEVICE_HOST`, e.g. TCPX's UNPACK).
     pub fn device_handle(&self) -> Option<&abi::DeviceHandleV7> {

@@ -31,6 +31,9 @@ pub struct Properties {
     pub net_device_version: i32,
     /// v9+ `maxP2pBytes`; `None` before v9 (NCCL then caps at 1 GiB, `MAX_NET_SIZE`).
     pub max_p2p_bytes: Option<usize>,
+    /// v9+ `forceFlush`: GPUDirect receives need `iflush` before the GPU reads them; `false`
+    /// before v9 (what NCCL's adapter fills in).
+    pub force_flush: bool,
 }
 
 /// Copies a plugin-owned C string; NULL gives `None`.
@@ -47,9 +50,9 @@ unsafe fn opt_string(p: *const c_char) -> Option<String> {
 }
 
 /// Generates `from_vN(&PropertiesVN) -> Properties` for the layouts, which share field names.
-/// `$rig`/`$p2p` give the fields whose presence depends on the version.
+/// `$rig`/`$p2p`/`$flush` give the fields whose presence depends on the version.
 macro_rules! normalize {
-    ($fn_name:ident, $t:ty, |$p:ident| $rig:expr, $p2p:expr) => {
+    ($fn_name:ident, $t:ty, |$p:ident| $rig:expr, $p2p:expr, $flush:expr) => {
         /// Normalises one layout. The C strings are copied here, right after `getProperties`,
         /// while the plugin's storage is certainly alive.
         ///
@@ -72,30 +75,34 @@ macro_rules! normalize {
                 net_device_type: $p.net_device_type,
                 net_device_version: $p.net_device_version,
                 max_p2p_bytes: $p2p,
+                force_flush: $flush,
             }
         }
     };
 }
 
-normalize!(from_v7, abi::PropertiesV7, |p| false, None);
-normalize!(from_v8, abi::PropertiesV8, |p| p.reg_is_global != 0, None);
+normalize!(from_v7, abi::PropertiesV7, |p| false, None, false);
+normalize!(from_v8, abi::PropertiesV8, |p| p.reg_is_global != 0, None, false);
 normalize!(
     from_v9,
     abi::PropertiesV9,
     |p| p.reg_is_global != 0,
-    Some(p.max_p2p_bytes)
+    Some(p.max_p2p_bytes),
+    p.force_flush != 0
 );
 normalize!(
     from_v11,
     abi::PropertiesV11,
     |p| p.reg_is_global != 0,
-    Some(p.max_p2p_bytes)
+    Some(p.max_p2p_bytes),
+    p.force_flush != 0
 );
 normalize!(
     from_v12,
     abi::PropertiesV12,
     |p| p.reg_is_global != 0,
-    Some(p.max_p2p_bytes)
+    Some(p.max_p2p_bytes),
+    p.force_flush != 0
 );
 
 #[cfg(test)]

@@ -396,6 +396,42 @@ impl Table {
         unsafe { call!(common!(self, test), req, done, size) }
     }
 
+    /// Whether the plugin implements `iflush`.
+    pub(crate) fn has_iflush(&self) -> bool {
+        common!(self, iflush).is_some()
+    }
+
+    /// `iflush(comm, 1, data, size, mh, req)`: makes a completed GPUDirect receive visible to the
+    /// GPU. `size` is an `int` in every version.
+    ///
+    /// # Safety
+    /// `comm` is an open recv comm; `data` lies in the registration `mh` of that comm.
+    pub(crate) unsafe fn iflush(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        size: c_int,
+        mh: *mut c_void,
+        req: &mut *mut c_void,
+    ) -> abi::NcclResult {
+        let mut datas = [data];
+        let mut sizes = [size];
+        let mut mhs = [mh];
+        *req = ptr::null_mut();
+        // SAFETY: per the contract; one element each, n = 1.
+        unsafe {
+            call!(
+                common!(self, iflush),
+                comm,
+                1,
+                datas.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                req
+            )
+        }
+    }
+
     /// Whether the plugin implements `irecvConsumed` (TCPX requires it for every receive).
     pub(crate) fn has_irecv_consumed(&self) -> bool {
         common!(self, irecv_consumed).is_some()
