@@ -48,8 +48,9 @@ PLUGIN:
   name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces ncclNetPlugin_vN.
 
 EXIT STATUS:
-  0 every size measured, every byte checked right; 1 error (bad flags, impossible plan, plugin
-  error, bytes moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T).";
+  0 every size measured, every byte checked right; 1 error (impossible plan, plugin error, bytes
+  moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag
+  or value tcpx-perf does not accept; one line from rank 0).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]

@@ -1,8 +1,28 @@
 //! `tcpx-perf`: see `tcpx-perf --help` and the README.
 
 use clap::Parser;
+use tcpx_perf::run::{launcher_rank, EXIT_USAGE};
 
 fn main() {
-    let cli = tcpx_perf::cli::Cli::parse();
+    let cli = match tcpx_perf::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version are not errors: clap prints them and exits 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // Every rank parses the same command line: one line for the whole job, from rank 0,
+            // and the usage status (2 means wrong data here, not clap's "bad usage").
+            if launcher_rank() == 0 {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or("invalid arguments");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                eprintln!("tcpx-perf: usage error: {first}; see tcpx-perf --help");
+            } else {
+                // mpirun ends the job at the first non-zero exit: let rank 0 be first, so that its
+                // line is printed before the launcher kills it.
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            std::process::exit(EXIT_USAGE);
+        }
+    };
     std::process::exit(tcpx_perf::run::run(cli));
 }

@@ -115,7 +115,8 @@ pub struct SizeResult {
     pub count: u64,
     /// Timed iterations.
     pub iters: usize,
-    /// Mean per-iteration time (reduced over ranks with `-a`), microseconds.
+    /// Each rank's mean time over the timed iterations, reduced over ranks with `-a` (as
+    /// nccl-tests), microseconds.
     pub time_us: f64,
     /// `size_bytes / time`, GB/s.
     pub algbw_gbps: f64,
@@ -129,7 +130,8 @@ pub struct SizeResult {
     pub bytes_planned: u64,
     /// Network bytes per iteration over all endpoints, as counted by completions.
     pub bytes_moved: u64,
-    /// Per-iteration times (reduced over ranks), microseconds.
+    /// Per-iteration times (each iteration reduced over ranks with `-a`), microseconds: the
+    /// spread columns (t_min, t_med, t_p99, cv%) describe these.
     pub samples_us: Vec<f64>,
     /// busbw / algbw for this pattern, scope and n.
     pub busbw_factor: f64,

@@ -27,11 +27,25 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_ERROR: i32 = 1;
 pub const EXIT_WRONG_DATA: i32 = 2;
 pub const EXIT_TIMEOUT: i32 = watchdog::EXIT_TIMEOUT;
+/// A flag or value tcpx-perf does not accept (`EX_USAGE` of sysexits.h).
+pub const EXIT_USAGE: i32 = 64;
+
+/// This process's rank as the launcher announces it, before MPI starts (Open MPI, PMIx, PMI,
+/// Slurm); 0 for a process started without a launcher.
+pub fn launcher_rank() -> usize {
+    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+        .unwrap_or(0)
+}
 
 /// File name of the reference plugin as NCCL names it, and as cargo names it.
 pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu.so", "libnccl_net_tcpxemu.so"];
 
 enum Fatal {
+    /// The flags are invalid (the same on every rank): rank 0 says so once, all exit with
+    /// [`EXIT_USAGE`].
+    Usage(String),
     /// Every rank reached the same conclusion: rank 0 says it once, all exit.
     Everywhere(String),
     /// Only this rank knows: it says so and ends the job.
@@ -66,6 +80,12 @@ pub fn run(cli: Cli) -> i32 {
     report_plugin_repeats(mpi.rank());
     match outcome {
         Ok(code) => code,
+        Err(Fatal::Usage(msg)) => {
+            if mpi.rank() == 0 {
+                eprintln!("tcpx-perf: usage error: {msg}");
+            }
+            EXIT_USAGE
+        }
         Err(Fatal::Everywhere(msg)) => {
             if mpi.rank() == 0 {
                 eprintln!("tcpx-perf: error: {msg}");
@@ -176,7 +196,7 @@ fn ptr_support_str(bits: i32) -> String {
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
     // Every rank parses the same flags, so rank 0 alone reports what is wrong with them.
-    cli.validate().map_err(Fatal::Everywhere)?;
+    cli.validate().map_err(Fatal::Usage)?;
     let start_time = report::now_rfc3339();
     let rank = mpi.rank();
     let topo = mpi.topology(cli.ngpus, cli.ranks_per_node).map_err(Fatal::Everywhere)?;
@@ -337,7 +357,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     if let Some(fatal) = failure {
         // Rows measured so far are kept, under a summary that says the run failed and why.
         let msg = match &fatal {
-            Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
+            Fatal::Usage(m) | Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
             Fatal::Reported => "see the error printed by the failing rank".to_string(),
         };
         if rank == 0 {
@@ -562,7 +582,12 @@ fn measure(
         )));
     }
     let stats = stats::summarize(&samples_us);
-    let time_us = stats.mean;
+    // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
+    let rank_means: Vec<f64> = all
+        .chunks(cli.iters)
+        .map(|t| t.iter().sum::<f64>() / t.len() as f64)
+        .collect();
+    let time_us = stats::reduce(&rank_means, cli.average);
     let algbw = report::gbps(plan.size, time_us);
     let factor = plan.busbw_factor();
     let pairs = pair_results(plan, topo, &flow_sums, cli.iters);

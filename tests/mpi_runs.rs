@@ -271,13 +271,60 @@ fn stalling_plugin_hits_the_timeout_with_a_state_dump() {
         show(&o)
     );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("made no progress within -T"), "{}", show(&o));
+    assert!(err.contains("stalled: no completion for"), "{}", show(&o));
     assert!(
         err.contains("posted") && err.contains("completed") && err.contains("oldest request"),
         "{}",
         show(&o)
     );
     assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
+}
+
+/// The stall clock counts from the last completion: an iteration longer than -T that completes
+/// requests steadily is not a stall.
+#[test]
+fn slow_but_steady_iterations_are_not_stalls() {
+    let dir = scratch("slow-steady");
+    let o = run(
+        2,
+        "--pattern sendrecv -b 8M -e 8M --chunk 64K -n 1 -w 0 -T 1 --progress never",
+        &dir,
+        &[
+            ("TCPXEMU_FAULT", "slow"),
+            ("NCCL_DYNAMIC_CHUNK_SIZE", "4096"),
+            ("NCCL_NSOCKS_PERTHREAD", "1"),
+        ],
+    );
+    assert_clean(&o, &dir, 1, 2);
+    let time_us: f64 = rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
+    assert!(
+        time_us > 1.0e6,
+        "the iteration must outlast -T 1 to test anything: {time_us} us"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flags tcpx-perf does not accept: exit 64 (EX_USAGE; 2 means wrong data), one line for the
+/// whole job, from rank 0, prefixed `tcpx-perf:`.
+#[test]
+fn usage_errors_exit_64_with_one_line() {
+    for (flags, needle) in [
+        ("--pattern nonsense", "nonsense"),
+        ("--abi 6", "6"),
+        ("-n abc", "abc"),
+        ("-b 2M -e 1M", "-b"),
+    ] {
+        let o = mpirun(&[(2, args(&format!("{flags} --no-out")))], &[], Duration::from_secs(60));
+        assert_eq!(o.status.code(), Some(64), "{flags}: {}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let ours: Vec<&str> = err.lines().filter(|l| l.starts_with("tcpx-perf")).collect();
+        assert_eq!(ours.len(), 1, "{flags}: one line per job\n{}", show(&o));
+        assert!(
+            ours[0].starts_with("tcpx-perf: usage error:") && ours[0].contains(needle),
+            "{flags}: {}",
+            show(&o)
+        );
+    }
 }
 
 #[test]

@@ -435,11 +435,7 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
                 .map_err(|e| match e {
                     IterationError::Stalled(dump) => {
                         worker.mark_stalled();
-                        format!(
-                            "endpoint {} made no progress within -T: comm state:\n{}",
-                            worker.endpoint,
-                            dump.trim_end()
-                        )
+                        format!("endpoint {} stalled: {}", worker.endpoint, dump.trim_end())
                     }
                     other => format!("endpoint {}: {other}", worker.endpoint),
                 })

@@ -263,8 +263,16 @@ fn drive(
             if ctx.abort.load(Ordering::Relaxed) {
                 return Err(IterationError::Aborted);
             }
-            if start.elapsed() > ctx.deadline {
-                return Err(IterationError::Stalled(dump_lanes(ctx.epoch, send, recv)));
+            // The stall clock restarts at every completion (the clock's last one, or the
+            // start): a slow but steady iteration is never reported as stalled.
+            let quiet = clock.last.elapsed();
+            if quiet > ctx.deadline {
+                return Err(IterationError::Stalled(format!(
+                    "no completion for {:.1} s (-T {} s):\n{}",
+                    quiet.as_secs_f64(),
+                    ctx.deadline.as_secs(),
+                    dump_lanes(ctx.epoch, send, recv)
+                )));
             }
         }
     }
