@@ -607,3 +607,72 @@ fn killed_receiver_is_reported() {
     drop(sc);
     drop(buf);
 }
+
+const STRICT_INIT_CHILD_ENV: &str = "NCCL_NET_TEST_STRICT_INIT_CHILD";
+
+/// The child half of `strict_init_needs_dynamic_chunk_size`: opens the plugin in the environment
+/// the parent chose (never through `open`, which would set `NCCL_DYNAMIC_CHUNK_SIZE`) and prints
+/// the outcome.
+#[test]
+fn strict_init_child_role() {
+    let Some(path) = std::env::var_os(STRICT_INIT_CHILD_ENV) else {
+        return;
+    };
+    let opts = OpenOptions {
+        force_abi: Some(7),
+        ..Default::default()
+    };
+    match Plugin::open(&PluginSource::Path(path.into()), &opts) {
+        Ok(_) => println!("CHILD-INIT: ok"),
+        Err(e) => println!("CHILD-INIT: error: {e}"),
+    }
+}
+
+/// TCPX contract #13 through the real library: with `NCCL_DYNAMIC_CHUNK_SIZE` unset or 0, TCPX
+/// would move no data and hang, so strict tcpx-emu refuses `init` with the fix in the error;
+/// `TCPXEMU_STRICT=0` keeps the old 512 KiB default.
+#[test]
+fn strict_init_needs_dynamic_chunk_size() {
+    let path = plugin_path();
+    let run = |chunk: Option<&str>, strict: Option<&str>| -> String {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "strict_init_child_role",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(STRICT_INIT_CHILD_ENV, &path)
+        .env_remove("NCCL_DYNAMIC_CHUNK_SIZE")
+        .env_remove("TCPXEMU_STRICT")
+        .stderr(Stdio::null());
+        if let Some(v) = chunk {
+            cmd.env("NCCL_DYNAMIC_CHUNK_SIZE", v);
+        }
+        if let Some(v) = strict {
+            cmd.env("TCPXEMU_STRICT", v);
+        }
+        let out = cmd.output().expect("run the child");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // The harness prints "test <name> ... " on the same line before the child's output.
+        text.lines()
+            .find_map(|l| l.find("CHILD-INIT: ").map(|i| l[i..].to_owned()))
+            .unwrap_or_else(|| panic!("child printed no outcome: {text}"))
+    };
+    for chunk in [None, Some("0")] {
+        let got = run(chunk, None);
+        assert!(
+            got.contains("error")
+                && got.contains("TCPX contract #13")
+                && got.contains("NCCL_DYNAMIC_CHUNK_SIZE=524288"),
+            "NCCL_DYNAMIC_CHUNK_SIZE={chunk:?}: {got}"
+        );
+    }
+    assert_eq!(run(Some("524288"), None), "CHILD-INIT: ok");
+    assert_eq!(
+        run(None, Some("0")),
+        "CHILD-INIT: ok",
+        "TCPXEMU_STRICT=0 keeps the old default"
+    );
+}

@@ -7,6 +7,10 @@
 //! Also checked: the accept device handle, a host-memory receive in unpack mode (cnt 0, bytes in
 //! the host buffer), and the 4 MiB limit on CUDA receives. Prints a throughput figure.
 //!
+//! Drives the plugin as TCPX requires (its contracts are enforced): CUDA registrations of whole
+//! 4 KiB pages, a device handle for accept, and `NCCL_DYNAMIC_CHUNK_SIZE` (set to GKE's 524288
+//! when unset, with a note).
+//!
 //! Run with `TCPXEMU_MODE=unpack` (and e.g. `NCCL_NSOCKS_PERTHREAD=4`):
 //! `unpack_check [total MiB, default 256] [receives in flight, default 8]`. Exit 0 = pass.
 
@@ -64,7 +68,9 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
     let t = &T;
     let mut handle = handle;
     let total: usize = sizes.iter().sum::<usize>() + host_tail;
-    let sbuf = dev.alloc(total.max(1)).map_err(|e| e.to_string())?;
+    // TCPX contract #4: CUDA registrations span whole pages.
+    let reg_len = total.max(1).next_multiple_of(4096);
+    let sbuf = dev.alloc(reg_len).map_err(|e| e.to_string())?;
     dev.fill(&sbuf, 0..total, ORIGIN, 0, 0, dev.stream())
         .map_err(|e| e.to_string())?;
     dev.stream().synchronize().map_err(|e| e.to_string())?;
@@ -84,7 +90,7 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
     let mut mh: *mut c_void = std::ptr::null_mut();
     // SAFETY: registering our own device buffer.
     ck!(
-        unsafe { t.reg_mr.unwrap()(sc, sbuf.as_mut_ptr().cast(), total as c_int, NCCL_PTR_CUDA, &mut mh) },
+        unsafe { t.reg_mr.unwrap()(sc, sbuf.as_mut_ptr().cast(), reg_len as c_int, NCCL_PTR_CUDA, &mut mh) },
         "regMr(CUDA) on the send comm"
     );
     let mut all = sizes.clone();
@@ -144,6 +150,11 @@ fn run() -> Result<(), String> {
     dev.make_current().map_err(|e| e.to_string())?;
     println!("GPU 0: {} ({})", dev.info().name, dev.arch());
 
+    if std::env::var_os("NCCL_DYNAMIC_CHUNK_SIZE").is_none() {
+        // Single-threaded here: nothing else reads the environment yet.
+        std::env::set_var("NCCL_DYNAMIC_CHUNK_SIZE", "524288");
+        println!("note: NCCL_DYNAMIC_CHUNK_SIZE was unset; using 524288 (GKE's value; TCPX moves no data without it)");
+    }
     // SAFETY: a NULL logger is accepted (WARNs go to stderr).
     ck!(unsafe { t.init.unwrap()(None) }, "init");
     let mut props = std::mem::MaybeUninit::<PropertiesV7>::zeroed();
@@ -221,19 +232,12 @@ fn run() -> Result<(), String> {
     let ring = meta as usize as *const NetUnpackMeta;
     let bounce_len = 16 * CAP;
 
-    let rbuf = dev.alloc(total + CAP).map_err(|e| e.to_string())?;
+    let rbuf_len = (total + CAP).next_multiple_of(4096);
+    let rbuf = dev.alloc(rbuf_len).map_err(|e| e.to_string())?;
     let mut rmh: *mut c_void = std::ptr::null_mut();
     // SAFETY: our device buffer.
     ck!(
-        unsafe {
-            t.reg_mr.unwrap()(
-                rc,
-                rbuf.as_mut_ptr().cast(),
-                (total + CAP) as c_int,
-                NCCL_PTR_CUDA,
-                &mut rmh,
-            )
-        },
+        unsafe { t.reg_mr.unwrap()(rc, rbuf.as_mut_ptr().cast(), rbuf_len as c_int, NCCL_PTR_CUDA, &mut rmh,) },
         "regMr(CUDA) on the recv comm"
     );
 

@@ -14,6 +14,12 @@
 //! stale handle is detected by its tag instead of being dereferenced, and `test` finds the comm
 //! from the handle alone.
 //!
+//! Data moves only inside `test` (TCPX contract #6): `isend`/`irecv` only queue a request; `test`
+//! releases every queued request of the comm to the helper threads at once (sends: their control
+//! messages in one `send`, then one publication; receives: the control messages that arrived are
+//! matched), so a caller that tests continuously loses nothing, and one that never tests moves
+//! nothing, as on TCPX. With `TCPXEMU_STRICT=0` `isend` releases at once and `irecv` matches.
+//!
 //! The caller-side state sits behind a mutex that is uncontended in practice (NCCL drives a comm
 //! from one proxy thread); the workers only touch [`Shared`].
 
@@ -24,8 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use crate::config::ZeroCopy;
+use crate::contracts;
 use crate::error::{NetError, NetResult};
-use crate::fault::{abort_socket, corrupt_offset, Fault, FaultKind, CORRUPT_XOR};
+use crate::fault::{abort_socket, corrupt_offset, short_len, Fault, FaultKind, CORRUPT_XOR};
 use crate::gpu::CommGpu;
 use crate::scramble::{MAX_DESCRIPTORS, MAX_RECV};
 use crate::worker::{self, send_all, Dir, Job, Shared, MAX_REQUESTS};
@@ -74,6 +81,34 @@ pub struct UnpackOpts {
     pub pool_bytes: usize,
 }
 
+/// How a comm behaves, from the plugin's [`Config`](crate::Config) (see
+/// [`crate::conn::comm_opts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommOpts {
+    /// `test` writes `*sizes` (`TCPXEMU_REPORT_SIZES`).
+    pub report_sizes: bool,
+    pub fault: Option<Fault>,
+    /// Unpack mode's options; None in host mode.
+    pub unpack: Option<UnpackOpts>,
+    /// Enforce the TCPX contracts (`TCPXEMU_STRICT`): requests move only once `test` released
+    /// them, CUDA receives are limited per the MTU.
+    pub strict: bool,
+    /// MTU that sizes a devmem fragment (contract #2).
+    pub mtu: u32,
+}
+
+impl Default for CommOpts {
+    fn default() -> Self {
+        Self {
+            report_sizes: false,
+            fault: None,
+            unpack: None,
+            strict: true,
+            mtu: crate::device::DEFAULT_MTU,
+        }
+    }
+}
+
 /// What `accept` reports about a receive comm's device-unpack resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnpackInfo {
@@ -109,6 +144,8 @@ struct Caller {
     tested: u64,
     /// Oldest request still holding a slot (receives: until `irecvConsumed`; sends: == tested).
     consumed: u64,
+    /// Sends released to the helper threads (control message sent, job published).
+    released: u64,
     next_chunk: u64,
     reqs: [ReqInfo; MAX_REQUESTS],
     ctrl_buf: [u8; CTRL_LEN],
@@ -118,6 +155,8 @@ struct Caller {
     close_fault_fired: bool,
     rng: Rng,
     stats: UnpackStats,
+    /// `stale` fault: per receive slot, where the bytes land instead of the caller's buffer.
+    scratch: Vec<Vec<u8>>,
 }
 
 /// A send or receive comm.
@@ -129,17 +168,20 @@ pub struct Comm {
     workers: Vec<JoinHandle<()>>,
     report_sizes: bool,
     max_run: usize,
+    strict: bool,
+    mtu: u32,
 }
 
 impl Comm {
     /// Builds a comm over an established connection and starts its helper threads.
-    pub fn new(
-        dir: Dir,
-        conn: Connected,
-        report_sizes: bool,
-        fault: Option<Fault>,
-        unpack: Option<UnpackOpts>,
-    ) -> NetResult<Box<Comm>> {
+    pub fn new(dir: Dir, conn: Connected, opts: CommOpts) -> NetResult<Box<Comm>> {
+        let CommOpts {
+            report_sizes,
+            fault,
+            unpack,
+            strict,
+            mtu,
+        } = opts;
         // GPU resources come first, on the calling thread (its current CUDA context).
         let gpu = match unpack {
             Some(u) => Some(CommGpu::new(
@@ -169,6 +211,7 @@ impl Comm {
                 matched: 0,
                 tested: 0,
                 consumed: 0,
+                released: 0,
                 next_chunk: 0,
                 reqs: [ReqInfo::default(); MAX_REQUESTS],
                 ctrl_buf: [0; CTRL_LEN],
@@ -177,10 +220,13 @@ impl Comm {
                 close_fault_fired: false,
                 rng: Rng::new(seed),
                 stats: UnpackStats::default(),
+                scratch: Vec::new(),
             }),
             workers: Vec::new(),
             report_sizes,
             max_run: unpack.map_or(1, |u| u.max_run),
+            strict,
+            mtu,
         });
         if (&*comm as *const Comm as usize) & !ADDR_MASK != 0 {
             return Err(NetError::internal(
@@ -282,11 +328,15 @@ impl Comm {
             return Err(e);
         }
         if c.posted - c.consumed >= MAX_REQUESTS as u64 {
-            return Err(NetError::internal(format!(
-                "unable to allocate requests: {MAX_REQUESTS} already outstanding on {} comm with peer {}",
-                self.dir_name(),
-                self.peer()
-            )));
+            return Err(contracts::MAX_REQUESTS.refuse(
+                nccl_net_abi::NCCL_INTERNAL_ERROR,
+                format_args!(
+                    "unable to allocate requests: {MAX_REQUESTS} already outstanding on {} comm with peer {}",
+                    self.dir_name(),
+                    self.peer()
+                ),
+                "test (and irecvConsumed) the oldest request before posting another",
+            ));
         }
         let seq = c.posted;
         if Fault::hits(self.shared.fault, FaultKind::Close, seq) && !c.close_fault_fired {
@@ -332,16 +382,6 @@ impl Comm {
         }
         let mut c = self.lock();
         let seq = self.admit(&mut c)?;
-        let mut msg = [0u8; CTRL_LEN];
-        msg[0..4].copy_from_slice(&CTRL_MAGIC);
-        msg[4..8].copy_from_slice(&(seq as u32).to_le_bytes());
-        msg[8..16].copy_from_slice(&(size as u64).to_le_bytes());
-        // SAFETY: `msg` is a local buffer of CTRL_LEN bytes.
-        if let Err(e) = unsafe { send_all(self.ctrl.as_raw_fd(), msg.as_ptr(), CTRL_LEN) } {
-            let err = NetError::from_io(&e, format_args!("ctrl socket sending to peer {}", self.peer()));
-            self.shared.set_error(err.clone());
-            return Err(err);
-        }
         let slot = seq as usize % MAX_REQUESTS;
         c.reqs[slot] = ReqInfo {
             ptr: ptr as usize,
@@ -350,19 +390,57 @@ impl Comm {
             cuda,
             cnt: 0,
         };
-        self.shared.pending[slot].store(size, Ordering::Relaxed);
-        let job = Job {
-            seq,
-            ptr: ptr as usize,
-            len: size,
-            first_chunk: c.next_chunk,
-            cuda,
-        };
-        c.next_chunk += self.shared.chunks(size);
         c.posted += 1;
         c.matched = c.posted;
-        self.shared.publish(job);
+        if !self.strict {
+            self.release_sends(&mut c)?;
+        }
         Ok(self.handle(seq))
+    }
+
+    /// Send side: hands every queued send to the helper threads: one `send` of their control
+    /// messages, one publication. Called by `test` (strict) or `isend` (lenient); a no-op when
+    /// nothing is queued, so a caller testing in a loop pays one comparison.
+    fn release_sends(&self, c: &mut Caller) -> NetResult<()> {
+        let (first, end) = (c.released, c.posted);
+        if first == end {
+            return Ok(());
+        }
+        let mut msgs = [0u8; CTRL_LEN * MAX_REQUESTS];
+        let mut jobs = [Job::default(); MAX_REQUESTS];
+        for (k, seq) in (first..end).enumerate() {
+            let slot = seq as usize % MAX_REQUESTS;
+            let info = c.reqs[slot];
+            // `short`: half the bytes move, and the control message says so.
+            let len = if Fault::hits(self.shared.fault, FaultKind::Short, seq) {
+                short_len(info.size)
+            } else {
+                info.size
+            };
+            let msg = &mut msgs[k * CTRL_LEN..(k + 1) * CTRL_LEN];
+            msg[0..4].copy_from_slice(&CTRL_MAGIC);
+            msg[4..8].copy_from_slice(&(seq as u32).to_le_bytes());
+            msg[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+            self.shared.pending[slot].store(len, Ordering::Relaxed);
+            jobs[k] = Job {
+                seq,
+                ptr: info.ptr,
+                len,
+                first_chunk: c.next_chunk,
+                cuda: info.cuda,
+            };
+            c.next_chunk += self.shared.chunks(len);
+        }
+        let n = (end - first) as usize;
+        // SAFETY: `msgs` is a local buffer of at least n * CTRL_LEN bytes.
+        if let Err(e) = unsafe { send_all(self.ctrl.as_raw_fd(), msgs.as_ptr(), n * CTRL_LEN) } {
+            let err = NetError::from_io(&e, format_args!("ctrl socket sending to peer {}", self.peer()));
+            self.shared.set_error(err.clone());
+            return Err(err);
+        }
+        c.released = end;
+        self.shared.publish(&jobs[..n]);
+        Ok(())
     }
 
     /// Posts a receive of up to `cap` bytes at `ptr`.
@@ -384,7 +462,9 @@ impl Comm {
         if self.dir != Dir::Recv {
             return Err(NetError::invalid_usage("irecv on a send comm"));
         }
-        if cuda && cap > MAX_RECV {
+        if cuda && self.strict {
+            contracts::cuda_recv_size(cap, self.mtu)?;
+        } else if cuda && cap > MAX_RECV {
             return Err(NetError::invalid_argument(format!(
                 "CUDA receive of {cap} bytes exceeds the device-unpack limit of {MAX_RECV} bytes ({MAX_DESCRIPTORS} fragments of 4 KiB per receive, NET_UNPACK_MAX_SLICE_SIZE): post receives of at most {MAX_RECV} bytes (TCPX exits on this)"
             )));
@@ -405,7 +485,9 @@ impl Comm {
             cnt: 0,
         };
         c.posted += 1;
-        self.progress(&mut c);
+        if !self.strict {
+            self.progress(&mut c);
+        }
         Ok(self.handle(seq))
     }
 
@@ -480,16 +562,24 @@ impl Comm {
                 }
             }
             self.shared.pending[slot].store(size, Ordering::Relaxed);
+            let mut ptr = c.reqs[slot].ptr;
+            if !cuda && Fault::hits(self.shared.fault, FaultKind::Stale, seq) {
+                // The slot's previous receive is consumed, so its scratch is free to grow.
+                c.scratch.resize_with(MAX_REQUESTS, Vec::new);
+                let scratch = &mut c.scratch[slot];
+                scratch.resize(size.max(scratch.len()), 0);
+                ptr = scratch.as_mut_ptr() as usize;
+            }
             let job = Job {
                 seq,
-                ptr: c.reqs[slot].ptr,
+                ptr,
                 len: size,
                 first_chunk: c.next_chunk,
                 cuda,
             };
             c.next_chunk += self.shared.chunks(size);
             c.matched += 1;
-            self.shared.publish(job);
+            self.shared.publish(&[job]);
         }
     }
 
@@ -508,7 +598,11 @@ impl Comm {
         // SAFETY: the slot is free (its previous receive was consumed: at most 16 outstanding)
         // and only this thread writes descriptors.
         let metas = unsafe { ru.slot_metas(slot) };
-        let n = plan.descriptors(ru.slot_off(slot) as u32, metas, &mut c.rng);
+        let slot_off = u32::try_from(ru.slot_off(slot))
+            .map_err(|_| NetError::internal("bounce slot beyond 4 GiB: src_off is 32-bit"))?;
+        let n = plan
+            .descriptors(slot_off, metas, &mut c.rng)
+            .map_err(NetError::internal)?;
         c.reqs[slot].cnt = n as u64;
         Ok(())
     }
@@ -519,23 +613,31 @@ impl Comm {
         let mut c = self.lock();
         let seq = c.tested;
         if seq >= c.posted || !self.same_request(req, seq) {
-            return Err(NetError::internal(format!(
-                "test called with invalid request {req:p} ({} comm with peer {}: {} outstanding, oldest is {seq})",
-                self.dir_name(),
-                self.peer(),
-                c.posted - c.tested
-            )));
+            return Err(contracts::FIFO_TEST.refuse(
+                nccl_net_abi::NCCL_INTERNAL_ERROR,
+                format_args!(
+                    "test called with invalid request {req:p} ({} comm with peer {}: {} outstanding, oldest is {seq})",
+                    self.dir_name(),
+                    self.peer(),
+                    c.posted - c.tested
+                ),
+                "test the oldest request of the comm that is not done yet",
+            ));
         }
-        if self.dir == Dir::Recv {
-            self.progress(&mut c);
+        match self.dir {
+            Dir::Recv => self.progress(&mut c),
+            Dir::Send => self.release_sends(&mut c)?,
         }
         let slot = seq as usize % MAX_REQUESTS;
-        if seq < c.matched && self.shared.pending[slot].load(Ordering::Acquire) == 0 {
+        let dropped = self.dir == Dir::Recv && Fault::hits(self.shared.fault, FaultKind::Drop, seq);
+        if seq < c.matched && self.shared.pending[slot].load(Ordering::Acquire) == 0 && !dropped {
             let info = c.reqs[slot];
+            let stale = self.dir == Dir::Recv && Fault::hits(self.shared.fault, FaultKind::Stale, seq);
             if self.dir == Dir::Recv {
                 if let Some(ru) = self.shared.gpu.as_ref().and_then(|g| g.recv.as_ref()) {
                     // Host receives carry no descriptors (TCPX does the same).
-                    let cnt = if info.cuda { info.cnt } else { 0 };
+                    // `stale`: no descriptors, so the unpack leaves the buffer as it was.
+                    let cnt = if info.cuda && !stale { info.cnt } else { 0 };
                     ru.publish_cnt(slot, cnt);
                     if info.cuda {
                         if c.stats.cuda_recvs == 0 && info.size > 0 {
@@ -587,11 +689,15 @@ impl Comm {
         let mut c = self.lock();
         let seq = c.consumed;
         if seq >= c.tested || !self.same_request(req, seq) {
-            return Err(NetError::internal(format!(
-                "irecvConsumed called with invalid request {req:p} (peer {}): the oldest completed, unconsumed receive is {}",
-                self.peer(),
-                if seq < c.tested { seq.to_string() } else { "none".to_owned() }
-            )));
+            return Err(contracts::MAX_REQUESTS.refuse(
+                nccl_net_abi::NCCL_INTERNAL_ERROR,
+                format_args!(
+                    "irecvConsumed called with invalid request {req:p} (peer {}): the oldest completed, unconsumed receive is {}",
+                    self.peer(),
+                    if seq < c.tested { seq.to_string() } else { "none".to_owned() }
+                ),
+                "call irecvConsumed once per completed receive, in posting order",
+            ));
         }
         c.consumed += 1;
         Ok(())

@@ -7,7 +7,12 @@
 //! |---|---|---|
 //! | `TCPXEMU_IFNAMES` | `lo` | comma list of interfaces; each one with an IP address is a device |
 //! | `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` | 1 x 1 | data sockets per comm, clamped to 1..=8 (TCPX's `MAX_SOCKETS`) |
-//! | `NCCL_DYNAMIC_CHUNK_SIZE` | 524288 | bytes per chunk striped over the data sockets (0/invalid: WARN, default) |
+//! | `TCPXEMU_STRICT` | 1 | 1: every TCPX contract is enforced ([`crate::contracts`]); 0: the lenient behaviour of old |
+//! | `NCCL_DYNAMIC_CHUNK_SIZE` | none (strict: init refuses unset or 0); 524288 with `TCPXEMU_STRICT=0` | bytes per chunk striped over the data sockets |
+//! | `TCPXEMU_CONNECT_MS` | 0 | setup cost model: connect and accept take at least (nsocks+1) x this many ms (TCPX: 100) |
+//! | `TCPXEMU_FLOW_STEERING_MS` | 0 | setup cost model: accept takes this much longer (TCPX's `PROGRAM_FLOW_STEERING_WAIT_MICROS`, GKE 1000 ms) |
+//! | `TCPXEMU_MTU` | the interface's | MTU that sizes a devmem fragment, hence the largest CUDA receive (contract #2) |
+//! | `TCPXEMU_HOST_DEVICE_TYPE` | `host` | host mode's `netDeviceType`: `host`, or `unpack` to present itself as TCPX does |
 //! | `TCPXEMU_SOCKBUF` | 4194304 | `SO_SNDBUF`/`SO_RCVBUF` of data sockets; 0 = kernel autotuning |
 //! | `TCPXEMU_REPORT_SIZES` | 0 | 1: `test` writes `*sizes` (TCPX never does) |
 //! | `TCPXEMU_ZEROCOPY` | `staged` | which sends hand their pages to the socket (`vmsplice` + `splice`) instead of copying them, completing once the receiver acknowledged each chunk (see [`crate::worker`]): `staged` (unpack mode's pinned staging of CUDA sends), `all` (host-memory sends too), `off` |
@@ -15,7 +20,7 @@
 //! | `TCPXEMU_UNPACK_MAX_RUN` | 16 | unpack mode: largest run of consecutive 4 KiB pages kept together in the bounce buffer (1..=1024; 1 = every page scattered) |
 //! | `TCPXEMU_UNPACK_SEED` | random | unpack mode: fixed seed of the scramble (reproducible layouts) |
 //! | `TCPXEMU_BOUNCE_POOL_MB` | 2048 | unpack mode: the GPU's bounce buffer, shared by its receive comms (64 MiB each at the default chunk size); 64..=4095 |
-//! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt` or `slow` (see [`crate::fault`]) |
+//! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt`, `slow`, `short`, `stale` or `drop` (see [`crate::fault`]) |
 //! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
 //! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
 
@@ -83,6 +88,18 @@ pub struct Config {
     /// Unpack mode: MiB of the per-GPU bounce pool (`src_off` is 32-bit: below 4 GiB).
     pub bounce_pool_mb: usize,
     pub fault: Option<Fault>,
+    /// Enforce every TCPX contract (`TCPXEMU_STRICT`, default on).
+    pub strict: bool,
+    /// `NCCL_DYNAMIC_CHUNK_SIZE` as found (checked at init in strict mode: unset or 0 is refused).
+    pub chunk_size_raw: Option<String>,
+    /// Setup cost model: per-socket milliseconds in connect and accept (0 = off).
+    pub connect_ms: u64,
+    /// Setup cost model: extra milliseconds in accept (the flow-steering wait).
+    pub flow_steering_ms: u64,
+    /// MTU override for the fragment size (None: the interface's MTU, else 4 KiB fragments).
+    pub mtu: Option<u32>,
+    /// Host mode reports `netDeviceType` UNPACK (v7) as TCPX does.
+    pub host_as_unpack: bool,
 }
 
 impl Default for Config {
@@ -99,7 +116,40 @@ impl Default for Config {
             unpack_seed: None,
             bounce_pool_mb: DEFAULT_BOUNCE_POOL_MB,
             fault: None,
+            strict: true,
+            chunk_size_raw: None,
+            connect_ms: 0,
+            flow_steering_ms: 0,
+            mtu: None,
+            host_as_unpack: false,
         }
+    }
+}
+
+/// A boolean knob: 1/true/yes or 0/false/no (empty: `default`).
+fn flag(get: &impl Fn(&str) -> Option<String>, key: &str, default: bool, warns: &mut Vec<String>) -> bool {
+    match get(key) {
+        None => default,
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" => true,
+            "0" | "false" | "no" => false,
+            "" => default,
+            _ => {
+                warns.push(format!("{key}={v} is invalid (0|1), using {}", u8::from(default)));
+                default
+            }
+        },
+    }
+}
+
+/// A non-negative integer knob (absent: `default`).
+fn number(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64, warns: &mut Vec<String>) -> u64 {
+    match get(key) {
+        None => default,
+        Some(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
+            warns.push(format!("{key}={v} is invalid, using {default}"));
+            default
+        }),
     }
 }
 
@@ -149,7 +199,9 @@ impl Config {
             ));
         }
 
-        if let Some(v) = get("NCCL_DYNAMIC_CHUNK_SIZE") {
+        cfg.strict = flag(&get, "TCPXEMU_STRICT", true, &mut warns);
+        cfg.chunk_size_raw = get("NCCL_DYNAMIC_CHUNK_SIZE");
+        if let Some(v) = &cfg.chunk_size_raw {
             match v.trim().parse::<u64>() {
                 Ok(n) if n > 0 && n as usize <= MAX_CHUNK_SIZE => cfg.chunk_size = n as usize,
                 Ok(n) if n as usize > MAX_CHUNK_SIZE => {
@@ -158,8 +210,29 @@ impl Config {
                     ));
                     cfg.chunk_size = MAX_CHUNK_SIZE;
                 }
+                // 0 is refused at init in strict mode (contract #13).
+                Ok(0) if cfg.strict => {}
                 _ => warns.push(format!(
                     "NCCL_DYNAMIC_CHUNK_SIZE={v} is invalid, using {DEFAULT_CHUNK_SIZE}"
+                )),
+            }
+        }
+        cfg.connect_ms = number(&get, "TCPXEMU_CONNECT_MS", 0, &mut warns);
+        cfg.flow_steering_ms = number(&get, "TCPXEMU_FLOW_STEERING_MS", 0, &mut warns);
+        if let Some(v) = get("TCPXEMU_MTU").filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (576..=65536).contains(&n) => cfg.mtu = Some(n),
+                _ => warns.push(format!(
+                    "TCPXEMU_MTU={v} is invalid (576..=65536), using the interface's"
+                )),
+            }
+        }
+        if let Some(v) = get("TCPXEMU_HOST_DEVICE_TYPE") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "host" | "" => cfg.host_as_unpack = false,
+                "unpack" => cfg.host_as_unpack = true,
+                _ => warns.push(format!(
+                    "TCPXEMU_HOST_DEVICE_TYPE={v} is invalid (host|unpack), using host"
                 )),
             }
         }
@@ -227,7 +300,7 @@ impl Config {
         if let Some(v) = get("TCPXEMU_FAULT").filter(|v| !v.trim().is_empty()) {
             match FaultKind::parse(&v) {
                 None => warns.push(format!(
-                    "TCPXEMU_FAULT={v} is invalid (stall|close|corrupt|slow), no fault armed"
+                    "TCPXEMU_FAULT={v} is invalid (stall|close|corrupt|slow|short|stale|drop), no fault armed"
                 )),
                 Some(kind) => {
                     let after = match get("TCPXEMU_FAULT_AFTER") {
@@ -282,10 +355,16 @@ mod tests {
     }
 
     #[test]
-    fn chunk_size_zero_is_default() {
-        let (cfg, warns) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]);
-        assert_eq!(cfg.chunk_size, DEFAULT_CHUNK_SIZE);
+    fn chunk_size_zero_is_default_when_lenient() {
+        let (cfg, warns) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0"), ("TCPXEMU_STRICT", "0")]);
+        assert_eq!((cfg.chunk_size, cfg.strict), (DEFAULT_CHUNK_SIZE, false));
         assert_eq!(warns.len(), 1);
+        // Strict: kept as found, for init to refuse (contract #13).
+        let (cfg, warns) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "0")]);
+        assert_eq!(
+            (cfg.strict, cfg.chunk_size_raw.as_deref(), warns.len()),
+            (true, Some("0"), 0)
+        );
         let (cfg, _) = parse(&[("NCCL_DYNAMIC_CHUNK_SIZE", "65536")]);
         assert_eq!(cfg.chunk_size, 65536);
     }
@@ -341,6 +420,32 @@ mod tests {
             warns[0].starts_with("TCPXEMU_ZEROCOPY=maybe is invalid (staged|all|off)"),
             "{warns:?}"
         );
+    }
+
+    #[test]
+    fn strict_and_setup_knobs() {
+        let (cfg, _) = parse(&[]);
+        assert!(cfg.strict && cfg.chunk_size_raw.is_none());
+        let (cfg, warns) = parse(&[
+            ("TCPXEMU_CONNECT_MS", "100"),
+            ("TCPXEMU_FLOW_STEERING_MS", "50"),
+            ("TCPXEMU_MTU", "1460"),
+            ("TCPXEMU_HOST_DEVICE_TYPE", "UNPACK"),
+            ("TCPXEMU_STRICT", "no"),
+        ]);
+        assert!(warns.is_empty(), "{warns:?}");
+        assert_eq!(
+            (
+                cfg.connect_ms,
+                cfg.flow_steering_ms,
+                cfg.mtu,
+                cfg.host_as_unpack,
+                cfg.strict
+            ),
+            (100, 50, Some(1460), true, false)
+        );
+        let (cfg, warns) = parse(&[("TCPXEMU_STRICT", "maybe"), ("TCPXEMU_MTU", "9")]);
+        assert_eq!((cfg.strict, cfg.mtu, warns.len()), (true, None, 2));
     }
 
     #[test]

@@ -6,7 +6,14 @@
 //!    pad[2], chunk_size u32, listener token u64, connection id u64 }`; flag bit 0: the receiver
 //! acknowledges every chunk (the sender splices some of them: [`crate::worker`]).
 //! The acceptor groups sockets by the random connection id, so sockets of concurrent connections
-//! may interleave, and a listen comm serves any number of accepts.
+//! may interleave. A listen comm serves one accept (TCPX contract #11); with `TCPXEMU_STRICT=0`
+//! any number.
+//!
+//! Setup cost model (`TCPXEMU_CONNECT_MS`, `TCPXEMU_FLOW_STEERING_MS`; off by default): TCPX's
+//! connect and accept threads sleep 100 ms before each of their nsocks+1 sockets and the accept
+//! thread then waits for flow steering (connect.cc:623, :762, :806-811), while the calls return
+//! NULL. tcpx-emu's connect thread sleeps the same way before each dial, and `accept` returns no
+//! comm before (nsocks+1) x `CONNECT_MS` + `FLOW_STEERING_MS` have passed since its first call.
 //!
 //! Both sides work in the background so that NCCL's `connect`/`accept` never block:
 //! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
@@ -25,14 +32,16 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
-use crate::comm::{Comm, Connected, UnpackOpts};
+use crate::comm::{Comm, CommOpts, Connected, UnpackOpts};
 use crate::config::{Config, Mode, ZeroCopy};
+use crate::contracts;
 use crate::error::{NetError, NetResult};
 use crate::handle::{connect_state, set_connect_state, ListenInfo};
 use crate::worker::Dir;
@@ -58,6 +67,24 @@ pub fn unpack_opts(cfg: &Config) -> Option<UnpackOpts> {
         seed: cfg.unpack_seed.unwrap_or_else(random_u64),
         pool_bytes: cfg.bounce_pool_mb << 20,
     })
+}
+
+/// How comms made under `cfg` behave.
+pub fn comm_opts(cfg: &Config) -> CommOpts {
+    CommOpts {
+        report_sizes: cfg.report_sizes,
+        fault: cfg.fault,
+        unpack: unpack_opts(cfg),
+        strict: cfg.strict,
+        mtu: cfg.mtu.unwrap_or(crate::device::DEFAULT_MTU),
+    }
+}
+
+/// The setup cost model's time for one side of a connection of `nsocks` data sockets.
+pub fn setup_delay(cfg: &Config, nsocks: usize, accept: bool) -> Duration {
+    let per_socket = cfg.connect_ms.saturating_mul(nsocks as u64 + 1);
+    let fs = if accept { cfg.flow_steering_ms } else { 0 };
+    Duration::from_millis(per_socket.saturating_add(fs))
 }
 
 /// A random 64-bit value (std's per-process random hash keys plus a counter; no extra crate).
@@ -251,7 +278,14 @@ struct Connecting {
     info: ListenInfo,
 }
 
-fn connect_blocking(info: ListenInfo, sockbuf: usize, zerocopy: ZeroCopy) -> std::io::Result<Connected> {
+/// Dials the ctrl socket and the data sockets, sleeping `per_socket` before each (the setup
+/// cost model; zero by default).
+fn connect_blocking(
+    info: ListenInfo,
+    sockbuf: usize,
+    zerocopy: ZeroCopy,
+    per_socket: Duration,
+) -> std::io::Result<Connected> {
     let conn_id = random_u64();
     let hello = |kind, index| Hello {
         kind,
@@ -262,10 +296,12 @@ fn connect_blocking(info: ListenInfo, sockbuf: usize, zerocopy: ZeroCopy) -> std
         token: info.token,
         conn_id,
     };
+    std::thread::sleep(per_socket);
     let mut ctrl = dial(info.addr, 0)?;
     ctrl.write_all(&hello(KIND_CTRL, 0).encode())?;
     let mut data = Vec::with_capacity(info.nsocks);
     for i in 0..info.nsocks {
+        std::thread::sleep(per_socket);
         let mut s = dial(info.addr, sockbuf)?;
         s.write_all(&hello(KIND_DATA, i as u8).encode())?;
         data.push(s);
@@ -292,9 +328,10 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
             z => z,
         };
         let sockbuf = cfg.sockbuf;
+        let per_socket = Duration::from_millis(cfg.connect_ms);
         let thread = std::thread::Builder::new()
             .name("tcpxemu-connect".to_owned())
-            .spawn(move || connect_blocking(info, sockbuf, zerocopy))
+            .spawn(move || connect_blocking(info, sockbuf, zerocopy, per_socket))
             .map_err(|e| NetError::system(format!("spawning connect thread: {e}")))?;
         let state = Box::new(Connecting {
             thread: Some(thread),
@@ -320,7 +357,7 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
         .join()
         .map_err(|_| NetError::internal("connect thread panicked"))?;
     let conn = joined.map_err(|e| NetError::from_io(&e, format_args!("connecting to {peer}")))?;
-    Comm::new(Dir::Send, conn, cfg.report_sizes, cfg.fault, unpack_opts(cfg)).map(Some)
+    Comm::new(Dir::Send, conn, comm_opts(cfg)).map(Some)
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -347,9 +384,11 @@ struct ListenShared {
 pub struct ListenComm {
     shared: Arc<ListenShared>,
     thread: Option<JoinHandle<()>>,
-    report_sizes: bool,
-    fault: Option<crate::fault::Fault>,
     cfg: Config,
+    /// When `accept` was first called (the setup cost model counts from there).
+    first_accept: OnceLock<Instant>,
+    /// An accept returned a comm (strict mode refuses another: contract #11).
+    accepted: AtomicBool,
 }
 
 impl ListenComm {
@@ -387,9 +426,9 @@ impl ListenComm {
         let comm = Box::new(ListenComm {
             shared,
             thread: Some(thread),
-            report_sizes: cfg.report_sizes,
-            fault: cfg.fault,
             cfg: cfg.clone(),
+            first_accept: OnceLock::new(),
+            accepted: AtomicBool::new(false),
         });
         Ok((comm, handle))
     }
@@ -399,11 +438,23 @@ impl ListenComm {
         self.shared.info.addr
     }
 
-    /// Non-blocking accept: `Ok(None)` until a complete connection has arrived.
+    /// Non-blocking accept: `Ok(None)` until a complete connection has arrived (and the setup
+    /// cost model's time has passed). Strict mode refuses a call after one returned a comm.
     pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
+        if self.cfg.strict && self.accepted.load(Ordering::Acquire) {
+            return Err(contracts::second_accept());
+        }
+        let first = *self.first_accept.get_or_init(Instant::now);
+        if first.elapsed() < setup_delay(&self.cfg, self.shared.info.nsocks, true) {
+            return Ok(None);
+        }
         let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
         match next {
-            Some(conn) => Comm::new(Dir::Recv, conn, self.report_sizes, self.fault, unpack_opts(&self.cfg)).map(Some),
+            Some(conn) => {
+                let comm = Comm::new(Dir::Recv, conn, comm_opts(&self.cfg))?;
+                self.accepted.store(true, Ordering::Release);
+                Ok(Some(comm))
+            }
             None => match self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
                 Some(e) => Err(e),
                 None => Ok(None),

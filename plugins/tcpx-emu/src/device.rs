@@ -10,6 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Speed reported when sysfs has none (`lo`) or it is unreadable, in Mbps (TCPX's default).
 pub const DEFAULT_SPEED_MBPS: i32 = 10_000;
 
+/// MTU assumed when sysfs has none: TCPX's A3 data NICs run MTU 8244 (4 KiB fragments).
+pub const DEFAULT_MTU: u32 = 8244;
+
 /// One device (= one interface).
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -18,6 +21,8 @@ pub struct Device {
     /// IPv6 scope id (link-local addresses); 0 otherwise.
     pub scope_id: u32,
     pub speed_mbps: i32,
+    /// The interface's MTU (sizes a devmem fragment: contract #2); [`DEFAULT_MTU`] if unreadable.
+    pub mtu: u32,
     /// Leaked, NUL-terminated copy of `ifname`.
     name_c: usize,
     /// Leaked `realpath(/sys/class/net/<if>/device)`, or 0 where the interface has none.
@@ -60,11 +65,17 @@ pub fn discover(ifnames: &[String]) -> (Vec<Device>, Vec<String>) {
             .and_then(|s| s.trim().parse::<i32>().ok())
             .filter(|&s| s > 0)
             .unwrap_or(DEFAULT_SPEED_MBPS);
+        let mtu = std::fs::read_to_string(format!("{sys}/mtu"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .filter(|&m| m > 0)
+            .unwrap_or(DEFAULT_MTU);
         devices.push(Device {
             ifname: name.clone(),
             ip: *ip,
             scope_id: *scope_id,
             speed_mbps,
+            mtu,
             name_c: leak(name),
             pci_c: pci,
         });

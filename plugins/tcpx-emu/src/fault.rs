@@ -7,6 +7,13 @@
 //! * `corrupt`: each received request `>= AFTER` gets one byte flipped (XOR 0x5a at `size / 2`)
 //!   before `test` reports it done.
 //! * `slow`: helper threads sleep [`SLOW_CHUNK_DELAY`] after every chunk.
+//! * `short`: each send `>= AFTER` moves only the first half of its bytes (the control message
+//!   announces half) and reports success; the receiver completes with half its bytes written.
+//! * `stale`: each CUDA/host receive `>= AFTER` lands its bytes somewhere else (a per-slot scratch
+//!   buffer; CUDA receives publish no descriptors), so the user buffer keeps what it held before
+//!   (the previous iteration's bytes) while the receive completes normally.
+//! * `drop`: receive `AFTER` never completes (its bytes are consumed, so the peer's send
+//!   completes and the peer keeps going); FIFO `test` then holds every later receive too.
 //!
 //! `TCPXEMU_FAULT_RANK` restricts the fault to one process of an MPI job; see [`crate::config`].
 
@@ -20,6 +27,9 @@ pub enum FaultKind {
     Close,
     Corrupt,
     Slow,
+    Short,
+    Stale,
+    Drop,
 }
 
 /// An armed fault: `kind` hits every request with sequence number `>= after` on each comm.
@@ -41,6 +51,9 @@ impl FaultKind {
             "close" => Some(Self::Close),
             "corrupt" => Some(Self::Corrupt),
             "slow" => Some(Self::Slow),
+            "short" => Some(Self::Short),
+            "stale" => Some(Self::Stale),
+            "drop" => Some(Self::Drop),
             _ => None,
         }
     }
@@ -55,6 +68,11 @@ impl Fault {
 
 /// Offset of the byte `corrupt` flips in a request of `size` (> 0) bytes.
 pub fn corrupt_offset(size: usize) -> usize {
+    size / 2
+}
+
+/// Bytes a `short` send of `size` bytes moves.
+pub fn short_len(size: usize) -> usize {
     size / 2
 }
 

@@ -9,6 +9,8 @@
 //!
 //! Layout: one core, thin per-ABI adapters.
 //! * [`config`]: environment knobs, read once at the first `init`.
+//! * [`contracts`]: TCPX's contracts, one named check each, enforced by default
+//!   (`TCPXEMU_STRICT=1`).
 //! * [`device`]: interfaces and their properties.
 //! * [`handle`]: the 128-byte handle format.
 //! * [`conn`]: listen / asynchronous connect / asynchronous accept.
@@ -29,6 +31,7 @@
 pub mod comm;
 pub mod config;
 pub mod conn;
+pub mod contracts;
 pub mod device;
 pub mod error;
 pub mod fault;
@@ -91,6 +94,7 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
         for w in warns {
             warn!(NCCL_INIT | NCCL_NET, "{w}");
         }
+        check_config(&cfg)?;
         resolve_mode(&mut cfg)?;
         let (devices, warns) = device::discover(&cfg.ifnames);
         for w in warns {
@@ -115,6 +119,11 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
             .enumerate()
             .map(|(i, d)| format!("[{i}]{}:{}", d.ifname, d.ip))
             .collect();
+        let strict = if cfg.strict {
+            "TCPX contracts enforced (TCPXEMU_STRICT=1)"
+        } else {
+            "lenient (TCPXEMU_STRICT=0): TCPX contracts NOT enforced"
+        };
         let mode = match cfg.mode {
             Mode::Unpack => format!(
                 "mode unpack (ptrSupport HOST|CUDA, netDeviceType UNPACK v{NCCL_NET_DEVICE_UNPACK_VERSION}; per-GPU bounce pool {} MiB, 16 x {} KiB per recv comm, runs of 1..={} pages)",
@@ -122,11 +131,14 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
                 scramble::Geometry::new(cfg.chunk_size).map_or(0, |g| g.slot_bytes() >> 10),
                 cfg.unpack_max_run
             ),
+            _ if cfg.host_as_unpack => {
+                "mode host (ptrSupport HOST, presented as netDeviceType UNPACK v7 as TCPX)".to_owned()
+            }
             _ => "mode host (ptrSupport HOST)".to_owned(),
         };
         info!(
             NCCL_INIT | NCCL_NET,
-            "using {} ; {} data socket(s) per comm, chunk {} B, sockbuf {} B; {mode}",
+            "using {} ; {} data socket(s) per comm, chunk {} B, sockbuf {} B; {mode}; {strict}",
             list.join(" "),
             cfg.nsocks,
             cfg.chunk_size,
@@ -139,8 +151,15 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
     Ok(())
 }
 
-/// Resolves `TCPXEMU_MODE` (auto/host/unpack) against the CUDA driver, and rounds the chunk size
-/// up to whole pages in unpack mode (the bounce buffer is placed in 4 KiB pages).
+/// The contracts checked once, at init (strict mode): `NCCL_DYNAMIC_CHUNK_SIZE` (#13).
+pub fn check_config(cfg: &Config) -> NetResult<()> {
+    if cfg.strict {
+        contracts::dynamic_chunk_size(cfg.chunk_size_raw.as_deref())?;
+    }
+    Ok(())
+}
+
+/// Resolves `TCPXEMU_MODE` (auto/host/unpack) against the CUDA driver.
 fn resolve_mode(cfg: &mut Config) -> NetResult<()> {
     match cfg.mode {
         Mode::Host => {}
@@ -171,20 +190,21 @@ fn resolve_mode(cfg: &mut Config) -> NetResult<()> {
             }
         },
     }
-    if cfg.mode == Mode::Unpack && cfg.chunk_size % scramble::PAGE != 0 {
-        let rounded = cfg.chunk_size.next_multiple_of(scramble::PAGE);
-        warn!(
-            NCCL_INIT | NCCL_NET,
-            "NCCL_DYNAMIC_CHUNK_SIZE={} is not a multiple of 4096, using {rounded} (device unpack places whole pages)",
-            cfg.chunk_size
-        );
-        cfg.chunk_size = rounded;
-    }
     Ok(())
 }
 
 fn unpack_mode() -> bool {
     plugin().is_ok_and(|p| p.cfg.mode == Mode::Unpack)
+}
+
+/// Whether the TCPX contracts are enforced (before a successful init: yes).
+fn strict() -> bool {
+    plugin().map_or(true, |p| p.cfg.strict)
+}
+
+/// Host mode presenting itself as TCPX (`TCPXEMU_HOST_DEVICE_TYPE=unpack`).
+fn host_as_unpack() -> bool {
+    plugin().is_ok_and(|p| p.cfg.mode != Mode::Unpack && p.cfg.host_as_unpack)
 }
 
 /// Runs an adapter body: errors are logged as WARN and turned into their code, panics into
@@ -254,6 +274,7 @@ unsafe fn core_devices(ndev: *mut c_int) -> NetResult<()> {
 fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
     let d = device(dev)?;
     let unpack = unpack_mode();
+    let device_unpack = unpack || host_as_unpack();
     let mut devs = [0; NCCL_NET_MAX_DEVS_PER_NIC_V12];
     devs[0] = dev;
     Ok(PropertiesV12 {
@@ -272,12 +293,12 @@ fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
         latency: 0.0,
         max_comms: MAX_COMMS,
         max_recvs: 1,
-        net_device_type: if unpack {
+        net_device_type: if device_unpack {
             NCCL_NET_DEVICE_UNPACK
         } else {
             NCCL_NET_DEVICE_HOST
         },
-        net_device_version: if unpack {
+        net_device_version: if device_unpack {
             NCCL_NET_DEVICE_UNPACK_VERSION
         } else {
             NCCL_NET_DEVICE_INVALID_VERSION
@@ -307,7 +328,9 @@ unsafe fn core_listen(dev: c_int, handle: *mut c_void, lc: *mut *mut c_void) -> 
     let handle = unsafe { out(handle.cast::<NetHandle>(), "handle") }?;
     let lc = unsafe { out(lc, "listenComm") }?;
     *lc = std::ptr::null_mut();
-    let (comm, h) = ListenComm::bind(d.ip, d.scope_id, &p.cfg)?;
+    let mut cfg = p.cfg.clone();
+    cfg.mtu.get_or_insert(d.mtu);
+    let (comm, h) = ListenComm::bind(d.ip, d.scope_id, &cfg)?;
     *handle = h;
     *lc = Box::into_raw(comm).cast();
     Ok(())
@@ -326,16 +349,38 @@ unsafe fn core_connect(dev: c_int, handle: *mut c_void, sc: *mut *mut c_void) ->
     Ok(())
 }
 
-/// `accept`. The device handle (v7+) may be NULL or point to NULL or to a caller-owned struct;
-/// host mode leaves it alone. Unpack mode fills a caller-owned struct, as TCPX:
-/// `{UNPACK, 7, <device ptr to unpackNetDeviceHandle>, 24, needsProxyProgress 1}`.
+/// `accept`. The device handle must point to a caller-owned struct (contract #10; with
+/// `TCPXEMU_STRICT=0` it may be NULL or point to NULL). Unpack mode fills it as TCPX:
+/// `{UNPACK, 7, <device ptr to unpackNetDeviceHandle>, 24, needsProxyProgress 1}`; host mode
+/// presenting itself as TCPX fills `{UNPACK, 7, NULL, 24, 1}` (no device memory: its receives
+/// carry no descriptors); plain host mode leaves it alone.
 unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *mut DeviceHandleV7) -> NetResult<()> {
     // SAFETY: `lc` came from our listen.
     let lc =
         unsafe { lc.cast::<ListenComm>().as_ref() }.ok_or_else(|| NetError::invalid_argument("listenComm is NULL"))?;
     let rc = unsafe { out(rc, "recvComm") }?;
     *rc = std::ptr::null_mut();
+    if strict() {
+        // SAFETY: NCCL passes a pointer to its device-handle pointer, or NULL.
+        match unsafe { dev_handle.as_ref() } {
+            None => return Err(contracts::device_handle(true)),
+            Some(p) if p.is_null() => return Err(contracts::device_handle(false)),
+            Some(_) => {}
+        }
+    }
     if let Some(comm) = lc.accept()? {
+        if comm.unpack_handle().is_none() && host_as_unpack() {
+            // SAFETY: as above; the inner pointer is the caller's struct.
+            if let Some(dh) = unsafe { dev_handle.as_ref() }.and_then(|p| unsafe { p.as_mut() }) {
+                *dh = DeviceHandleV7 {
+                    net_device_type: NCCL_NET_DEVICE_UNPACK,
+                    net_device_version: NCCL_NET_DEVICE_UNPACK_VERSION,
+                    handle: std::ptr::null_mut(),
+                    size: std::mem::size_of::<UnpackNetDeviceHandle>(),
+                    needs_proxy_progress: 1,
+                };
+            }
+        }
         if let Some(u) = comm.unpack_handle() {
             // SAFETY: NCCL passes a pointer to its (allocated) device-handle pointer, or NULL.
             let dh = unsafe { dev_handle.as_ref() }.and_then(|p| unsafe { p.as_mut() });
@@ -376,6 +421,9 @@ unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *m
 unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: *mut *mut c_void) -> NetResult<()> {
     let mh = unsafe { out(mhandle, "mhandle") }?;
     *mh = std::ptr::null_mut();
+    if ptr_type == NCCL_PTR_CUDA && strict() {
+        contracts::cuda_registration(data as usize, size)?;
+    }
     let cuda_ok = ptr_type == NCCL_PTR_CUDA && unpack_mode();
     if ptr_type != NCCL_PTR_HOST && !cuda_ok {
         return Err(NetError::invalid_argument(format!(
@@ -446,9 +494,7 @@ unsafe fn core_irecv(
     let comm = unsafe { comm_ref(comm) }?;
     let request = unsafe { out(request, "request") }?;
     *request = std::ptr::null_mut();
-    if n != 1 {
-        return Err(NetError::internal(format!("n = {n} not supported (maxRecvs is 1)")));
-    }
+    contracts::irecv_n(n)?;
     // SAFETY: n == 1, so `data` has one entry.
     let ptr = unsafe { data.as_ref() }
         .copied()
@@ -469,7 +515,7 @@ unsafe fn core_irecv(
 unsafe fn int_size(sizes: *mut c_int) -> NetResult<usize> {
     // SAFETY: NCCL passes an array of n (== 1) sizes.
     let s = unsafe { sizes.as_ref() }.ok_or_else(|| NetError::invalid_argument("sizes is NULL"))?;
-    usize::try_from(*s).map_err(|_| NetError::invalid_argument(format!("negative size {s}")))
+    contracts::v7_size("irecv", *s)
 }
 
 unsafe fn core_test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NetResult<()> {
@@ -692,7 +738,10 @@ unsafe extern "C" fn reg_mr_v7(
     mh: *mut *mut c_void,
 ) -> NcclResult {
     guard("regMr", || {
-        let size = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("negative size {size}")))?;
+        if let Some(m) = unsafe { mh.as_mut() } {
+            *m = std::ptr::null_mut();
+        }
+        let size = contracts::v7_size("regMr", size)?;
         unsafe { core_reg_mr(data, size, ptr_type, mh) }
     })
 }
@@ -723,7 +772,7 @@ unsafe extern "C" fn isend_v7(
         if let Some(r) = unsafe { req.as_mut() } {
             *r = std::ptr::null_mut();
         }
-        let size = usize::try_from(size).map_err(|_| NetError::invalid_argument(format!("negative size {size}")))?;
+        let size = contracts::v7_size("isend", size)?;
         unsafe { core_isend(comm, data, size, mh, req) }
     })
 }
@@ -802,7 +851,8 @@ unsafe extern "C" fn irecv_v10(
     })
 }
 
-/// Host memory needs no flush: succeed with a NULL request (NCCL treats NULL as done).
+/// TCPX crashes in `iflush` (contract #9): refused in strict mode. Lenient: host memory needs no
+/// flush, so succeed with a NULL request (NCCL treats NULL as done).
 unsafe extern "C" fn iflush(
     _comm: *mut c_void,
     _n: c_int,
@@ -814,6 +864,9 @@ unsafe extern "C" fn iflush(
     guard("iflush", || {
         if let Some(r) = unsafe { req.as_mut() } {
             *r = std::ptr::null_mut();
+        }
+        if strict() {
+            return Err(contracts::iflush());
         }
         Ok(())
     })
@@ -848,9 +901,7 @@ unsafe extern "C" fn get_device_mr(_comm: *mut c_void, _mh: *mut c_void, dptr: *
 
 unsafe extern "C" fn irecv_consumed(comm: *mut c_void, n: c_int, req: *mut c_void) -> NcclResult {
     guard("irecvConsumed", || {
-        if n != 1 {
-            return Err(NetError::internal(format!("n = {n} not supported")));
-        }
+        contracts::irecv_n(n)?;
         unsafe { comm_ref(comm) }?.irecv_consumed(req)
     })
 }

@@ -208,12 +208,18 @@ impl Shared {
         len.div_ceil(self.chunk_size) as u64
     }
 
-    /// Hands a job to the workers. Its `pending` counter must already hold `job.len`.
-    pub fn publish(&self, job: Job) {
+    /// Hands jobs (consecutive, in sequence order) to the workers under one lock: at most one
+    /// wake-up per call. Their `pending` counters must already hold their lengths.
+    pub fn publish(&self, jobs: &[Job]) {
+        let Some(last) = jobs.last() else {
+            return;
+        };
         let wake = {
             let mut ring = self.lock();
-            ring.jobs[job.seq as usize % MAX_REQUESTS] = job;
-            ring.published = job.seq + 1;
+            for job in jobs {
+                ring.jobs[job.seq as usize % MAX_REQUESTS] = *job;
+            }
+            ring.published = last.seq + 1;
             ring.sleepers > 0
         };
         if wake {

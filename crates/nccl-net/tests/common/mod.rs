@@ -13,9 +13,23 @@ use nccl_net::{MemType, OpenOptions, Plugin, PluginSource, Poll, RecvComm, SendC
 /// Generous bound for connect/accept/transfers on a loaded 2-core machine.
 pub const STEP: Duration = Duration::from_secs(20);
 
+/// What tcpx-emu's strict mode (TCPX's contracts) requires of the environment, set once before
+/// the plugin's first `init` reads it: `NCCL_DYNAMIC_CHUNK_SIZE` (unset, init refuses, as TCPX
+/// would hang). Child processes inherit it. A value the caller set is kept.
+pub fn strict_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("NCCL_DYNAMIC_CHUNK_SIZE").is_none() {
+            std::env::set_var("NCCL_DYNAMIC_CHUNK_SIZE", "524288");
+        }
+    });
+}
+
 /// The tcpx-emu plugin built by the workspace: `$TCPXEMU_PLUGIN`, else the newest of
 /// `target/{release,debug}/libnccl_net_tcpxemu.so`. Missing is a failure, never a skip.
+/// Prepares the environment for strict mode ([`strict_env`]) first.
 pub fn plugin_path() -> PathBuf {
+    strict_env();
     if let Some(p) = std::env::var_os("TCPXEMU_PLUGIN") {
         let p = PathBuf::from(p);
         assert!(
