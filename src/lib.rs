@@ -21,3 +21,4 @@ pub mod report;
 pub mod run;
 pub mod stats;
 pub mod topology;
+pub mod wire;
