@@ -13,6 +13,7 @@
 pub mod check;
 pub mod cli;
 pub mod contracts;
+pub mod delivery;
 pub mod engine;
 pub mod export;
 pub mod mpi_boot;

@@ -8,7 +8,9 @@
 
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
 use crate::contracts;
+use crate::delivery::{self, WireProbe};
 use crate::engine::gpu::CudaPath;
+use crate::engine::progress::Delivered;
 use crate::engine::{watchdog, Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
@@ -252,6 +254,15 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         mem == MemKind::Cuda(CudaPath::Direct) && props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK;
     notes.extend(contracts::check_chunk(cli.chunk, plugin.abi(), &props, cuda_unpack).map_err(Fatal::Everywhere)?);
     let reg_segment = contracts::registration_segment(plugin.abi(), cli.max_reg);
+    let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
+        .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
+        .collect();
+    let probe = WireProbe::new(&device_names, &topo, rank);
+    notes.push(format!(
+        "bytes checked by: interface counters of {} on every host (a lower bound), unpack descriptor totals{}, plugin-reported sizes where the plugin reports them",
+        probe.ifaces().join(","),
+        if cuda_unpack { "" } else { " (not in this memory mode)" }
+    ));
     if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 && mem != MemKind::Cuda(CudaPath::Direct) {
         return Err(Fatal::Everywhere(format!(
             "plugin '{}' does not take host memory (ptrSupport {}); use --mem cuda on a GPU host",
@@ -334,7 +345,16 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     let mut pattern_iter: u32 = 0;
     let mut failure = None;
     for plan in &plans {
-        match measure(cli, mpi, &engine, &topo, plan, &mut pattern_iter, progress.as_ref()) {
+        match measure(
+            cli,
+            mpi,
+            &engine,
+            &topo,
+            &probe,
+            plan,
+            &mut pattern_iter,
+            progress.as_ref(),
+        ) {
             Ok(r) => {
                 if rank == 0 {
                     let line = table::row(&r);
@@ -512,11 +532,13 @@ fn progress_bar(cli: &Cli, rank: usize, total: usize) -> Option<indicatif::Progr
 }
 
 /// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     cli: &Cli,
     mpi: &Mpi,
     engine: &Engine,
     topo: &Topology,
+    probe: &WireProbe,
     plan: &Arc<Plan>,
     pattern_iter: &mut u32,
     progress: Option<&indicatif::ProgressBar>,
@@ -527,10 +549,14 @@ fn measure(
         bar.set_message(format!("size {}", crate::cli::format_size(plan.size)));
     }
     let mut times = Vec::with_capacity(cli.iters);
-    let mut bytes_moved = 0u64;
+    let mut delivered = Delivered::default();
+    let mut wire_before = None;
     let mut wrong = 0u64;
     for i in 0..cli.warmup_iters + cli.iters {
         let timed = i >= cli.warmup_iters;
+        if i == cli.warmup_iters {
+            wire_before = Some(probe.snapshot());
+        }
         *pattern_iter = pattern_iter.wrapping_add(1);
         if check || i == 0 {
             engine.fill(*pattern_iter).map_err(Fatal::Here)?;
@@ -544,7 +570,7 @@ fn measure(
         })?;
         if timed {
             times.push(it.elapsed.as_secs_f64() * 1e6);
-            bytes_moved += it.bytes_received;
+            delivered.add(&it.delivered);
             if check {
                 wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
@@ -563,9 +589,19 @@ fn measure(
             stats::reduce(&per_rank, cli.average)
         })
         .collect();
-    let mut counters = [bytes_moved, wrong];
+    let wire_after = probe.snapshot();
+    let mut counters = [wrong];
     mpi.sum_u64(&mut counters);
-    let [bytes_moved, wrong] = counters;
+    let [wrong] = counters;
+    let mut sums = delivered.to_array();
+    mpi.sum_u64(&mut sums);
+    let delivered = Delivered::from_array(sums);
+    let wire = probe.exchange(
+        mpi,
+        topo,
+        &wire_before.expect("at least one timed iteration"),
+        &wire_after,
+    );
     let mut flow_sums = vec![0.0; plan.flows.len()];
     for totals in engine.totals().map_err(Fatal::Here)? {
         for (flow, sum) in totals.flow_time_sum {
@@ -574,13 +610,7 @@ fn measure(
     }
     mpi.sum_f64(&mut flow_sums);
 
-    let bytes_planned = plan.network_bytes() * cli.iters as u64;
-    if bytes_moved != bytes_planned {
-        return Err(Fatal::Everywhere(format!(
-            "size {}: {bytes_moved} bytes completed, {bytes_planned} planned over {} iterations: the result is invalid",
-            plan.size, cli.iters
-        )));
-    }
+    let bytes = delivery::check(plan, topo, cli.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
     let rank_means: Vec<f64> = all
@@ -601,7 +631,7 @@ fn measure(
         wrong: check.then_some(wrong),
         stats,
         bytes_planned: plan.network_bytes(),
-        bytes_moved: bytes_moved / cli.iters as u64,
+        bytes,
         samples_us,
         busbw_factor: factor,
         pairs,

@@ -190,7 +190,11 @@ mod tests {
         sender.join().unwrap();
         let delta = before.delta(&read("lo").unwrap());
         assert_eq!(got.len(), 4 << 20);
-        assert!(delta.rx_bytes >= 4 << 20, "lo saw {} bytes of a 4 MiB transfer", delta.rx_bytes);
+        assert!(
+            delta.rx_bytes >= 4 << 20,
+            "lo saw {} bytes of a 4 MiB transfer",
+            delta.rx_bytes
+        );
         assert_eq!(delta.devmem_pkts, None, "lo has no devmem counters");
     }
 
@@ -227,8 +231,15 @@ mod ethtool_tests {
             .unwrap_or_default();
         for nic in nics.iter().filter(|n| n.starts_with("eth") || n.starts_with("en")) {
             if let Some(stats) = super::ethtool::stats(nic) {
-                assert!(!stats.is_empty() && stats.iter().all(|(n, _)| !n.is_empty()), "{nic}: {stats:?}");
-                eprintln!("{nic}: {} driver statistics, e.g. {:?}", stats.len(), &stats[..stats.len().min(3)]);
+                assert!(
+                    !stats.is_empty() && stats.iter().all(|(n, _)| !n.is_empty()),
+                    "{nic}: {stats:?}"
+                );
+                eprintln!(
+                    "{nic}: {} driver statistics, e.g. {:?}",
+                    stats.len(),
+                    &stats[..stats.len().min(3)]
+                );
             }
         }
     }

@@ -127,7 +127,7 @@ struct Crew {
 pub struct RankIteration {
     /// Time to this rank's last completion (max over its endpoints).
     pub elapsed: Duration,
-    pub bytes_received: u64,
+    pub delivered: progress::Delivered,
 }
 
 /// The engine of one rank.
@@ -287,12 +287,12 @@ impl Engine {
         self.crew.barrier.wait();
         let mut result = RankIteration {
             elapsed: Duration::ZERO,
-            bytes_received: 0,
+            delivered: progress::Delivered::default(),
         };
         for reply in self.collect()? {
             if let Reply::Timing(t) = reply {
                 result.elapsed = result.elapsed.max(t.elapsed);
-                result.bytes_received += t.bytes_received;
+                result.delivered.add(&t.delivered);
             }
         }
         Ok(result)
