@@ -278,6 +278,9 @@ fn finish(file: &str, tab: Table, opts: &ParseOptions) -> Result<Table, ParseErr
     ))
 }
 
+/// The rows of one data type and reduction, keyed by size, with their line numbers.
+type Group = BTreeMap<u64, (usize, Row)>;
+
 /// Turns a table into a run: one series per data type and reduction printed.
 fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Run, ParseError> {
     let tcpx = tab.cols.tcpx || tab.meta.tool == Some("tcpx-perf");
@@ -298,7 +301,7 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         Placement::InPlace if tab.cols.blocks > 1 => 1,
         _ => 0,
     };
-    let mut groups: Vec<((String, String), BTreeMap<u64, (usize, Row)>)> = Vec::new();
+    let mut groups: Vec<((String, String), Group)> = Vec::new();
     for (ln, r) in &tab.rows {
         let key = (r.dtype.clone(), r.redop.clone());
         let g = match groups.iter().position(|(k, _)| *k == key) {
