@@ -79,9 +79,14 @@ struct InputOpts {
     /// nccl-tests placement to read.
     #[arg(long, value_enum, default_value_t = Placement::OutOfPlace)]
     placement: Placement,
-    /// Collective to assume for nccl-tests inputs that do not name it (e.g. sendrecv_perf, all_reduce_perf, alltoall_perf).
+    /// Collective to assume for nccl-tests inputs that do not name it, or name one of no known
+    /// family (e.g. sendrecv_perf, all_reduce_perf, alltoall_perf).
     #[arg(long)]
     pattern: Option<String>,
+    /// Use the rows of a stdout table that stops before its footer with no error after it (an
+    /// excerpt, a cut log); crashed runs are refused regardless.
+    #[arg(long)]
+    allow_truncated: bool,
 }
 
 impl InputOpts {
@@ -89,6 +94,7 @@ impl InputOpts {
         ParseOptions {
             placement: self.placement,
             pattern: self.pattern.clone(),
+            allow_truncated: self.allow_truncated,
         }
     }
 }

@@ -32,7 +32,7 @@ fn text_table_with_per_iteration_columns() {
     // In-place columns.
     let o = ParseOptions {
         placement: Placement::InPlace,
-        pattern: None,
+        ..Default::default()
     };
     let r = nccl_text::parse("np4.txt", &read("nccl_sendrecv_socket_np4.txt"), &o).unwrap();
     assert_eq!(r.series[0].rows[&1048576].summary.time_us, 404.48);

@@ -138,6 +138,7 @@ pub fn parse_results_csv(file: &str, text: &str) -> Result<(Vec<Series>, BTreeMa
                 busbw,
             },
             wrong,
+            max_error: None,
             samples: Vec::new(),
         };
         if series[idx].rows.insert(size, row).is_some() {
