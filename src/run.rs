@@ -11,7 +11,8 @@ use crate::contracts;
 use crate::delivery::{self, WireProbe};
 use crate::engine::gpu::CudaPath;
 use crate::engine::progress::Delivered;
-use crate::engine::{watchdog, Collectives, Engine, EngineConfig, MemKind};
+use crate::engine::watchdog::{self, Watchdog};
+use crate::engine::{Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Direction, Pattern, Plan, Scope};
@@ -86,13 +87,13 @@ pub fn run(cli: Cli) -> i32 {
             if mpi.rank() == 0 {
                 eprintln!("tcpx-perf: usage error: {msg}");
             }
-            EXIT_USAGE
+            exit_together(&mpi, EXIT_USAGE)
         }
         Err(Fatal::Everywhere(msg)) => {
             if mpi.rank() == 0 {
                 eprintln!("tcpx-perf: error: {msg}");
             }
-            EXIT_ERROR
+            exit_together(&mpi, EXIT_ERROR)
         }
         Err(Fatal::Here(msg)) => {
             eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
@@ -102,8 +103,18 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("tcpx-perf: rank {}: timeout: {msg}", mpi.rank());
             mpi.abort(EXIT_TIMEOUT)
         }
-        Err(Fatal::Reported) => EXIT_ERROR,
+        Err(Fatal::Reported) => exit_together(&mpi, EXIT_ERROR),
     }
+}
+
+/// For errors every rank reached together: no rank leaves before the one that explains the error
+/// has printed it (mpirun ends the job at the first non-zero exit, cutting off what others had
+/// still to say).
+fn exit_together(mpi: &Mpi, code: i32) -> i32 {
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    mpi.barrier();
+    code
 }
 
 /// The plugin log lines this rank held back as repeats, with their counts.
@@ -197,7 +208,31 @@ fn ptr_support_str(bits: i32) -> String {
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
-    // Every rank parses the same flags, so rank 0 alone reports what is wrong with them.
+    // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
+    // -T too; the engine arms its own watchdog per phase.
+    let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
+    setup.arm(
+        "setup (flags, topology, plugin)",
+        Duration::from_secs(cli.timeout.max(1)),
+    );
+    // Every rank's flags must mean the same before any check made from them: a rank that
+    // disagrees would otherwise wait in a collective the others never reach.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let all = mpi.gather_strings(&argv.join("\u{1f}"));
+    let argvs: Vec<Vec<String>> = all
+        .iter()
+        .map(|a| {
+            if a.is_empty() {
+                Vec::new()
+            } else {
+                a.split('\u{1f}').map(String::from).collect()
+            }
+        })
+        .collect();
+    if let Some(msg) = Cli::disagreement(&argvs) {
+        return Err(Fatal::Usage(msg));
+    }
+    // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     cli.validate().map_err(Fatal::Usage)?;
     let start_time = report::now_rfc3339();
     let rank = mpi.rank();
@@ -334,6 +369,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         net_dev: cli.net_dev,
         reg_segment,
     };
+    setup.disarm();
     let engine = agree(
         mpi,
         Engine::start(plugin.clone(), topo.clone(), connections, config, rank),

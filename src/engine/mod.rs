@@ -186,7 +186,8 @@ impl Engine {
             command: Mutex::new(None),
             replies: endpoints.clone().map(|_| Mutex::new(None)).collect(),
         });
-        let watchdog = watchdog::Watchdog::start(shared.clone(), rank);
+        let dumped = shared.clone();
+        let watchdog = watchdog::Watchdog::start(move || dumped.dump(), rank);
         let mut threads = Vec::new();
         for (slot, (endpoint, &net_dev)) in endpoints.zip(&net_devs).enumerate() {
             let lanes = Lanes::of(endpoint, &shared.connections, config.channels);
