@@ -27,6 +27,8 @@
 //! body runs inside `catch_unwind`: a panic becomes `ncclInternalError`, never an unwind into C.
 
 #![allow(clippy::missing_safety_doc)]
+// The v7-only build (package tcpx-emu-v7) leaves the v8..v12 adapters unused.
+#![cfg_attr(feature = "v7-only", allow(dead_code))]
 
 pub mod comm;
 pub mod config;
@@ -41,7 +43,8 @@ pub mod log;
 pub mod scramble;
 pub mod worker;
 
-#[cfg(test)]
+// The unit tests run in package tcpx-emu only (they use every table).
+#[cfg(all(test, not(feature = "v7-only")))]
 mod tests;
 
 use std::ffi::{c_int, c_void};
@@ -59,7 +62,11 @@ pub use error::{NetError, NetResult};
 pub use fault::{Fault, FaultKind};
 
 /// The name in every exported table.
+#[cfg(not(feature = "v7-only"))]
 pub const PLUGIN_NAME: &std::ffi::CStr = c"tcpx-emu";
+/// The name of the v7-only build (TCPX calls itself "GPUDirectTCPX_v7").
+#[cfg(feature = "v7-only")]
+pub const PLUGIN_NAME: &std::ffi::CStr = c"tcpx-emu_v7";
 /// `maxComms` reported per device.
 pub const MAX_COMMS: c_int = 65_536;
 /// `maxP2pBytes` reported by the v9+ adapters (NCCL caps v7/v8 at `MAX_NET_SIZE` itself).
@@ -937,7 +944,7 @@ unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, _attr: *mut NetAttrV11) -> 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Exported tables.
+// Exported tables: v7 .. v12, or only v7 in the v7-only build (package tcpx-emu-v7), as TCPX.
 // ---------------------------------------------------------------------------------------------
 
 #[allow(non_upper_case_globals)]
@@ -964,6 +971,7 @@ pub static ncclNetPlugin_v7: NetV7 = NetV7 {
     irecv_consumed: Some(irecv_consumed),
 };
 
+#[cfg(not(feature = "v7-only"))]
 #[allow(non_upper_case_globals)]
 #[no_mangle]
 pub static ncclNetPlugin_v8: NetV8 = NetV8 {
@@ -988,6 +996,7 @@ pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     irecv_consumed: Some(irecv_consumed),
 };
 
+#[cfg(not(feature = "v7-only"))]
 #[allow(non_upper_case_globals)]
 #[no_mangle]
 pub static ncclNetPlugin_v9: NetV9 = NetV9 {
@@ -1013,6 +1022,7 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
     make_v_device: Some(make_v_device_v9),
 };
 
+#[cfg(not(feature = "v7-only"))]
 #[allow(non_upper_case_globals)]
 #[no_mangle]
 pub static ncclNetPlugin_v10: NetV10 = NetV10 {
@@ -1038,6 +1048,7 @@ pub static ncclNetPlugin_v10: NetV10 = NetV10 {
     make_v_device: Some(make_v_device_v9),
 };
 
+#[cfg(not(feature = "v7-only"))]
 #[allow(non_upper_case_globals)]
 #[no_mangle]
 pub static ncclNetPlugin_v11: NetV11 = NetV11 {
@@ -1065,6 +1076,7 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
     set_net_attr: Some(set_net_attr),
 };
 
+#[cfg(not(feature = "v7-only"))]
 #[allow(non_upper_case_globals)]
 #[no_mangle]
 pub static ncclNetPlugin_v12: NetV12 = NetV12 {
