@@ -155,6 +155,16 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
             cfg.chunk_size,
             cfg.sockbuf
         );
+        if cfg.connect_ms > 0 || cfg.flow_steering_ms > 0 {
+            info!(
+                NCCL_INIT | NCCL_NET,
+                "setup cost model on ({}): connect {} ms, accept {} ms per connection with {} data socket(s)",
+                contracts::SETUP_LATENCY.tag(),
+                conn::setup_delay(&cfg, cfg.nsocks, false).as_millis(),
+                conn::setup_delay(&cfg, cfg.nsocks, true).as_millis(),
+                cfg.nsocks
+            );
+        }
         // Cannot fail: we hold INIT_LOCK and checked it is unset.
         let _ = PLUGIN.set(Plugin { cfg, devices });
     }
