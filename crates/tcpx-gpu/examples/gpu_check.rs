@@ -350,8 +350,9 @@ fn check_unpack(dev: &Device, quick: bool) -> Result<bool, GpuError> {
                     )
                 })
                 .collect();
-            // Round 0: automatic block size; later rounds: fixed 64 and 256 threads.
-            dev.unpack_with_block(&jobs, s, [0, 64, 256][round % 3])?;
+            // Round 0: automatic block size; later rounds: 64 threads with at most 3 blocks per
+            // job (blocks loop over chunks, prefetching descriptors), and 256 threads.
+            dev.unpack_tuned(&jobs, s, [0, 64, 256][round % 3], [0, 3, 0][round % 3])?;
             let mut out = vec![0u8; b.dst_len];
             dst.copy_to_host(0, &mut out, s)?;
             let mism = out.iter().zip(&dst_h).filter(|(a, b)| a != b).count();
@@ -477,6 +478,8 @@ struct Row {
     shifted_pct: f64,
     unpack: f64,
     mapped: f64,
+    capped: f64,
+    mapped_capped: f64,
     cpy_req: f64,
     cpy_one: f64,
     secs: f64,
@@ -494,6 +497,10 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
     s.synchronize()?;
     let trials = if quick { 3 } else { 7 };
     let mut rng = Rng::new(0xBE4C);
+    // Blocks of the automatic size resident on the whole GPU: the grid of the "1 wave"
+    // variant, whose blocks loop over descriptor chunks (prefetching the next chunk's).
+    let ki = dev.unpack_kernel_info()?;
+    let resident = (ki.blocks_per_sm.max(1) as u32) * dev.info().sm_count.max(1);
     let mut rows = Vec::new();
     // (request bytes, requests per launch, layout)
     let mut configs: Vec<(usize, usize, Kind)> = Vec::new();
@@ -558,6 +565,13 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
         let reps = ((16usize << 30) / per_set).clamp(64, 4096) / trials;
         let t_unpack = time_op(dev, s, reps, trials, |i| dev.unpack(&jobs_dev[i % sets], s))?;
         let t_mapped = time_op(dev, s, reps, trials, |i| dev.unpack(&jobs_map[i % sets], s))?;
+        let cap = resident.div_ceil(batch as u32);
+        let t_capped = time_op(dev, s, reps, trials, |i| {
+            dev.unpack_tuned(&jobs_dev[i % sets], s, 0, cap)
+        })?;
+        let t_mapped_capped = time_op(dev, s, reps, trials, |i| {
+            dev.unpack_tuned(&jobs_map[i % sets], s, 0, cap)
+        })?;
         let t_cpy_req = time_op(dev, s, reps, trials, |i| {
             let st = i % sets;
             for r in 0..batch {
@@ -597,6 +611,8 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
             shifted_pct: 100.0 * shifted as f64 / metas.len() as f64,
             unpack: gbs(t_unpack),
             mapped: gbs(t_mapped),
+            capped: gbs(t_capped),
+            mapped_capped: gbs(t_mapped_capped),
             cpy_req: gbs(t_cpy_req),
             cpy_one: gbs(t_cpy_one),
             secs: t_unpack,
@@ -604,7 +620,6 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
         drop(md);
         drop(mp);
     }
-    let ki = dev.unpack_kernel_info()?;
     println!();
     println!(
         "unpack benchmark on {} ({}), kernel: {} registers/thread, {} B spilled, {} blocks of 256 threads/SM",
@@ -618,12 +633,14 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
         "GB/s = payload bytes / time / 1e9, median of {trials} trials; ratio = unpack / one memcpy D2D of the batch"
     );
     println!(
-        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
+        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
         "request",
         "batch",
         "layout",
         "frags/req",
         "shifted",
+        "unpack",
+        "unpack",
         "unpack",
         "unpack",
         "memcpy D2D",
@@ -633,12 +650,25 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
         "us/launch"
     );
     println!(
-        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
-        "", "", "", "", "", "dev metas", "host metas", "per request", "one", "dev", "host metas", ""
+        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "dev metas",
+        "host metas",
+        "dev 1wave",
+        "host 1wave",
+        "per request",
+        "one",
+        "dev",
+        "host metas",
+        ""
     );
     for r in rows {
         println!(
-            "{:>7}K {:>5} {:>12} {:>9.1} {:>7.1}% {:>9.1} {:>10.1} {:>11.1} {:>10.1} {:>8.2} {:>11.2} {:>9.1}",
+            "{:>7}K {:>5} {:>12} {:>9.1} {:>7.1}% {:>9.1} {:>10.1} {:>9.1} {:>10.1} {:>11.1} {:>10.1} {:>8.2} {:>11.2} {:>9.1}",
             r.size >> 10,
             r.batch,
             r.kind.name(),
@@ -646,6 +676,8 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
             r.shifted_pct,
             r.unpack,
             r.mapped,
+            r.capped,
+            r.mapped_capped,
             r.cpy_req,
             r.cpy_one,
             r.unpack / r.cpy_one,

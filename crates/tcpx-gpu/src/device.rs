@@ -432,6 +432,20 @@ impl Device {
         stream: &Stream,
         threads_per_block: u32,
     ) -> Result<(), GpuError> {
+        self.unpack_tuned(jobs, stream, threads_per_block, 0)
+    }
+
+    /// [`unpack_with_block`](Self::unpack_with_block) with at most `max_blocks_per_job`
+    /// blocks per job (0: one block per chunk of descriptors). Fewer blocks loop over the
+    /// chunks, each loading its next chunk's descriptors before copying the current one, which
+    /// hides the read of host-mapped descriptors behind copies. For benchmarks and tuning.
+    pub fn unpack_tuned(
+        &self,
+        jobs: &[UnpackJob],
+        stream: &Stream,
+        threads_per_block: u32,
+        max_blocks_per_job: u32,
+    ) -> Result<(), GpuError> {
         if threads_per_block % 32 != 0 || threads_per_block > BLOCK {
             return Err(GpuError::invalid(format!(
                 "unpack block of {threads_per_block} threads: use 0 (automatic) or a multiple of 32 up to {BLOCK}"
@@ -459,7 +473,10 @@ impl Device {
                 threads_per_block / 32
             };
             let mut per_block = warps;
-            let grid_x = max_cnt.div_ceil(u64::from(per_block)) as u32;
+            let mut grid_x = max_cnt.div_ceil(u64::from(per_block)) as u32;
+            if max_blocks_per_job > 0 {
+                grid_x = grid_x.min(max_blocks_per_job);
+            }
             // Kernel: tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u32 per_block, u64* errors)
             let mut params: [*mut c_void; 4] = [
                 (&mut batch as *mut UnpackBatch).cast(),
