@@ -44,8 +44,10 @@ SIZES:
   Sizes take binary suffixes K, M, G (1024-based), fractions allowed: 512K, 1.5M, 4G, 100.
 
 PLUGIN:
-  No --plugin: tcpx-emu, built with the project, next to this binary. --plugin takes a path, or a
-  name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces ncclNetPlugin_vN.
+  No --plugin: tcpx-emu as TCPX presents itself (only ncclNetPlugin_v7), built with the project,
+  next to this binary; --plugin tcpxemu loads its build with every table (v7..v12). --plugin takes
+  a path, or a name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces
+  ncclNetPlugin_vN.
 
 EXIT STATUS:
   0 every size measured, every byte checked right; 1 error (impossible plan, plugin error, bytes
@@ -155,7 +157,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 8)]
     pub window: usize,
 
-    /// Net plugin: a path to a .so or a name (libnccl-net-NAME.so); default: the bundled tcpx-emu
+    /// Net plugin: a path to a .so or a name (libnccl-net-NAME.so); default: the bundled tcpx-emu (v7 only, as TCPX)
     #[arg(long)]
     pub plugin: Option<String>,
 

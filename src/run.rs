@@ -42,8 +42,10 @@ pub fn launcher_rank() -> usize {
         .unwrap_or(0)
 }
 
-/// File name of the reference plugin as NCCL names it, and as cargo names it.
-pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu.so", "libnccl_net_tcpxemu.so"];
+/// The built-in plugin: tcpx-emu as GPUDirect-TCPX presents itself (only `ncclNetPlugin_v7`
+/// exported, so nothing can pick a newer table), by NCCL's file name and by cargo's. The build
+/// with every table (v7..v12) is `--plugin tcpxemu`.
+pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu-v7.so", "libnccl_net_tcpxemu_v7.so"];
 
 enum Fatal {
     /// The flags are invalid (the same on every rank): rank 0 says so once, all exit with
