@@ -107,7 +107,7 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
         }
         check_config(&cfg)?;
         resolve_mode(&mut cfg)?;
-        let (devices, warns) = device::discover(&cfg.ifnames);
+        let (devices, warns) = device::discover(&cfg.ifnames, cfg.mode == Mode::Unpack);
         for w in warns {
             warn!(NCCL_INIT | NCCL_NET, "{w}");
         }
