@@ -1,40 +1,31 @@
-//! Comparison engine: pairs the candidate with the reference (runs or a baseline file),
-//! refuses apples-to-oranges, computes per-size statistics and the verdicts.
+//! Comparison engine: pairs the candidate with the references (runs or baseline files), refuses
+//! apples-to-oranges, builds one observation per run and comparison (see [`crate::decision`])
+//! and the verdicts; per-size figures are kept as diagnostics.
 
 use crate::baseline::{Baseline, Statistic, Unit};
-use crate::model::{fmt_size, Family, Metric, Run, Series};
+use crate::decision::{self, Outcome, RefLogs, Rule, Verdict};
+use crate::model::{fmt_size, Family, Format, Metric, Run, Series};
 use crate::stats;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// GiB/s to GB/s.
 pub const GIB_PER_GB: f64 = 1.073_741_824;
 
-/// What one observation stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Replication {
-    /// Per-run values when a side has >= 2 runs, else that run's per-iteration samples.
-    #[default]
-    Auto,
-    /// One value per run (the run's own figure for the size: total bytes / total time).
-    Runs,
-    /// Per-iteration samples, pooled over the runs of a side.
-    Iterations,
-}
+/// Bandwidths below this (GB/s) are excluded from ratios: nccl-tests prints two decimals, so
+/// such a value carries 50% or more rounding error, and 0.00 has no logarithm.
+pub const NEAR_ZERO_GBPS: f64 = 0.01;
 
 /// Settings of a comparison (all reported in the output).
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub metrics: Vec<Metric>,
-    /// Practical threshold delta: a change smaller than this is "no change".
+    /// Practical threshold: a slowdown smaller than this fraction is "no change".
     pub threshold: f64,
+    /// One-sided significance level (regression: Holm-adjusted over the comparisons).
     pub alpha: f64,
-    pub confidence: f64,
-    pub resamples: usize,
-    pub seed: u64,
-    pub min_samples: usize,
-    pub replication: Replication,
+    /// Only sizes in this range are gated (mean-over-sizes baselines keep their own range).
+    pub sizes: Option<(u64, u64)>,
     pub force: bool,
     pub convert_units: bool,
     pub allow_point_estimates: bool,
@@ -48,11 +39,7 @@ impl Default for Settings {
             metrics: Metric::ALL.to_vec(),
             threshold: 0.05,
             alpha: 0.05,
-            confidence: 0.95,
-            resamples: 5000,
-            seed: 0x7C9C_5EED,
-            min_samples: 5,
-            replication: Replication::Auto,
+            sizes: None,
             force: false,
             convert_units: false,
             allow_point_estimates: false,
@@ -62,73 +49,71 @@ impl Default for Settings {
     }
 }
 
-/// The reference side of a comparison.
+/// One reference: runs (all run inputs of `-B` together) or one baseline file.
 pub enum Reference {
     Runs(Vec<Run>),
-    Baseline(Baseline),
+    Baseline(Box<Baseline>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Pass,
-    Regression,
-    Inconclusive,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Pass => "pass",
-            Verdict::Regression => "REGRESSION",
-            Verdict::Inconclusive => "inconclusive",
-        }
-    }
-}
-
+/// How a run's per-size figures become its one observation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
-    /// Candidate sample vs reference sample: Mann-Whitney U + Welch t, bootstrap of the ratio of medians.
-    TwoSample,
-    /// Candidate sample vs a constant: sign test + one-sample t, bootstrap of median / constant.
-    OneSample,
-    /// A single candidate value vs a constant (`--allow-point-estimates`): no uncertainty.
-    Point,
+pub enum Combine {
+    /// Geometric mean over sizes of the figure (of its ratio to a per-size constant).
+    GeometricMean,
+    /// The slowest size relative to a floor.
+    Minimum,
+    /// Arithmetic mean over sizes (nccl-tests' "Avg bus bandwidth").
+    ArithmeticMean,
 }
 
-/// One comparison: one pattern x size (or size range) x metric.
+/// One gate-level comparison: one pattern x metric x reference (group of sizes).
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     pub pattern: String,
-    /// The size in bytes (None for a mean over sizes).
-    pub size: Option<u64>,
     pub label: String,
+    pub reference: String,
     pub metric: Metric,
     pub unit: &'static str,
     pub higher_is_better: bool,
-    pub kind: Kind,
-    pub n_candidate: usize,
-    pub n_reference: usize,
-    pub candidate_unit: String,
-    pub reference_unit: String,
-    pub median_candidate: f64,
-    pub median_reference: f64,
-    /// median(candidate) / median(reference).
-    pub ratio: f64,
-    /// Bootstrap CI of `ratio`.
-    pub ratio_ci: Option<(f64, f64)>,
-    /// Oriented so that > 1 is better: `ratio` for bandwidths, `1/ratio` for time.
-    pub perf_ratio: f64,
-    pub perf_ratio_ci: Option<(f64, f64)>,
-    /// Mann-Whitney U (two-sample) or exact sign test (one-sample), one-sided "candidate worse".
-    pub rank_test: Option<stats::Test>,
-    /// Welch's t (two-sample) or one-sample t, one-sided "candidate worse".
-    pub t_test: Option<stats::Test>,
-    /// Holm-adjusted decision p-value (Mann-Whitney U for two samples, one-sample t vs a constant).
+    pub combine: Combine,
+    /// Sizes that entered each run's observation.
+    pub sizes: Vec<u64>,
+    /// Sizes left out because a bandwidth was (near) zero.
+    pub excluded_sizes: Vec<u64>,
+    /// Geometric-mean ratio candidate / reference of the metric itself (time: > 1 is slower).
+    pub metric_ratio: f64,
+    /// The test on the performance ratio `ratio` (> 1 better; for time 1/metric_ratio).
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Holm-adjusted p of "regression" over the comparisons of the report.
     pub p_adjusted: Option<f64>,
-    pub verdict: Verdict,
-    pub reason: String,
+}
+
+impl Comparison {
+    pub fn verdict(&self) -> Verdict {
+        self.outcome.verdict
+    }
+}
+
+/// Per-size figures (diagnostics only: the sizes of one run are not independent evidence).
+#[derive(Debug, Clone, Serialize)]
+pub struct SizeRow {
+    pub pattern: String,
+    pub size: u64,
+    pub label: String,
+    pub metric: Metric,
+    pub n_candidate: usize,
+    /// None: a constant.
+    pub n_reference: Option<usize>,
+    /// Geometric mean over runs of the run's headline figure.
+    pub candidate: f64,
+    pub reference: f64,
+    pub ratio: f64,
+    /// Run-to-run coefficient of variation (sd of logs).
+    pub spread_candidate: Option<f64>,
+    pub spread_reference: Option<f64>,
+    pub note: String,
 }
 
 /// The outcome of an analysis.
@@ -137,8 +122,9 @@ pub struct Report {
     pub tool: String,
     pub settings: Settings,
     pub candidate: Vec<String>,
-    pub reference: String,
+    pub references: Vec<String>,
     pub comparisons: Vec<Comparison>,
+    pub sizes: Vec<SizeRow>,
     /// Invalid/missing input, missing sizes, wrong data: exit 3.
     pub problems: Vec<String>,
     /// Apples-to-oranges reasons (exit 4 unless forced; then listed as warnings).
@@ -148,9 +134,184 @@ pub struct Report {
     pub exit_code: i32,
 }
 
-struct Obs {
-    values: Vec<f64>,
-    unit: String,
+/// One run's headline figures of one metric, by size.
+type Figures = BTreeMap<u64, f64>;
+
+/// The reference side of a group.
+enum GroupRef {
+    /// Reference runs: each is combined like a candidate run.
+    Runs(Vec<Figures>),
+    /// Per-size constants: candidate figures are divided by them; reference log 0.
+    Constants(Figures),
+    /// One value per reference run of an arithmetic mean over sizes.
+    MeanRuns(Vec<f64>),
+    /// One constant for an arithmetic mean over sizes.
+    MeanConstant(f64),
+}
+
+/// Work list entry: everything one comparison needs.
+struct Group {
+    pattern: String,
+    label: String,
+    reference: String,
+    metric: Metric,
+    combine: Combine,
+    sizes: Vec<u64>,
+    cand: Vec<Figures>,
+    refr: GroupRef,
+    /// The reference records no run count or spread.
+    spread_unknown: bool,
+}
+
+/// Performance (higher is better) of a figure.
+fn perf(m: Metric, x: f64) -> f64 {
+    if m.higher_is_better() {
+        x
+    } else {
+        1.0 / x
+    }
+}
+
+fn near_zero(m: Metric, x: f64) -> bool {
+    !x.is_finite() || x <= 0.0 || (m.higher_is_better() && x < NEAR_ZERO_GBPS)
+}
+
+/// Log performance of one run over `sizes`, relative to per-size denominators.
+fn run_log(g: &Group, fig: &Figures, sizes: &[u64], den: Option<&Figures>) -> f64 {
+    let rel = |z: &u64| {
+        let p = perf(g.metric, fig[z]);
+        let d = den.map_or(1.0, |d| perf(g.metric, d[z]));
+        (p / d).ln()
+    };
+    match g.combine {
+        Combine::GeometricMean => sizes.iter().map(rel).sum::<f64>() / sizes.len() as f64,
+        Combine::Minimum => sizes.iter().map(rel).fold(f64::INFINITY, f64::min),
+        Combine::ArithmeticMean => {
+            let m: Vec<f64> = sizes.iter().map(|z| perf(g.metric, fig[z])).collect();
+            stats::mean(&m).ln()
+        }
+    }
+}
+
+fn log_spread(x: &[f64]) -> Option<f64> {
+    (x.len() >= 2).then(|| {
+        let l: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+        stats::var(&l).sqrt()
+    })
+}
+
+fn geomean(x: &[f64]) -> f64 {
+    (x.iter().map(|v| v.ln()).sum::<f64>() / x.len() as f64).exp()
+}
+
+/// Evaluates one group: the comparison and its per-size rows.
+fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
+    let m = g.metric;
+    let ref_figs: Vec<&Figures> = match &g.refr {
+        GroupRef::Runs(r) => r.iter().collect(),
+        GroupRef::Constants(c) => vec![c],
+        _ => Vec::new(),
+    };
+    let zero = |z: &u64| {
+        g.cand
+            .iter()
+            .chain(ref_figs.iter().copied())
+            .any(|f| near_zero(m, f[z]))
+    };
+    let (excluded, used): (Vec<u64>, Vec<u64>) = if g.combine == Combine::ArithmeticMean {
+        (Vec::new(), g.sizes.clone())
+    } else {
+        g.sizes.iter().partition(|z| zero(z))
+    };
+    let rule = Rule {
+        threshold: s.threshold,
+        alpha: s.alpha,
+        constant_is_exact: s.allow_point_estimates,
+    };
+    let den = match &g.refr {
+        GroupRef::Constants(c) => Some(c),
+        _ => None,
+    };
+    let cand: Vec<f64> = g.cand.iter().map(|f| run_log(g, f, &used, den)).collect();
+    let refs: Vec<f64> = match &g.refr {
+        GroupRef::Runs(r) => r.iter().map(|f| run_log(g, f, &used, None)).collect(),
+        GroupRef::MeanRuns(v) => v.iter().map(|x| x.ln()).collect(),
+        _ => Vec::new(),
+    };
+    let reference = match &g.refr {
+        GroupRef::Runs(_) | GroupRef::MeanRuns(_) => RefLogs::Runs(&refs),
+        GroupRef::Constants(_) => RefLogs::Constant(0.0),
+        GroupRef::MeanConstant(k) => RefLogs::Constant(k.ln()),
+    };
+    let mut outcome = if used.is_empty() {
+        Outcome {
+            reason: "every size has a (near) zero bandwidth: nothing to compare".into(),
+            ..decision::decide(&[], RefLogs::Constant(0.0), &rule)
+        }
+    } else {
+        decision::decide(&cand, reference, &rule)
+    };
+    if g.spread_unknown && matches!(reference, RefLogs::Runs(_)) {
+        outcome.reason.push_str(" [reference values of unknown run count]");
+    }
+    let metric_ratio = if m.higher_is_better() {
+        outcome.ratio
+    } else {
+        1.0 / outcome.ratio
+    };
+    let mut rows = Vec::new();
+    if g.combine != Combine::ArithmeticMean {
+        for &z in &g.sizes {
+            let c: Vec<f64> = g.cand.iter().map(|f| f[&z]).collect();
+            let r: Vec<f64> = ref_figs.iter().map(|f| f[&z]).collect();
+            let note = if excluded.contains(&z) {
+                format!("excluded: bandwidth < {NEAR_ZERO_GBPS} GB/s")
+            } else {
+                String::new()
+            };
+            let (cg, rg) = if note.is_empty() {
+                (geomean(&c), geomean(&r))
+            } else {
+                (stats::mean(&c), stats::mean(&r))
+            };
+            rows.push(SizeRow {
+                pattern: g.pattern.clone(),
+                size: z,
+                label: match g.combine {
+                    Combine::Minimum => format!("{} (floor)", fmt_size(z)),
+                    _ => fmt_size(z),
+                },
+                metric: m,
+                n_candidate: c.len(),
+                n_reference: matches!(g.refr, GroupRef::Runs(_)).then_some(r.len()),
+                candidate: cg,
+                reference: rg,
+                ratio: cg / rg,
+                spread_candidate: log_spread(&c),
+                spread_reference: if matches!(g.refr, GroupRef::Runs(_)) {
+                    log_spread(&r)
+                } else {
+                    None
+                },
+                note,
+            });
+        }
+    }
+    let c = Comparison {
+        pattern: g.pattern.clone(),
+        label: g.label.clone(),
+        reference: g.reference.clone(),
+        metric: m,
+        unit: m.unit(),
+        higher_is_better: m.higher_is_better(),
+        combine: g.combine,
+        sizes: used,
+        excluded_sizes: excluded,
+        metric_ratio,
+        outcome,
+        p_adjusted: None,
+    };
+    (c, rows)
 }
 
 /// Picks the series of `fam` in a run (filtered by `--variant`).
@@ -170,206 +331,6 @@ fn pick<'a>(run: &'a Run, fam: Option<Family>, variant: &Option<String>) -> Resu
             hits[0].pattern,
             hits.iter().map(|s| s.variant.as_str()).collect::<Vec<_>>().join(" | ")
         )),
-    }
-}
-
-fn observations(series: &[&Series], size: u64, metric: Metric, repl: Replication) -> Option<Obs> {
-    let rows: Option<Vec<_>> = series.iter().map(|s| s.rows.get(&size)).collect();
-    let rows = rows?;
-    let use_runs = match repl {
-        Replication::Runs => true,
-        Replication::Iterations => false,
-        Replication::Auto => rows.len() >= 2,
-    };
-    if !use_runs {
-        let v: Vec<f64> = rows
-            .iter()
-            .flat_map(|r| r.samples.iter().map(|s| s.get(metric)))
-            .collect();
-        if !v.is_empty() {
-            return Some(Obs {
-                values: v,
-                unit: format!("iterations of {} run(s)", rows.len()),
-            });
-        }
-    }
-    let v: Vec<f64> = rows.iter().map(|r| r.summary.get(metric)).collect();
-    let unit = if v.len() == 1 {
-        "single value".to_string()
-    } else {
-        "runs".to_string()
-    };
-    Some(Obs { values: v, unit })
-}
-
-enum RefObs {
-    Sample(Obs),
-    Constant(f64),
-}
-
-struct Pending {
-    c: Comparison,
-    cand: Vec<f64>,
-    refv: Option<Vec<f64>>,
-    constant: f64,
-}
-
-fn new_comparison(
-    pattern: &str,
-    size: Option<u64>,
-    label: String,
-    metric: Metric,
-    cand: Obs,
-    refr: RefObs,
-    s: &Settings,
-) -> Pending {
-    let hib = metric.higher_is_better();
-    let mc = stats::median(&cand.values);
-    let (mr, n_ref, ref_unit, refv, constant) = match &refr {
-        RefObs::Sample(o) => (
-            stats::median(&o.values),
-            o.values.len(),
-            o.unit.clone(),
-            Some(o.values.clone()),
-            f64::NAN,
-        ),
-        RefObs::Constant(c) => (*c, 0, "constant".to_string(), None, *c),
-    };
-    let ratio = mc / mr;
-    let perf = if hib { ratio } else { 1.0 / ratio };
-    let kind = if refv.is_some() {
-        Kind::TwoSample
-    } else {
-        Kind::OneSample
-    };
-    Pending {
-        c: Comparison {
-            pattern: pattern.to_string(),
-            size,
-            label,
-            metric,
-            unit: metric.unit(),
-            higher_is_better: hib,
-            kind,
-            n_candidate: cand.values.len(),
-            n_reference: n_ref,
-            candidate_unit: cand.unit.clone(),
-            reference_unit: ref_unit,
-            median_candidate: mc,
-            median_reference: mr,
-            ratio,
-            ratio_ci: None,
-            perf_ratio: perf,
-            perf_ratio_ci: None,
-            rank_test: None,
-            t_test: None,
-            p_adjusted: None,
-            verdict: Verdict::Inconclusive,
-            reason: String::new(),
-        },
-        cand: cand.values,
-        refv,
-        constant,
-    }
-    .with_settings(s)
-}
-
-impl Pending {
-    fn with_settings(mut self, s: &Settings) -> Pending {
-        let c = &mut self.c;
-        let hib = c.higher_is_better;
-        let too_few = c.n_candidate < s.min_samples || (self.refv.is_some() && c.n_reference < s.min_samples);
-        if too_few {
-            if self.refv.is_none() && s.allow_point_estimates {
-                c.kind = Kind::Point;
-            }
-            return self;
-        }
-        let key = format!("{}|{}|{}", c.pattern, c.label, c.metric);
-        let seed = stats::derive_seed(s.seed, &key);
-        let ci = stats::bootstrap_ratio_ci(
-            &self.cand,
-            self.refv.as_deref(),
-            self.constant,
-            s.resamples,
-            s.confidence,
-            seed,
-        );
-        c.ratio_ci = Some(ci);
-        c.perf_ratio_ci = Some(if hib { ci } else { (1.0 / ci.1, 1.0 / ci.0) });
-        match &self.refv {
-            Some(r) => {
-                c.rank_test = stats::mann_whitney(&self.cand, r, hib);
-                c.t_test = stats::welch(&self.cand, r, hib);
-            }
-            None => {
-                c.rank_test = stats::sign_test(&self.cand, self.constant, hib);
-                c.t_test = stats::t_onesample(&self.cand, self.constant, hib);
-            }
-        }
-        self
-    }
-
-    /// The decision p-value: Mann-Whitney U for two samples (robust, no normality needed);
-    /// the one-sample t test against a constant (the sign test is reported alongside: with
-    /// n = 5 its smallest p is 1/32, too coarse for a Holm-corrected gate).
-    fn primary_p(&self) -> Option<f64> {
-        match self.c.kind {
-            Kind::TwoSample => self.c.rank_test.or(self.c.t_test).map(|t| t.p),
-            _ => self.c.t_test.or(self.c.rank_test).map(|t| t.p),
-        }
-    }
-}
-
-fn decide(c: &mut Comparison, s: &Settings) {
-    let floor = 1.0 - s.threshold;
-    match c.kind {
-        Kind::Point => {
-            if c.perf_ratio >= floor {
-                c.verdict = Verdict::Pass;
-                c.reason = format!(
-                    "point estimate {:.3} >= {floor:.3} (no uncertainty: n={})",
-                    c.perf_ratio, c.n_candidate
-                );
-            } else {
-                c.verdict = Verdict::Regression;
-                c.reason = format!(
-                    "point estimate {:.3} < {floor:.3} (no uncertainty: n={})",
-                    c.perf_ratio, c.n_candidate
-                );
-            }
-        }
-        _ => {
-            let Some((lo, hi)) = c.perf_ratio_ci else {
-                c.verdict = Verdict::Inconclusive;
-                c.reason = if c.kind == Kind::TwoSample {
-                    format!(
-                        "too few samples (candidate n={}, reference n={}; need >= {})",
-                        c.n_candidate, c.n_reference, s.min_samples
-                    )
-                } else {
-                    format!(
-                        "too few samples (candidate n={}; need >= {}; --allow-point-estimates to judge a single value)",
-                        c.n_candidate, s.min_samples
-                    )
-                };
-                return;
-            };
-            let p = c.p_adjusted.unwrap_or(1.0);
-            if hi < floor && p < s.alpha {
-                c.verdict = Verdict::Regression;
-                c.reason = format!("CI upper {hi:.3} < {floor:.3} and p_holm {p:.2e} < {}", s.alpha);
-            } else if lo >= floor {
-                c.verdict = Verdict::Pass;
-                c.reason = format!("CI lower {lo:.3} >= {floor:.3}");
-            } else if hi < floor {
-                c.verdict = Verdict::Inconclusive;
-                c.reason = format!("CI upper {hi:.3} < {floor:.3} but p_holm {p:.2e} >= {}", s.alpha);
-            } else {
-                c.verdict = Verdict::Inconclusive;
-                c.reason = format!("CI [{lo:.3}, {hi:.3}] straddles {floor:.3}");
-            }
-        }
     }
 }
 
@@ -416,13 +377,13 @@ fn select_candidates<'a>(
             Err(e) => problems.push(e),
             Ok(Some(ser)) => out.push(ser),
             Ok(None) => {
-                let cands_here: Vec<&Series> = run
+                let here: Vec<&Series> = run
                     .series
                     .iter()
                     .filter(|x| s.variant.as_ref().is_none_or(|v| x.variant.contains(v.as_str())))
                     .collect();
-                if cands_here.len() == 1 {
-                    let c = cands_here[0];
+                if here.len() == 1 {
+                    let c = here[0];
                     let why = match (fam, c.family) {
                         (None, _) => format!(
                             "the reference pattern {ref_pattern:?} is unknown: cannot tell whether {} ({}) is comparable",
@@ -459,240 +420,391 @@ fn select_candidates<'a>(
     out
 }
 
-/// Runs the whole analysis.
-pub fn analyze(cands: &[Run], reference: &Reference, s: &Settings) -> Report {
+/// The job shape a run reports: endpoints (GPUs, NCCL ranks), MPI ranks and nodes.
+/// nccl-tests' "ranks" are NCCL ranks, i.e. endpoints; its MPI layout and nodes are not parsed.
+pub fn shape(run: &Run) -> BTreeMap<&'static str, String> {
+    let l = |k: &str| run.labels.get(k).cloned();
+    let mut out = BTreeMap::new();
+    let pairs = match run.format {
+        Format::TcpxPerfDir | Format::TcpxPerfCsv => [
+            ("endpoints", l("endpoints")),
+            ("MPI ranks", l("ranks")),
+            ("nodes", l("nodes")),
+        ],
+        Format::NcclTestsText | Format::NcclTestsJson => {
+            [("endpoints", l("ranks")), ("MPI ranks", None), ("nodes", None)]
+        }
+    };
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            out.insert(k, v);
+        }
+    }
+    out
+}
+
+/// Refuses sides whose job shapes differ (a side's runs must agree among themselves too).
+fn check_shapes(
+    sides: &[(String, Vec<BTreeMap<&'static str, String>>)],
+    refusals: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) {
+    for key in ["endpoints", "MPI ranks", "nodes"] {
+        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (side, shapes) in sides {
+            for sh in shapes {
+                if let Some(v) = sh.get(key) {
+                    seen.entry(v.clone()).or_default().insert(side.clone());
+                }
+            }
+        }
+        if seen.len() > 1 {
+            let list: Vec<String> = seen
+                .iter()
+                .map(|(v, who)| format!("{v} ({})", who.iter().cloned().collect::<Vec<_>>().join(", ")))
+                .collect();
+            refusals.push(format!("different {key} counts: {}", list.join(" vs ")));
+        }
+    }
+    for (side, shapes) in sides {
+        if shapes.iter().any(|s| !s.contains_key("endpoints")) {
+            warnings.push(format!(
+                "{side} records no endpoint count: the job shape was not checked against it"
+            ));
+        }
+    }
+}
+
+/// Headline figures of one metric for each series, restricted to `sizes`.
+fn figures(series: &[&Series], sizes: &[u64], m: Metric) -> Vec<Figures> {
+    series
+        .iter()
+        .map(|s| sizes.iter().map(|z| (*z, s.rows[z].summary.get(m))).collect())
+        .collect()
+}
+
+fn in_range(s: &Settings, z: u64) -> bool {
+    s.sizes.is_none_or(|(lo, hi)| (lo..=hi).contains(&z))
+}
+
+fn sizes_label(sizes: &[u64], what: &str) -> String {
+    match (sizes.first(), sizes.last()) {
+        (Some(a), Some(b)) if a != b => format!("{}..{} ({} sizes, {what})", fmt_size(*a), fmt_size(*b), sizes.len()),
+        (Some(a), _) => fmt_size(*a),
+        _ => "no sizes".into(),
+    }
+}
+
+/// Groups against reference runs: one per metric over the reference's sizes.
+fn groups_vs_runs(
+    cands: &[Run],
+    refs: &[Run],
+    s: &Settings,
+    out: &mut Vec<Group>,
+    refusals: &mut Vec<String>,
+    problems: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) {
+    let desc = format!("{} run(s): {}", refs.len(), sources(refs));
+    let fams: BTreeSet<Option<Family>> = refs.iter().flat_map(|r| r.series.iter().map(|x| x.family)).collect();
+    for fam in fams {
+        let ref_series: Vec<&Series> = refs
+            .iter()
+            .filter_map(|r| {
+                pick(r, fam, &s.variant).unwrap_or_else(|e| {
+                    problems.push(e);
+                    None
+                })
+            })
+            .collect();
+        if ref_series.len() != refs.len() {
+            problems.push(format!("not every reference run has pattern {}", fam_name(fam, "?")));
+            continue;
+        }
+        let ref_pattern = ref_series[0].pattern.clone();
+        let cs = select_candidates(cands, fam, &ref_pattern, s, refusals, problems);
+        if cs.len() != cands.len() || cs.is_empty() {
+            continue;
+        }
+        let all: BTreeSet<u64> = sizes_of(&ref_series);
+        let mut sizes = Vec::new();
+        for &z in all.iter().filter(|&&z| in_range(s, z)) {
+            if ref_series.iter().any(|r| !r.rows.contains_key(&z)) {
+                problems.push(format!("size {} missing from some reference run", fmt_size(z)));
+            } else if cs.iter().any(|c| !c.rows.contains_key(&z)) {
+                problems.push(format!(
+                    "missing size: {} ({z} B) is in the reference but not in every candidate run",
+                    fmt_size(z)
+                ));
+            } else {
+                sizes.push(z);
+            }
+        }
+        let extra: Vec<String> = sizes_of(&cs)
+            .difference(&all)
+            .filter(|&&z| in_range(s, z))
+            .map(|&x| fmt_size(x))
+            .collect();
+        if !extra.is_empty() {
+            warnings.push(format!(
+                "candidate sizes not in the reference (not compared): {}",
+                extra.join(", ")
+            ));
+        }
+        if sizes.is_empty() {
+            problems.push("no size in common (within --sizes)".into());
+            continue;
+        }
+        for &m in &s.metrics {
+            out.push(Group {
+                pattern: fam_name(fam, &ref_pattern),
+                label: sizes_label(&sizes, "geometric mean"),
+                reference: desc.clone(),
+                metric: m,
+                combine: Combine::GeometricMean,
+                sizes: sizes.clone(),
+                cand: figures(&cs, &sizes, m),
+                refr: GroupRef::Runs(figures(&ref_series, &sizes, m)),
+                spread_unknown: false,
+            });
+        }
+    }
+}
+
+fn sources(runs: &[Run]) -> String {
+    runs.iter().map(|r| r.source.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// Groups against a baseline file.
+fn groups_vs_baseline(
+    cands: &[Run],
+    b: &Baseline,
+    s: &Settings,
+    out: &mut Vec<Group>,
+    refusals: &mut Vec<String>,
+    problems: &mut Vec<String>,
+    warnings: &mut Vec<String>,
+) {
+    let cs = select_candidates(cands, b.family, &b.pattern, s, refusals, problems);
+    if b.placement.as_deref() == Some("both") {
+        warnings.push(format!(
+            "baseline {}: its means include in-place measurements (nccl-tests footer); the candidate uses one placement",
+            b.name
+        ));
+    }
+    let known_runs = b.runs.filter(|&r| r >= 2);
+    if known_runs.is_none() {
+        warnings.push(format!(
+            "baseline {} records {}: its values have no known spread, so the gate cannot judge significance against them (--allow-point-estimates treats them as exact)",
+            b.name,
+            match b.runs {
+                Some(1) => "a single run".to_string(),
+                _ => "no run count".to_string(),
+            }
+        ));
+    }
+    let entries: Vec<_> = b.entries.iter().filter(|e| s.metrics.contains(&e.metric)).collect();
+    if entries.is_empty() {
+        problems.push(format!(
+            "baseline {} has no entry for the selected metric(s) {}",
+            b.name,
+            s.metrics.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")
+        ));
+    }
+    if cs.len() != cands.len() || cs.is_empty() {
+        return;
+    }
+    let pname = fam_name(b.family, &b.pattern);
+    let desc = format!("baseline {} ({})", b.name, b.file);
+    let have = sizes_of(&cs);
+    let missing = |z: u64, problems: &mut Vec<String>| {
+        let ok = cs.iter().all(|c| c.rows.contains_key(&z));
+        if !ok {
+            problems.push(format!(
+                "missing size: {} ({z} B) is in baseline {} but not in every candidate run",
+                fmt_size(z),
+                b.name
+            ));
+        }
+        ok
+    };
+    // Per-size single values of one metric form one comparison; run-aligned lists (runs >= 2)
+    // rebuild the reference runs.
+    let mut per_size: BTreeMap<Metric, Vec<(u64, Vec<f64>)>> = BTreeMap::new();
+    for e in entries {
+        let mut vals = e.values.clone();
+        if e.unit == Unit::GiBps {
+            if s.convert_units {
+                vals.iter_mut().for_each(|v| *v *= GIB_PER_GB);
+                warnings.push(format!(
+                    "baseline {} entry {} converted from GiB/s to GB/s (x{GIB_PER_GB})",
+                    b.name, e.metric
+                ));
+            } else {
+                refusals.push(format!(
+                    "baseline {} gives {} in GiB/s (2^30 B/s); results are in GB/s (10^9 B/s): pass --convert-units to convert",
+                    b.name, e.metric
+                ));
+            }
+        }
+        let runs_aligned = known_runs.is_some_and(|r| vals.len() == r);
+        let constant = stats::median(&vals);
+        match e.statistic {
+            Statistic::PerSize if e.size_min == e.size_max => {
+                if in_range(s, e.size_min) && missing(e.size_min, problems) {
+                    let v = if runs_aligned { vals } else { vec![constant] };
+                    per_size.entry(e.metric).or_default().push((e.size_min, v));
+                }
+            }
+            Statistic::PerSize => {
+                let sizes: Vec<u64> = have
+                    .range(e.size_min..=e.size_max)
+                    .copied()
+                    .filter(|&z| in_range(s, z))
+                    .filter(|&z| missing(z, problems))
+                    .collect();
+                if sizes.is_empty() {
+                    problems.push(format!(
+                        "missing sizes: the candidate has no size in {}..{} (baseline {} {})",
+                        fmt_size(e.size_min),
+                        fmt_size(e.size_max),
+                        b.name,
+                        e.metric
+                    ));
+                    continue;
+                }
+                out.push(Group {
+                    pattern: pname.clone(),
+                    label: format!(
+                        "floor {constant} over {}..{} ({} sizes, slowest size)",
+                        fmt_size(e.size_min),
+                        fmt_size(e.size_max),
+                        sizes.len()
+                    ),
+                    reference: desc.clone(),
+                    metric: e.metric,
+                    combine: Combine::Minimum,
+                    cand: figures(&cs, &sizes, e.metric),
+                    refr: GroupRef::Constants(sizes.iter().map(|&z| (z, constant)).collect()),
+                    sizes,
+                    spread_unknown: true,
+                });
+            }
+            Statistic::MeanOverSizes => {
+                let want: Vec<u64> = e.sizes();
+                let mut other_range = false;
+                let label = format!(
+                    "mean over {}..{} ({} sizes)",
+                    fmt_size(e.size_min),
+                    fmt_size(e.size_max),
+                    want.len()
+                );
+                for ser in &cs {
+                    let present: BTreeSet<u64> = ser
+                        .rows
+                        .keys()
+                        .copied()
+                        .filter(|z| (e.size_min..=e.size_max).contains(z))
+                        .collect();
+                    if present != want.iter().copied().collect() {
+                        other_range = true;
+                        let (lo, hi) = (have.first().copied().unwrap_or(0), have.last().copied().unwrap_or(0));
+                        refusals.push(format!(
+                            "baseline {} {} is a mean over {} sizes {}..{} (step x{}); the candidate covers {}..{} ({} of those sizes present): a mean over a different size range is not comparable",
+                            b.name, e.metric, want.len(), fmt_size(e.size_min), fmt_size(e.size_max), e.step_factor,
+                            fmt_size(lo), fmt_size(hi), want.iter().filter(|z| present.contains(z)).count()
+                        ));
+                    }
+                }
+                if other_range {
+                    continue;
+                }
+                out.push(Group {
+                    pattern: pname.clone(),
+                    label,
+                    reference: desc.clone(),
+                    metric: e.metric,
+                    combine: Combine::ArithmeticMean,
+                    cand: figures(&cs, &want, e.metric),
+                    refr: if runs_aligned {
+                        GroupRef::MeanRuns(vals)
+                    } else {
+                        GroupRef::MeanConstant(constant)
+                    },
+                    sizes: want,
+                    spread_unknown: !runs_aligned,
+                });
+            }
+        }
+    }
+    for (m, list) in per_size {
+        let sizes: Vec<u64> = list.iter().map(|x| x.0).collect();
+        let aligned = known_runs.filter(|&r| list.iter().all(|(_, v)| v.len() == r));
+        let refr = match aligned {
+            Some(r) => GroupRef::Runs((0..r).map(|i| list.iter().map(|(z, v)| (*z, v[i])).collect()).collect()),
+            None => GroupRef::Constants(list.iter().map(|(z, v)| (*z, stats::median(v))).collect()),
+        };
+        out.push(Group {
+            pattern: pname.clone(),
+            label: sizes_label(&sizes, "geometric mean"),
+            reference: desc.clone(),
+            metric: m,
+            combine: Combine::GeometricMean,
+            cand: figures(&cs, &sizes, m),
+            refr,
+            sizes,
+            spread_unknown: aligned.is_none(),
+        });
+    }
+}
+
+/// Runs the whole analysis against every reference.
+pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report {
     let mut problems = Vec::new();
     let mut refusals = Vec::new();
     let mut warnings = Vec::new();
-    let mut pending: Vec<Pending> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     check_runs(cands, "candidate", &mut problems);
     if cands.is_empty() {
         problems.push("no candidate input".into());
     }
-    let ref_desc;
-    match reference {
-        Reference::Runs(refs) => {
-            ref_desc = refs.iter().map(|r| r.source.clone()).collect::<Vec<_>>().join(", ");
-            check_runs(refs, "reference", &mut problems);
-            let fams: BTreeSet<Option<Family>> = refs.iter().flat_map(|r| r.series.iter().map(|x| x.family)).collect();
-            for fam in fams {
-                let ref_series: Vec<&Series> = refs
-                    .iter()
-                    .filter_map(|r| match pick(r, fam, &s.variant) {
-                        Ok(x) => x,
-                        Err(e) => {
-                            problems.push(e);
-                            None
-                        }
-                    })
-                    .collect();
-                if ref_series.len() != refs.len() {
-                    problems.push(format!("not every reference run has pattern {}", fam_name(fam, "?")));
-                    continue;
-                }
-                let ref_pattern = ref_series[0].pattern.clone();
-                let cs = select_candidates(cands, fam, &ref_pattern, s, &mut refusals, &mut problems);
-                if cs.len() != cands.len() || cs.is_empty() {
-                    continue;
-                }
-                let pname = fam_name(fam, &ref_pattern);
-                let csizes = sizes_of(&cs);
-                for size in sizes_of(&ref_series) {
-                    for &m in &s.metrics {
-                        let Some(ro) = observations(&ref_series, size, m, s.replication) else {
-                            problems.push(format!("size {} missing from some reference run", fmt_size(size)));
-                            continue;
-                        };
-                        let Some(co) = observations(&cs, size, m, s.replication) else {
-                            problems.push(format!(
-                                "missing size: {} ({size} B) is in the reference but not in every candidate run",
-                                fmt_size(size)
-                            ));
-                            continue;
-                        };
-                        pending.push(new_comparison(
-                            &pname,
-                            Some(size),
-                            fmt_size(size),
-                            m,
-                            co,
-                            RefObs::Sample(ro),
-                            s,
-                        ));
-                    }
-                }
-                let extra: Vec<String> = csizes
-                    .difference(&sizes_of(&ref_series))
-                    .map(|&x| fmt_size(x))
-                    .collect();
-                if !extra.is_empty() {
-                    warnings.push(format!(
-                        "candidate sizes not in the reference (not compared): {}",
-                        extra.join(", ")
-                    ));
-                }
+    if references.is_empty() {
+        problems.push("no reference".into());
+    }
+    let mut shapes = vec![("candidate".to_string(), cands.iter().map(shape).collect::<Vec<_>>())];
+    let mut ref_desc = Vec::new();
+    for r in references {
+        match r {
+            Reference::Runs(refs) => {
+                ref_desc.push(format!("{} run(s): {}", refs.len(), sources(refs)));
+                check_runs(refs, "reference", &mut problems);
+                shapes.push(("reference runs".into(), refs.iter().map(shape).collect()));
+                groups_vs_runs(cands, refs, s, &mut groups, &mut refusals, &mut problems, &mut warnings);
             }
-        }
-        Reference::Baseline(b) => {
-            ref_desc = format!("baseline {} ({})", b.name, b.file);
-            let cs = select_candidates(cands, b.family, &b.pattern, s, &mut refusals, &mut problems);
-            if b.placement.as_deref() == Some("both") {
-                warnings.push(format!(
-                    "baseline {}: its means include in-place measurements (nccl-tests footer); the candidate uses one placement",
-                    b.name
-                ));
-            }
-            let entries: Vec<_> = b.entries.iter().filter(|e| s.metrics.contains(&e.metric)).collect();
-            if entries.is_empty() {
-                problems.push(format!(
-                    "baseline {} has no entry for the selected metric(s) {}",
-                    b.name,
-                    s.metrics.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")
-                ));
-            }
-            if cs.len() == cands.len() && !cs.is_empty() {
-                let pname = fam_name(b.family, &b.pattern);
-                for e in entries {
-                    let mut vals = e.values.clone();
-                    if e.unit == Unit::GiBps {
-                        if s.convert_units {
-                            vals.iter_mut().for_each(|v| *v *= GIB_PER_GB);
-                            warnings.push(format!(
-                                "baseline {} entry {} converted from GiB/s to GB/s (x{GIB_PER_GB})",
-                                b.name, e.metric
-                            ));
-                        } else {
-                            refusals.push(format!(
-                                "baseline {} gives {} in GiB/s (2^30 B/s); results are in GB/s (10^9 B/s): pass --convert-units to convert",
-                                b.name, e.metric
-                            ));
-                        }
-                    }
-                    let refobs = |vals: &Vec<f64>| {
-                        if vals.len() == 1 {
-                            RefObs::Constant(vals[0])
-                        } else {
-                            RefObs::Sample(Obs {
-                                values: vals.clone(),
-                                unit: "baseline values".into(),
-                            })
-                        }
-                    };
-                    match e.statistic {
-                        Statistic::PerSize => {
-                            let sizes: Vec<u64> = if e.size_min == e.size_max {
-                                vec![e.size_min]
-                            } else {
-                                sizes_of(&cs).range(e.size_min..=e.size_max).copied().collect()
-                            };
-                            if sizes.is_empty() {
-                                problems.push(format!(
-                                    "missing sizes: the candidate has no size in {}..{} (baseline {} {})",
-                                    fmt_size(e.size_min),
-                                    fmt_size(e.size_max),
-                                    b.name,
-                                    e.metric
-                                ));
-                            }
-                            for size in sizes {
-                                match observations(&cs, size, e.metric, s.replication) {
-                                    Some(co) => {
-                                        let label = if e.size_min == e.size_max {
-                                            fmt_size(size)
-                                        } else {
-                                            format!(
-                                                "{} (floor {}..{})",
-                                                fmt_size(size),
-                                                fmt_size(e.size_min),
-                                                fmt_size(e.size_max)
-                                            )
-                                        };
-                                        pending.push(new_comparison(
-                                            &pname,
-                                            Some(size),
-                                            label,
-                                            e.metric,
-                                            co,
-                                            refobs(&vals),
-                                            s,
-                                        ))
-                                    }
-                                    None => problems.push(format!(
-                                        "missing size: {} ({size} B) is in baseline {} but not in every candidate run",
-                                        fmt_size(size),
-                                        b.name
-                                    )),
-                                }
-                            }
-                        }
-                        Statistic::MeanOverSizes => {
-                            let want: BTreeSet<u64> = e.sizes().into_iter().collect();
-                            let label = format!("mean over {}..{}", fmt_size(e.size_min), fmt_size(e.size_max));
-                            let mut per_run = Vec::new();
-                            for ser in &cs {
-                                let have: BTreeSet<u64> = ser.rows.keys().copied().collect();
-                                let in_range: BTreeSet<u64> = have.range(e.size_min..=e.size_max).copied().collect();
-                                if in_range != want {
-                                    let (lo, hi) =
-                                        (have.first().copied().unwrap_or(0), have.last().copied().unwrap_or(0));
-                                    refusals.push(format!(
-                                        "baseline {} {} is a mean over {} sizes {}..{} (step x{}); the candidate covers {}..{} ({} of those sizes present): a mean over a different size range is not comparable",
-                                        b.name, e.metric, want.len(), fmt_size(e.size_min), fmt_size(e.size_max), e.step_factor,
-                                        fmt_size(lo), fmt_size(hi), want.intersection(&have).count()
-                                    ));
-                                }
-                                if in_range.is_empty() {
-                                    continue;
-                                }
-                                let m: Vec<f64> = in_range.iter().map(|z| ser.rows[z].summary.get(e.metric)).collect();
-                                per_run.push(stats::mean(&m));
-                            }
-                            if per_run.len() == cs.len() {
-                                let unit = if per_run.len() == 1 { "single value" } else { "runs" };
-                                let co = Obs {
-                                    values: per_run,
-                                    unit: unit.into(),
-                                };
-                                pending.push(new_comparison(&pname, None, label, e.metric, co, refobs(&vals), s));
-                            } else {
-                                problems.push(format!("{label}: a candidate run has no size in the range"));
-                            }
-                        }
-                    }
-                }
+            Reference::Baseline(b) => {
+                ref_desc.push(format!("baseline {} ({})", b.name, b.file));
+                shapes.push((format!("baseline {}", b.name), vec![b.shape()]));
+                groups_vs_baseline(cands, b, s, &mut groups, &mut refusals, &mut problems, &mut warnings);
             }
         }
     }
+    check_shapes(&shapes, &mut refusals, &mut warnings);
     refusals.sort();
     refusals.dedup();
+    warnings.dedup();
 
-    // Holm-Bonferroni per metric across sizes.
-    for &m in &Metric::ALL {
-        let idx: Vec<usize> = pending
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.c.metric == m && p.c.ratio_ci.is_some() && p.primary_p().is_some())
-            .map(|(i, _)| i)
-            .collect();
-        let ps: Vec<f64> = idx.iter().map(|&i| pending[i].primary_p().unwrap_or(1.0)).collect();
-        for (k, adj) in stats::holm(&ps).into_iter().enumerate() {
-            pending[idx[k]].c.p_adjusted = Some(adj);
-        }
+    let mut comparisons = Vec::new();
+    let mut sizes = Vec::new();
+    for g in &groups {
+        let (c, rows) = evaluate(g, s);
+        comparisons.push(c);
+        sizes.extend(rows);
     }
-    let mut comparisons: Vec<Comparison> = pending.into_iter().map(|p| p.c).collect();
-    let unit_kind = |u: &str| u.split(' ').next().unwrap_or("").to_string();
-    if comparisons.iter().any(|c| {
-        c.kind == Kind::TwoSample
-            && unit_kind(&c.candidate_unit) != unit_kind(&c.reference_unit)
-            && c.reference_unit != "baseline values"
-    }) {
-        warnings.push(
-            "the two sides use different units of replication (runs vs iterations): per-iteration spread understates run-to-run variance; use --replication to align them"
-                .into(),
-        );
-    }
-    for c in &mut comparisons {
-        decide(c, s);
+    adjust(&mut comparisons, s);
+    if comparisons.iter().any(|c| !c.excluded_sizes.is_empty()) {
+        warnings.push(format!(
+            "sizes with a bandwidth below {NEAR_ZERO_GBPS} GB/s are excluded from the ratios (listed in the per-size table)"
+        ));
     }
 
     let forced = s.force && !refusals.is_empty();
@@ -704,7 +816,9 @@ pub fn analyze(cands: &[Run], reference: &Reference, s: &Settings) -> Report {
     if !refusals.is_empty() {
         // Refused: numbers of an apples-to-oranges comparison are not reported.
         comparisons.clear();
+        sizes.clear();
     }
+    let any = |v: Verdict| comparisons.iter().any(|c| c.verdict() == v);
     let (verdict, exit_code) = if !problems.is_empty() {
         ("invalid input", crate::error::exit::INVALID_INPUT)
     } else if !refusals.is_empty() {
@@ -712,9 +826,9 @@ pub fn analyze(cands: &[Run], reference: &Reference, s: &Settings) -> Report {
     } else if comparisons.is_empty() {
         problems.push("nothing to compare".into());
         ("invalid input", crate::error::exit::INVALID_INPUT)
-    } else if comparisons.iter().any(|c| c.verdict == Verdict::Regression) {
+    } else if any(Verdict::Regression) {
         ("regression", crate::error::exit::REGRESSION)
-    } else if comparisons.iter().any(|c| c.verdict == Verdict::Inconclusive) {
+    } else if any(Verdict::Inconclusive) {
         if s.allow_inconclusive {
             ("pass (inconclusive allowed)", crate::error::exit::PASS)
         } else {
@@ -727,12 +841,35 @@ pub fn analyze(cands: &[Run], reference: &Reference, s: &Settings) -> Report {
         tool: format!("tcpx-analyze {}", env!("CARGO_PKG_VERSION")),
         settings: s.clone(),
         candidate: cands.iter().map(|r| r.source.clone()).collect(),
-        reference: ref_desc,
+        references: ref_desc,
         comparisons,
+        sizes,
         problems,
         refusals,
         warnings,
         verdict: verdict.to_string(),
         exit_code,
+    }
+}
+
+/// Holm-Bonferroni over the regression p-values of the report's comparisons: a regression
+/// stands only when its adjusted p is below alpha.
+fn adjust(cs: &mut [Comparison], s: &Settings) {
+    let idx: Vec<usize> = (0..cs.len())
+        .filter(|&i| cs[i].outcome.p_regression.is_some())
+        .collect();
+    let ps: Vec<f64> = idx.iter().map(|&i| cs[i].outcome.p_regression.unwrap_or(1.0)).collect();
+    for (k, adj) in stats::holm(&ps).into_iter().enumerate() {
+        let c = &mut cs[idx[k]];
+        c.p_adjusted = Some(adj);
+        if c.outcome.verdict == Verdict::Regression && adj >= s.alpha {
+            c.outcome.verdict = Verdict::Inconclusive;
+            c.outcome.reason = format!(
+                "{} but the Holm-adjusted p {adj:.3} over {} comparisons is >= {}",
+                c.outcome.reason,
+                idx.len(),
+                s.alpha
+            );
+        }
     }
 }
