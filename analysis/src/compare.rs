@@ -22,8 +22,10 @@ pub struct Settings {
     pub metrics: Vec<Metric>,
     /// Practical threshold: a slowdown smaller than this fraction is "no change".
     pub threshold: f64,
-    /// One-sided significance level (regression: Holm-adjusted over the comparisons).
+    /// One-sided level of the regression test (Holm-adjusted over the comparisons).
     pub alpha: f64,
+    /// One-sided level of the pass test.
+    pub pass_alpha: f64,
     /// Only sizes in this range are gated (mean-over-sizes baselines keep their own range).
     pub sizes: Option<(u64, u64)>,
     pub force: bool,
@@ -38,7 +40,8 @@ impl Default for Settings {
         Settings {
             metrics: Metric::ALL.to_vec(),
             threshold: 0.05,
-            alpha: 0.05,
+            alpha: 0.01,
+            pass_alpha: 0.05,
             sizes: None,
             force: false,
             convert_units: false,
@@ -226,6 +229,7 @@ fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
     let rule = Rule {
         threshold: s.threshold,
         alpha: s.alpha,
+        pass_alpha: s.pass_alpha,
         constant_is_exact: s.allow_point_estimates,
     };
     let den = match &g.refr {

@@ -70,8 +70,12 @@ struct RunsNeededArgs {
     slowdown: f64,
     #[arg(long, default_value_t = 0.05)]
     threshold: f64,
-    #[arg(long, default_value_t = 0.05)]
+    /// Level of the regression test (as gate's --alpha).
+    #[arg(long, default_value_t = 0.01)]
     alpha: f64,
+    /// Level of the pass test (as gate's --pass-alpha).
+    #[arg(long, default_value_t = 0.05)]
+    pass_alpha: f64,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -134,9 +138,12 @@ struct CompareArgs {
     /// Practical threshold: slowdowns smaller than this fraction are not regressions.
     #[arg(long, default_value_t = 0.05)]
     threshold: f64,
-    /// One-sided significance level of the regression and pass tests.
-    #[arg(long, default_value_t = 0.05)]
+    /// One-sided level of the regression test: the false-alarm rate on unchanged code.
+    #[arg(long, default_value_t = 0.01)]
     alpha: f64,
+    /// One-sided level of the pass test: the rate at which a slowdown beyond the threshold passes.
+    #[arg(long, default_value_t = 0.05)]
+    pass_alpha: f64,
     /// Gate only these sizes, MIN..MAX (e.g. 1M..64M); mean-over-sizes baselines keep theirs.
     #[arg(long)]
     sizes: Option<String>,
@@ -258,15 +265,17 @@ fn size_range(v: &Option<String>) -> Result<Option<(u64, u64)>, Failure> {
 }
 
 fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: bool) -> Result<Settings, Failure> {
-    if !(0.0..1.0).contains(&a.threshold) || !(0.0..0.5).contains(&a.alpha) || a.alpha == 0.0 {
+    let level = |x: f64| x > 0.0 && x < 0.5;
+    if !(0.0..1.0).contains(&a.threshold) || !level(a.alpha) || !level(a.pass_alpha) {
         return Err(Failure::Usage(
-            "--threshold must be in [0,1) and --alpha in (0,0.5)".into(),
+            "--threshold must be in [0,1), --alpha and --pass-alpha in (0,0.5)".into(),
         ));
     }
     Ok(Settings {
         metrics: metrics(&a.metric, default_metrics)?,
         threshold: a.threshold,
         alpha: a.alpha,
+        pass_alpha: a.pass_alpha,
         sizes: size_range(&a.sizes)?,
         force: a.force,
         convert_units: a.convert_units,
@@ -540,21 +549,25 @@ fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
         _ => return Err(Failure::Usage("give either --spread or runs to measure it from".into())),
     };
     let margin = (1.0 - a.threshold).ln();
-    let need = |ratio: f64| decision::runs_needed(spread, ratio.ln() - margin, a.alpha, decision::POWER);
+    let need = |ratio: f64, level: f64| decision::runs_needed(spread, ratio.ln() - margin, level, decision::POWER);
     let say = |n: Option<usize>| n.map_or(format!("more than {}", decision::MAX_RUNS), |n| n.to_string());
     println!(
-        "spread {:.1}%, threshold {:.1}%, alpha {}, power {:.0}%:",
+        "spread {:.1}%, threshold {:.1}%, alpha {} (regression) / {} (pass), power {:.0}%:",
         spread * 100.0,
         a.threshold * 100.0,
         a.alpha,
+        a.pass_alpha,
         decision::POWER * 100.0
     );
     println!(
         "  runs per side to call a {:.0}% slowdown a regression: {}",
         a.slowdown * 100.0,
-        say(need(1.0 - a.slowdown))
+        say(need(1.0 - a.slowdown, a.alpha))
     );
-    println!("  runs per side to pass an unchanged configuration: {}", say(need(1.0)));
+    println!(
+        "  runs per side to pass an unchanged configuration: {}",
+        say(need(1.0, a.pass_alpha))
+    );
     Ok(exit::PASS)
 }
 

@@ -102,10 +102,11 @@ pub fn markdown(r: &Report, title: &str) -> String {
     );
     let _ = writeln!(
         o,
-        "- rule: performance ratio (> 1 better; time inverted) tested on the log scale against {floor:.3} (threshold {:.1}%) by one-sided t tests at alpha {}: regression if the upper bound of the {:.0}% interval is below {floor:.3} (Holm over the comparisons), pass if its lower bound is at or above; otherwise inconclusive{}, with the runs per side that would decide ({:.0}% power). \"resolves\": true ratios the present run counts decide with {:.0}% power (below: regression, above: pass)",
+        "- rule: performance ratio (> 1 better; time inverted) tested on the log scale against {floor:.3} (threshold {:.1}%) by one-sided t tests: regression if the {:.0}% upper bound is below {floor:.3} (alpha {}, Holm over the comparisons), pass if the {:.0}% lower bound is at or above it; otherwise inconclusive{}, with the runs per side that would decide ({:.0}% power). \"resolves\": true ratios the present run counts decide with {:.0}% power (below: regression, above: pass)",
         s.threshold * 100.0,
+        (1.0 - s.alpha) * 100.0,
         s.alpha,
-        (1.0 - 2.0 * s.alpha) * 100.0,
+        (1.0 - s.pass_alpha) * 100.0,
         if s.allow_inconclusive { " (allowed)" } else { " (fails the gate)" },
         POWER * 100.0,
         POWER * 100.0
@@ -136,8 +137,9 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.comparisons.is_empty() {
         let _ = writeln!(
             o,
-            "| pattern | sizes | metric | runs cand / ref | ratio cand/ref | {:.0}% interval | run-to-run spread | p regression (Holm) | resolves | verdict | why |",
-            (1.0 - 2.0 * s.alpha) * 100.0
+            "| pattern | sizes | metric | runs cand / ref | ratio cand/ref | bounds ({:.0}% lower, {:.0}% upper) | run-to-run spread | p regression (Holm) | resolves | verdict | why |",
+            (1.0 - s.pass_alpha) * 100.0,
+            (1.0 - s.alpha) * 100.0
         );
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
         for c in &r.comparisons {
