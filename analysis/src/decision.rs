@@ -19,6 +19,7 @@
 
 use crate::stats::{mean, t_cdf, t_quantile, var};
 use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, Normal};
 
 /// The power at which "runs needed" and "resolves" are stated.
 pub const POWER: f64 = 0.8;
@@ -121,24 +122,18 @@ pub fn runs_needed(sigma: f64, delta: f64, alpha: f64, power: f64) -> Option<usi
     if !(sigma.is_finite() && sigma >= 0.0 && delta > 0.0) {
         return None;
     }
-    // The detectable distance shrinks as n grows: binary search for the first n that reaches it.
     let reach = |n: usize| {
         let df = 2.0 * n as f64 - 2.0;
         (t_quantile(1.0 - alpha, df) + t_quantile(power, df)) * sigma * (2.0 / n as f64).sqrt() <= delta
     };
-    if !reach(MAX_RUNS) {
+    // The normal approximation is a lower bound (t quantiles exceed normal ones): start there
+    // and step up; t approaches the normal quickly, so a few steps suffice.
+    let z = |p: f64| Normal::standard().inverse_cdf(p);
+    let n0 = 2.0 * (sigma * (z(1.0 - alpha) + z(power)) / delta).powi(2);
+    if !n0.is_finite() || n0 > MAX_RUNS as f64 || !reach(MAX_RUNS) {
         return None;
     }
-    let (mut lo, mut hi) = (2, MAX_RUNS);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if reach(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    Some(lo)
+    ((n0.floor() as usize).max(2)..=MAX_RUNS).find(|&n| reach(n))
 }
 
 fn fmt_need(n: Option<usize>) -> String {

@@ -46,7 +46,8 @@ enum Cmd {
     /// Like compare, then turn the verdicts into an exit status (fails closed). See the exit codes.
     #[command(after_help = EXIT_CODES)]
     Gate(GateArgs),
-    /// SVG of bandwidth vs size (log2 axis), runs and baselines overlaid, CI bands.
+    /// SVG of bandwidth vs size (log2 axis): each run's headline figures with its iterations'
+    /// p10-p90 band, baselines overlaid (per-size points, dashed floors, dotted means).
     Plot(PlotArgs),
     /// SVG heatmap of the per-pair link matrix (tcpx-perf pairs.csv), robust-z outliers flagged.
     Heatmap(HeatmapArgs),
@@ -195,12 +196,6 @@ struct PlotArgs {
     /// Plot title.
     #[arg(long)]
     title: Option<String>,
-    #[arg(long, default_value_t = 2000)]
-    resamples: usize,
-    #[arg(long, default_value_t = 0.95)]
-    confidence: f64,
-    #[arg(long, default_value_t = 0x7C9C_5EED)]
-    seed: u64,
     /// Convert GiB/s baseline values to GB/s.
     #[arg(long)]
     convert_units: bool,
@@ -365,7 +360,7 @@ fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
             "nothing to plot: give inputs and/or --baseline files".into(),
         ));
     }
-    let lines = plot::lines_from_runs(&runs, metric, a.resamples, a.confidence, a.seed);
+    let lines = plot::lines_from_runs(&runs, metric);
     let title = a
         .title
         .clone()

@@ -24,7 +24,7 @@ const BASE_COLORS: [RGBColor; 4] = [
     RGBColor(0, 100, 0),
 ];
 
-/// (size, median, optional CI of the median)
+/// (size, headline figure, optional p10-p90 band of the run's iterations)
 pub type Point = (u64, f64, Option<(f64, f64)>);
 
 /// Per-size baseline points: label, colour, points.
@@ -76,33 +76,26 @@ pub struct Line {
     pub points: Vec<Point>,
 }
 
-/// Builds the lines (one per run and pattern): the median of the per-iteration samples with a
-/// bootstrap CI band when the run has >= 5 samples per size, else the run's own value.
-pub fn lines_from_runs(runs: &[Run], metric: Metric, resamples: usize, confidence: f64, seed: u64) -> Vec<Line> {
+/// Builds the lines (one per run and pattern): the run's headline figure per size (bytes /
+/// mean time, the quantity the gate tests), with a band from the 10th to the 90th percentile
+/// of its iterations when it has >= 5 samples per size (the spread within this run only; the
+/// uncertainty of a configuration comes from several runs).
+pub fn lines_from_runs(runs: &[Run], metric: Metric) -> Vec<Line> {
     let mut out = Vec::new();
     let names = unique_names(&runs.iter().map(|r| r.source.clone()).collect::<Vec<_>>());
     for (run, stem) in runs.iter().zip(names) {
         for ser in &run.series {
             let mut pts = Vec::new();
             for (size, row) in &ser.rows {
-                let v: Vec<f64> = row.samples.iter().map(|s| s.get(metric)).collect();
-                if v.len() >= 5 {
-                    let ci = stats::bootstrap_median_ci(
-                        &v,
-                        resamples,
-                        confidence,
-                        stats::derive_seed(seed, &format!("{stem}{size}")),
-                    );
-                    pts.push((*size, stats::median(&v), Some(ci)));
-                } else {
-                    pts.push((*size, row.summary.get(metric), None));
-                }
+                let mut v: Vec<f64> = row.samples.iter().map(|s| s.get(metric)).collect();
+                v.sort_by(f64::total_cmp);
+                let band = (v.len() >= 5).then(|| (stats::quantile_sorted(&v, 0.1), stats::quantile_sorted(&v, 0.9)));
+                pts.push((*size, row.summary.get(metric), band));
             }
-            let has_band = pts.iter().any(|p| p.2.is_some());
-            let what = if has_band {
-                format!("median, {:.0}% CI band", confidence * 100.0)
+            let what = if pts.iter().any(|p| p.2.is_some()) {
+                "headline, band: iterations p10-p90"
             } else {
-                "reported value".to_string()
+                "headline"
             };
             let variant = if ser.variant.is_empty() {
                 String::new()
@@ -154,7 +147,7 @@ pub fn plot_bandwidth(
     for l in lines {
         for p in &l.points {
             ymax = ymax.max(p.1).max(p.2.map(|c| c.1).unwrap_or(0.0));
-            ymin = ymin.min(p.2.map_or(p.1, |c| c.0));
+            ymin = ymin.min(p.1.min(p.2.map_or(p.1, |c| c.0)));
         }
     }
     let mut marks: Vec<Mark> = Vec::new();

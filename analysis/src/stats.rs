@@ -1,10 +1,10 @@
-//! Statistical primitives: a seeded generator, medians and moments, Student's t quantiles
-//! (statrs), a percentile bootstrap of the median (plot bands), Holm-Bonferroni, robust
-//! z-scores. The gate's run-level test is in [`crate::decision`].
+//! Statistical primitives: a seeded generator, medians, moments and quantiles, Student's t
+//! (statrs), Holm-Bonferroni, robust z-scores. The gate's run-level test is in [`crate::decision`].
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-/// SplitMix64: a tiny deterministic generator (the bootstrap must be reproducible from its seed).
+/// SplitMix64: a tiny deterministic generator (simulations and the fuzz loop must be
+/// reproducible from their seed).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
@@ -32,18 +32,6 @@ impl Rng {
         let (u, v) = (self.uniform(), self.uniform());
         (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
     }
-}
-
-/// Derives a per-comparison seed from the run seed and a key, so results do not depend on
-/// the order in which comparisons are evaluated.
-pub fn derive_seed(seed: u64, key: &str) -> u64 {
-    // FNV-1a over the key, mixed with the seed.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for b in key.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Rng::new(h).next_u64()
 }
 
 /// Median (mean of the two middle values for even n). NaN for an empty slice.
@@ -87,28 +75,6 @@ pub fn quantile_sorted(v: &[f64], q: f64) -> f64 {
     let lo = h.floor() as usize;
     let hi = h.ceil() as usize;
     v[lo] + (h - lo as f64) * (v[hi] - v[lo])
-}
-
-fn resample_median(x: &[f64], rng: &mut Rng, buf: &mut Vec<f64>) -> f64 {
-    buf.clear();
-    buf.extend((0..x.len()).map(|_| x[rng.index(x.len())]));
-    buf.sort_by(f64::total_cmp);
-    median_sorted(buf)
-}
-
-/// Percentile bootstrap CI of the median of one sample (plot bands), seeded.
-pub fn bootstrap_median_ci(x: &[f64], resamples: usize, confidence: f64, seed: u64) -> (f64, f64) {
-    let mut rng = Rng::new(seed);
-    let mut buf = Vec::new();
-    let mut meds: Vec<f64> = (0..resamples.max(1))
-        .map(|_| resample_median(x, &mut rng, &mut buf))
-        .collect();
-    meds.sort_by(f64::total_cmp);
-    let alpha = 1.0 - confidence;
-    (
-        quantile_sorted(&meds, alpha / 2.0),
-        quantile_sorted(&meds, 1.0 - alpha / 2.0),
-    )
 }
 
 /// Student's t distribution with `df` degrees of freedom (None when df is not positive).
@@ -208,15 +174,6 @@ mod tests {
         let x: Vec<f64> = (0..20000).map(|_| r.normal()).collect();
         assert!(mean(&x).abs() < 0.03, "{}", mean(&x));
         assert!((var(&x) - 1.0).abs() < 0.04, "{}", var(&x));
-    }
-
-    #[test]
-    fn bootstrap_deterministic() {
-        let a: Vec<f64> = (0..20).map(|i| 10.0 + i as f64 * 0.1).collect();
-        let c1 = bootstrap_median_ci(&a, 2000, 0.95, 7);
-        let c2 = bootstrap_median_ci(&a, 2000, 0.95, 7);
-        assert_eq!(c1, c2);
-        assert!(c1.0 < 10.95 && c1.1 > 10.95, "{c1:?}");
     }
 
     #[test]

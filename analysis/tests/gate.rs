@@ -531,7 +531,11 @@ fn plots_render_with_text() {
     assert!(s.contains("message size"), "x label");
     assert!(s.contains("1 MiB"), "size ticks");
     assert!(s.contains("h200x4-loopback-socket-sendrecv"), "legend");
-    assert!(s.contains("<polygon"), "CI band");
+    assert!(s.contains("<polygon"), "iteration band");
+    assert!(
+        s.contains("headline, band: iterations p10-p90"),
+        "legend says what the band is"
+    );
 
     // Runs with the same directory name in different directories get distinct legends; the
     // log-y axis and both kinds of baseline line render.
