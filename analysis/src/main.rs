@@ -69,16 +69,36 @@ struct RunsNeededArgs {
     /// The slowdown to detect, as a fraction (0.2 = 20% slower).
     #[arg(long, default_value_t = 0.2)]
     slowdown: f64,
-    #[arg(long, default_value_t = 0.05)]
-    threshold: f64,
-    /// Level of the regression test (as gate's --alpha).
-    #[arg(long, default_value_t = 0.01)]
-    alpha: f64,
-    /// Level of the pass test (as gate's --pass-alpha).
-    #[arg(long, default_value_t = 0.05)]
-    pass_alpha: f64,
+    #[command(flatten)]
+    rule: RuleArgs,
     #[command(flatten)]
     input: InputOpts,
+}
+
+/// The decision rule's settings, shared by compare/gate and runs-needed.
+#[derive(Args, Clone)]
+struct RuleArgs {
+    /// Practical threshold: slowdowns smaller than this fraction are not regressions.
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// One-sided level of the regression test: the false-alarm rate on unchanged code.
+    #[arg(long, default_value_t = 0.01)]
+    alpha: f64,
+    /// One-sided level of the pass test: the rate at which a slowdown beyond the threshold passes.
+    #[arg(long, default_value_t = 0.05)]
+    pass_alpha: f64,
+}
+
+impl RuleArgs {
+    fn check(&self) -> Result<(), Failure> {
+        let level = |x: f64| x > 0.0 && x < 0.5;
+        if !(0.0..1.0).contains(&self.threshold) || !level(self.alpha) || !level(self.pass_alpha) {
+            return Err(Failure::Usage(
+                "--threshold must be in [0,1), --alpha and --pass-alpha in (0,0.5)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args)]
@@ -136,15 +156,8 @@ struct CompareArgs {
     /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
     #[arg(long, value_delimiter = ',')]
     metric: Vec<String>,
-    /// Practical threshold: slowdowns smaller than this fraction are not regressions.
-    #[arg(long, default_value_t = 0.05)]
-    threshold: f64,
-    /// One-sided level of the regression test: the false-alarm rate on unchanged code.
-    #[arg(long, default_value_t = 0.01)]
-    alpha: f64,
-    /// One-sided level of the pass test: the rate at which a slowdown beyond the threshold passes.
-    #[arg(long, default_value_t = 0.05)]
-    pass_alpha: f64,
+    #[command(flatten)]
+    rule: RuleArgs,
     /// Gate only these sizes, MIN..MAX (e.g. 1M..64M); mean-over-sizes baselines keep theirs.
     #[arg(long)]
     sizes: Option<String>,
@@ -260,17 +273,12 @@ fn size_range(v: &Option<String>) -> Result<Option<(u64, u64)>, Failure> {
 }
 
 fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: bool) -> Result<Settings, Failure> {
-    let level = |x: f64| x > 0.0 && x < 0.5;
-    if !(0.0..1.0).contains(&a.threshold) || !level(a.alpha) || !level(a.pass_alpha) {
-        return Err(Failure::Usage(
-            "--threshold must be in [0,1), --alpha and --pass-alpha in (0,0.5)".into(),
-        ));
-    }
+    a.rule.check()?;
     Ok(Settings {
         metrics: metrics(&a.metric, default_metrics)?,
-        threshold: a.threshold,
-        alpha: a.alpha,
-        pass_alpha: a.pass_alpha,
+        threshold: a.rule.threshold,
+        alpha: a.rule.alpha,
+        pass_alpha: a.rule.pass_alpha,
         sizes: size_range(&a.sizes)?,
         force: a.force,
         convert_units: a.convert_units,
@@ -502,11 +510,11 @@ fn run_make_baseline(a: &MakeBaselineArgs) -> Result<i32, Failure> {
 }
 
 fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
-    if !(0.0..1.0).contains(&a.slowdown) || !(0.0..1.0).contains(&a.threshold) || !(0.0..0.5).contains(&a.alpha) {
-        return Err(Failure::Usage(
-            "--slowdown and --threshold in [0,1), --alpha in (0,0.5)".into(),
-        ));
+    a.rule.check()?;
+    if !(0.0..1.0).contains(&a.slowdown) {
+        return Err(Failure::Usage("--slowdown must be in [0,1)".into()));
     }
+    let r = &a.rule;
     let spread = match (a.spread, a.inputs.is_empty()) {
         (Some(s), true) => s,
         (None, false) => {
@@ -543,25 +551,25 @@ fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
         }
         _ => return Err(Failure::Usage("give either --spread or runs to measure it from".into())),
     };
-    let margin = (1.0 - a.threshold).ln();
+    let margin = (1.0 - r.threshold).ln();
     let need = |ratio: f64, level: f64| decision::runs_needed(spread, ratio.ln() - margin, level, decision::POWER);
     let say = |n: Option<usize>| n.map_or(format!("more than {}", decision::MAX_RUNS), |n| n.to_string());
     println!(
         "spread {:.1}%, threshold {:.1}%, alpha {} (regression) / {} (pass), power {:.0}%:",
         spread * 100.0,
-        a.threshold * 100.0,
-        a.alpha,
-        a.pass_alpha,
+        r.threshold * 100.0,
+        r.alpha,
+        r.pass_alpha,
         decision::POWER * 100.0
     );
     println!(
         "  runs per side to call a {:.0}% slowdown a regression: {}",
         a.slowdown * 100.0,
-        say(need(1.0 - a.slowdown, a.alpha))
+        say(need(1.0 - a.slowdown, r.alpha))
     );
     println!(
         "  runs per side to pass an unchanged configuration: {}",
-        say(need(1.0, a.pass_alpha))
+        say(need(1.0, r.pass_alpha))
     );
     Ok(exit::PASS)
 }
