@@ -39,6 +39,15 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
+/// A ratio and its change in percent ("-" when there is none, e.g. no size left to compare).
+fn ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.3} ({:+.1}%)", (r - 1.0) * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
 fn n_ref(n: Option<usize>) -> String {
     n.map_or("const".into(), |n| n.to_string())
 }
@@ -50,14 +59,13 @@ fn comparison_row(c: &Comparison) -> String {
         v => v.as_str(),
     };
     format!(
-        "| {} | {} | {} | {} / {} | {:.3} ({:+.1}%) | {} | {} | {} | {} | {} | {} |",
+        "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
         c.pattern,
         c.label,
         c.metric,
         o.n_candidate,
         n_ref(o.n_reference),
-        o.ratio,
-        (o.ratio - 1.0) * 100.0,
+        ratio(o.ratio),
         pair(o.ci),
         pct(o.spread),
         p(c.p_adjusted),
@@ -67,9 +75,14 @@ fn comparison_row(c: &Comparison) -> String {
     )
 }
 
-fn size_row(r: &SizeRow) -> String {
+fn size_row(r: &SizeRow, with_reference: bool) -> String {
+    let note = if with_reference {
+        format!("{} vs {}", r.note, r.compared_with).trim().to_string()
+    } else {
+        r.note.clone()
+    };
     format!(
-        "| {} | {} | {} | {} / {} | {} | {} | {:.3} ({:+.1}%) | {} | {} | {} |",
+        "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {note} |",
         r.pattern,
         r.label,
         r.metric,
@@ -77,11 +90,9 @@ fn size_row(r: &SizeRow) -> String {
         n_ref(r.n_reference),
         g(r.candidate),
         g(r.reference),
-        r.ratio,
-        (r.ratio - 1.0) * 100.0,
+        ratio(r.ratio),
         pct(r.spread_candidate),
         pct(r.spread_reference),
-        r.note
     )
 }
 
@@ -158,7 +169,7 @@ pub fn markdown(r: &Report, title: &str) -> String {
         );
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
         for x in &r.sizes {
-            let _ = writeln!(o, "{}", size_row(x));
+            let _ = writeln!(o, "{}", size_row(x, r.references.len() > 1));
         }
         o.push('\n');
         let _ = writeln!(

@@ -139,6 +139,7 @@ pub(super) fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
                     None
                 },
                 note,
+                compared_with: g.reference.clone(),
             });
         }
     }

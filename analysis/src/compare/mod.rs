@@ -122,6 +122,8 @@ pub struct SizeRow {
     pub spread_candidate: Option<f64>,
     pub spread_reference: Option<f64>,
     pub note: String,
+    /// The reference compared with (several `-B` references give several rows per size).
+    pub compared_with: String,
 }
 
 /// The outcome of an analysis.
