@@ -206,6 +206,10 @@ fn different_job_shapes_are_refused() {
     let (code, out) = gate(&two, &four, &["--force", "--allow-inconclusive"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("FORCED despite: different endpoints"), "{out}");
+    // The runs of one side disagree among themselves: refused too.
+    let (code, out) = run(&["gate", p(&two.join("r0")), p(&four.join("r0")), "-B", p(&four)]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("2 (candidate) vs 4 (candidate, reference runs)"), "{out}");
     // A 2-endpoint run against the 4-GPU NCCL baseline.
     let lb = baselines().join("h200x4-loopback-socket-sendrecv.toml");
     let (code, out) = gate(&two, &lb, &["--sizes", "1M..64M"]);
@@ -579,6 +583,10 @@ fn show_prints_tables() {
     let (code, out) = run(&["show", p(&baselines().join("a3high-nccl-tcpx-allreduce.toml"))]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("19.176"), "{out}");
+    assert!(
+        out.contains("runs: 1;") && out.contains("\"endpoints\": \"16\""),
+        "{out}"
+    );
 }
 
 #[test]
