@@ -117,7 +117,7 @@ pub fn parse_results_csv(file: &str, text: &str) -> Result<(Vec<Series>, BTreeMa
                 ));
             }
         }
-        for c in ["plugin", "abi", "ranks", "nodes"] {
+        for c in ["plugin", "abi", "ranks", "endpoints", "nodes"] {
             if let Some(v) = t.get(r, c).filter(|v| !v.is_empty()) {
                 labels.entry(c.to_string()).or_insert_with(|| v.to_string());
             }
