@@ -164,12 +164,12 @@ pub fn shape(run: &Run) -> BTreeMap<&'static str, String> {
     let l = |k: &str| run.labels.get(k).cloned();
     let mut out = BTreeMap::new();
     let pairs = match run.format {
-        Format::TcpxPerfDir | Format::TcpxPerfCsv => [
+        Format::TcpxPerfDir | Format::TcpxPerfCsv | Format::TcpxPerfText => [
             ("endpoints", l("endpoints")),
             ("MPI ranks", l("ranks")),
             ("nodes", l("nodes")),
         ],
-        Format::NcclTestsText | Format::NcclTestsJson => {
+        Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson => {
             [("endpoints", l("ranks")), ("MPI ranks", None), ("nodes", None)]
         }
     };

@@ -28,6 +28,8 @@ struct Meta {
     /// tcpx-perf's `# pattern: X scope: S dir: D` and `# memory: M`.
     tcpx_pattern: Option<String>,
     tcpx_variant: Vec<String>,
+    /// tcpx-perf's `# ranks: R endpoints: E nodes: N` (job shape), as label pairs.
+    tcpx_shape: Vec<(String, String)>,
     tool: Option<&'static str>,
     ranks: usize,
 }
@@ -216,6 +218,16 @@ fn read_meta(meta: &mut Meta, hashed: bool, body: &str, toks: &[&str]) {
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
             meta.tcpx_variant.push(format!("{}={v}", k.trim_end_matches(':')));
         }
+    } else if let (true, Some(rest)) = (hashed, body.strip_prefix("ranks:")) {
+        // `ranks: R endpoints: E nodes: N endpoints per rank: G`
+        let words: Vec<&str> = std::iter::once("ranks:").chain(rest.split_whitespace()).collect();
+        for pair in words.windows(2) {
+            if let ("ranks:" | "endpoints:" | "nodes:", v) = (pair[0], pair[1]) {
+                if v.parse::<u64>().is_ok() {
+                    meta.tcpx_shape.push((pair[0].trim_end_matches(':').to_string(), v.to_string()));
+                }
+            }
+        }
     } else if let (true, Some(rest)) = (hashed, body.strip_prefix("memory:")) {
         if let Some(m) = rest.split_whitespace().next() {
             meta.tcpx_variant.push(format!("mem={m}"));
@@ -367,6 +379,9 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
     run.wrong_total = tab.wrong_total;
     if tab.meta.ranks > 0 {
         run.labels.insert("ranks".into(), tab.meta.ranks.to_string());
+    }
+    for (k, v) in &tab.meta.tcpx_shape {
+        run.labels.insert(k.clone(), v.clone());
     }
     if let Some(a) = tab.avg_busbw {
         run.labels.insert("avg_busbw_footer".into(), format!("{a}"));
