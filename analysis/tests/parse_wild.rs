@@ -138,6 +138,12 @@ fn every_collected_table_parses_with_its_rows() {
         case(wild("rccl_mi300x_slurm_two_cmds.md"), false, ar, "rccl-tests"),
         case(wild("rccl_mi355x_no_footer.md"), true, "unknown", "rccl-tests"),
         case(
+            wild("awsome_2023_srun_label_scatter_zero_rows.md"),
+            true,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
             wild("deepops_2019_dgx1_slurm_validation.md"),
             false,
             "unknown",
@@ -213,17 +219,19 @@ fn every_collected_table_parses_with_its_rows() {
             }
         }
         if c.truncated {
-            let n = want[0].len();
+            let last = want[0].last().unwrap().0;
             let e = parse::parse_text(name, text, &opts(false)).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("run ended at row {n} ")) && e.contains("truncated"),
+                e.contains("run ended at row ")
+                    && e.contains(&format!("(size {last}, line "))
+                    && e.contains("truncated"),
                 "{e}"
             );
         }
         rows += want.iter().map(Vec::len).sum::<usize>();
     }
     // Every table the independent reader found (an empty reading would pass vacuously).
-    assert_eq!(rows, 436);
+    assert_eq!(rows, 463);
 }
 
 #[test]
@@ -530,4 +538,11 @@ fn old_pastes_metadata() {
     assert_ne!(whole, text);
     let run = parse::parse_nccl_any(&name, &whole, &opts(false)).unwrap();
     assert_eq!(run.labels["ranks"], "5");
+    // srun --label, scatter's `none` redop, three 0-byte rows and no footer (an excerpt).
+    let (name, text) = wild("awsome_2023_srun_label_scatter_zero_rows.md");
+    let run = parse::parse_nccl_any(&name, &text, &opts(true)).unwrap();
+    assert_eq!(run.labels["repeated_zero_size_rows"], "2");
+    assert_eq!(run.labels["truncated"], "after row 29");
+    assert_eq!(run.series[0].rows[&0].summary.time_us, 0.15);
+    assert_eq!(run.series[0].rows[&2147483648].summary.busbw, 79.20);
 }
