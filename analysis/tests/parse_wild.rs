@@ -54,7 +54,12 @@ fn expected_tables(text: &str) -> Vec<Vec<(u64, f64, f64, f64)>> {
         }
         if let (Some((t, a, b)), Ok(size), Ok(_)) = (pos, toks[0].parse::<u64>(), toks[1].parse::<u64>()) {
             let f = |i: usize| toks[i].parse::<f64>().unwrap();
-            tables.last_mut().unwrap().push((size, f(t), f(a), f(b)));
+            let table = tables.last_mut().unwrap();
+            // Several requested sizes can round down to 0 bytes; the first such row counts.
+            if size == 0 && table.iter().any(|r| r.0 == 0) {
+                continue;
+            }
+            table.push((size, f(t), f(a), f(b)));
         }
     }
     tables.retain(|t| !t.is_empty());
@@ -133,6 +138,54 @@ fn every_collected_table_parses_with_its_rows() {
         case(wild("rccl_mi300x_slurm_two_cmds.md"), false, ar, "rccl-tests"),
         case(wild("rccl_mi355x_no_footer.md"), true, "unknown", "rccl-tests"),
         case(
+            wild("awsome_2023_srun_label_scatter_zero_rows.md"),
+            true,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("deepops_2019_dgx1_slurm_validation.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("deepops_2019_dgx2h_na_error_indented.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("deepops_2020_roce_k8s_indented.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("deepops_2022_network_operator_dgx1.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("azureml_k80_info_line_in_table.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("coreweave_mpi_operator_kubectl_logs.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
+            wild("coreweave_2025_mpi_operator_elided_preamble.md"),
+            false,
+            "unknown",
+            "nccl-tests",
+        ),
+        case(
             own("nccl_sendrecv_socket_np4.txt"),
             false,
             "sendrecv_perf",
@@ -166,17 +219,19 @@ fn every_collected_table_parses_with_its_rows() {
             }
         }
         if c.truncated {
-            let n = want[0].len();
+            let last = want[0].last().unwrap().0;
             let e = parse::parse_text(name, text, &opts(false)).unwrap_err().to_string();
             assert!(
-                e.contains(&format!("run ended at row {n} ")) && e.contains("truncated"),
+                e.contains("run ended at row ")
+                    && e.contains(&format!("(size {last}, line "))
+                    && e.contains("truncated"),
                 "{e}"
             );
         }
         rows += want.iter().map(Vec::len).sum::<usize>();
     }
     // Every table the independent reader found (an empty reading would pass vacuously).
-    assert_eq!(rows, 294);
+    assert_eq!(rows, 463);
 }
 
 #[test]
@@ -419,4 +474,75 @@ fn json_skipped_iterations_are_not_samples() {
         e.contains("skipped_iterations") && e.contains("20 is not a count below"),
         "{e}"
     );
+}
+
+/// nccl-tests of early 2020 (NCCL 2.4-era headers) on a DGX-2: five runs pasted one after another,
+/// each named by its `Running: ... ./build/X_perf` line. all_gather has no `redop` column and
+/// prints three 0-byte rows (8, 16 and 32 B round down to 0 over 12 ranks, as in reduce_scatter)
+/// and a failed check
+/// (`4 FAILED`, `1e+00` errors); broadcast has `root` without `redop`.
+#[test]
+fn five_old_runs_in_one_file() {
+    let (name, text) = wild("wohlbier_dgx2_five_runs.md");
+    let runs = parse::parse_text(&name, &text, &opts(false)).unwrap();
+    assert_rows_match(&name, &runs, &expected_tables(&text));
+    let got: Vec<(&str, Option<Family>)> = runs
+        .iter()
+        .map(|r| (r.series[0].pattern.as_str(), r.series[0].family))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("all_gather_perf", None),
+            ("all_reduce_perf", Some(Family::Allreduce)),
+            ("broadcast_perf", None),
+            ("reduce_perf", None),
+            ("reduce_scatter_perf", None),
+        ]
+    );
+    let wrong: Vec<Option<f64>> = runs.iter().map(|r| r.wrong_total).collect();
+    assert_eq!(wrong, [Some(4.0), Some(0.0), Some(0.0), Some(0.0), Some(0.0)]);
+    let ag = &runs[0];
+    assert_eq!(ag.labels["ranks"], "12");
+    assert_eq!(ag.labels["repeated_zero_size_rows"], "2");
+    let s = &ag.series[0];
+    assert_eq!((s.rows.len(), s.rows[&0].summary.time_us), (29, 57.30));
+    assert_eq!(s.rows[&4294967280].max_error, Some(1.0));
+    assert_eq!(runs[1].source, format!("{name}:75"));
+    // reduce_scatter rounds the same three sizes down to 0.
+    let zeros: Vec<Option<&str>> = runs
+        .iter()
+        .map(|r| r.labels.get("repeated_zero_size_rows").map(String::as_str))
+        .collect();
+    assert_eq!(zeros, [Some("2"), None, None, None, Some("2")]);
+}
+
+/// What the 2019-2022 pastes say beyond their rows: `N/A` errors (`-c 0`), ranks from the device
+/// list, and no rank count where the author cut the device list with `...`.
+#[test]
+fn old_pastes_metadata() {
+    let (name, text) = wild("deepops_2019_dgx2h_na_error_indented.md");
+    let run = parse::parse_nccl_any(&name, &text, &opts(false)).unwrap();
+    let r = &run.series[0].rows[&8589934592];
+    assert_eq!((r.summary.busbw, r.max_error, r.wrong), (81.53, None, None));
+    assert_eq!(run.wrong_total, Some(0.0));
+    let (name, text) = wild("azureml_k80_info_line_in_table.md");
+    let run = parse::parse_nccl_any(&name, &text, &opts(false)).unwrap();
+    assert_eq!(run.labels["ranks"], "4");
+    assert_eq!(run.labels["avg_busbw_footer"], "2.54225");
+    let (name, text) = wild("coreweave_mpi_operator_kubectl_logs.md");
+    let run = parse::parse_nccl_any(&name, &text, &opts(false)).unwrap();
+    assert!(!run.labels.contains_key("ranks"), "{:?}", run.labels);
+    // The same file with the author's cut removed counts the five devices it lists.
+    let whole = text.replacen("NVIDIA A100-SXM4-80GB\n...\n", "NVIDIA A100-SXM4-80GB\n", 1);
+    assert_ne!(whole, text);
+    let run = parse::parse_nccl_any(&name, &whole, &opts(false)).unwrap();
+    assert_eq!(run.labels["ranks"], "5");
+    // srun --label, scatter's `none` redop, three 0-byte rows and no footer (an excerpt).
+    let (name, text) = wild("awsome_2023_srun_label_scatter_zero_rows.md");
+    let run = parse::parse_nccl_any(&name, &text, &opts(true)).unwrap();
+    assert_eq!(run.labels["repeated_zero_size_rows"], "2");
+    assert_eq!(run.labels["truncated"], "after row 29");
+    assert_eq!(run.series[0].rows[&0].summary.time_us, 0.15);
+    assert_eq!(run.series[0].rows[&2147483648].summary.busbw, 79.20);
 }

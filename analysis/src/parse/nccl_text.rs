@@ -32,6 +32,9 @@ struct Meta {
     tcpx_shape: Vec<(String, String)>,
     tool: Option<&'static str>,
     ranks: usize,
+    /// A `...` line after `Rank` lines: the author cut the device list, so its length is not
+    /// the rank count.
+    ranks_cut: bool,
 }
 
 /// One table being read.
@@ -236,6 +239,8 @@ fn read_meta(meta: &mut Meta, hashed: bool, body: &str, toks: &[&str]) {
         meta.ranks += 1;
     } else if let Some(b) = perf_binary(toks) {
         meta.command = Some(b);
+    } else if body == "..." && meta.ranks > 0 {
+        meta.ranks_cut = true;
     }
 }
 
@@ -314,6 +319,7 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         _ => 0,
     };
     let mut groups: Vec<((String, String), Group)> = Vec::new();
+    let mut zero_repeats = 0;
     for (ln, r) in &tab.rows {
         let key = (r.dtype.clone(), r.redop.clone());
         let g = match groups.iter().position(|(k, _)| *k == key) {
@@ -337,6 +343,13 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
             max_error: errors.reduce(f64::max),
             samples: Vec::new(),
         };
+        // Requested sizes below one element per rank round down to 0 bytes, one row each
+        // (all_gather with -g 12 prints three); they move no data, so the first one stands for
+        // them all.
+        if r.size == 0 && groups[g].1.contains_key(&0) {
+            zero_repeats += 1;
+            continue;
+        }
         if let Some((first, _)) = groups[g].1.insert(r.size, (*ln, row)) {
             return Err(ParseError::new(
                 file,
@@ -377,7 +390,7 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         });
     }
     run.wrong_total = tab.wrong_total;
-    if tab.meta.ranks > 0 {
+    if tab.meta.ranks > 0 && !tab.meta.ranks_cut {
         run.labels.insert("ranks".into(), tab.meta.ranks.to_string());
     }
     for (k, v) in &tab.meta.tcpx_shape {
@@ -395,9 +408,47 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
     if let Some(n) = named.filter(|n| *n != pattern) {
         run.labels.insert("collective_as_written".into(), n);
     }
+    if zero_repeats > 0 {
+        run.labels
+            .insert("repeated_zero_size_rows".into(), zero_repeats.to_string());
+    }
     if !tab.footer {
         run.labels
             .insert("truncated".into(), format!("after row {}", tab.rows.len()));
     }
     Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str =
+        "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error";
+    const FOOTER: &str = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.5";
+
+    fn table(rows: &[&str]) -> String {
+        format!("{HEADER}\n{}\n{FOOTER}\n", rows.join("\n"))
+    }
+
+    #[test]
+    fn repeated_zero_size_rows_keep_the_first() {
+        let text = table(&[
+            "0  0  float  57.30  0.00  0.00  0e+00  57.09  0.00  0.00  0e+00",
+            "0  0  float  57.12  0.00  0.00  0e+00  57.62  0.00  0.00  0e+00",
+            "48  1  float  57.46  0.00  0.00  0e+00  57.40  0.00  0.00  0e+00",
+        ]);
+        let run = parse("z.log", &text, &ParseOptions::default()).unwrap();
+        let rows = &run.series[0].rows;
+        assert_eq!(rows.keys().copied().collect::<Vec<_>>(), [0, 48]);
+        assert_eq!(rows[&0].summary.time_us, 57.30);
+        assert_eq!(run.labels["repeated_zero_size_rows"], "1");
+        // A repeated non-zero size is still two outputs mixed in one table.
+        let text = table(&[
+            "48  1  float  57.46  0.00  0.00  0e+00  57.40  0.00  0.00  0e+00",
+            "48  1  float  57.50  0.00  0.00  0e+00  57.40  0.00  0.00  0e+00",
+        ]);
+        let e = parse("d.log", &text, &ParseOptions::default()).unwrap_err().to_string();
+        assert!(e.starts_with("d.log:3: size 48 appears twice"), "{e}");
+    }
 }
