@@ -19,7 +19,10 @@ impl CpuSet {
         for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = || format!("'{part}' in cpulist '{}' is not N or N-M", text.trim());
             let (lo, hi) = match part.split_once('-') {
-                Some((a, b)) => (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?),
+                Some((a, b)) => (
+                    a.trim().parse::<usize>().map_err(|_| bad())?,
+                    b.trim().parse::<usize>().map_err(|_| bad())?,
+                ),
                 None => {
                     let n = part.parse::<usize>().map_err(|_| bad())?;
                     (n, n)
@@ -89,7 +92,10 @@ impl CpuSet {
         if rc == 0 {
             Ok(())
         } else {
-            Err(format!("sched_setaffinity({self}): {}", std::io::Error::last_os_error()))
+            Err(format!(
+                "sched_setaffinity({self}): {}",
+                std::io::Error::last_os_error()
+            ))
         }
     }
 }
@@ -104,7 +110,11 @@ impl fmt::Display for CpuSet {
             while iter.peek() == Some(&(end + 1)) {
                 end = iter.next().unwrap_or(end);
             }
-            parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+            parts.push(if start == end {
+                start.to_string()
+            } else {
+                format!("{start}-{end}")
+            });
         }
         f.write_str(&parts.join(","))
     }
@@ -171,7 +181,10 @@ mod tests {
         let node0 = CpuSet::parse("0-51,104-155").unwrap();
         let helpers = CpuSet::parse("8-21,112-125,22-35,126-139").unwrap();
         assert_eq!(node0.difference(&helpers).to_string(), "0-7,36-51,104-111,140-155");
-        assert_eq!(node0.intersection(&CpuSet::parse("50-60").unwrap()).to_string(), "50-51");
+        assert_eq!(
+            node0.intersection(&CpuSet::parse("50-60").unwrap()).to_string(),
+            "50-51"
+        );
     }
 
     #[test]

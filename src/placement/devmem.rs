@@ -54,7 +54,11 @@ pub fn nic_stats(ifname: &str) -> Result<Vec<(String, u64)>, String> {
     info[0] = ETHTOOL_GSSET_INFO;
     info[2] = 1 << ETH_SS_STATS;
     ethtool(ifname, info.as_mut_ptr().cast()).map_err(|e| fail("ETHTOOL_GSSET_INFO", e))?;
-    let count = if info[2] & (1 << ETH_SS_STATS) != 0 { info[4] as usize } else { 0 };
+    let count = if info[2] & (1 << ETH_SS_STATS) != 0 {
+        info[4] as usize
+    } else {
+        0
+    };
     if count == 0 || count > MAX_STATS {
         return Ok(Vec::new());
     }
@@ -84,7 +88,11 @@ pub fn devmem_counter(stats: &[(String, u64)]) -> Option<(&str, u64)> {
     stats
         .iter()
         .find(|(n, _)| n == "rx_devmem_pkts")
-        .or_else(|| stats.iter().find(|(n, _)| n.starts_with("rx") && n.contains("devmem") && n.contains("pkt")))
+        .or_else(|| {
+            stats
+                .iter()
+                .find(|(n, _)| n.starts_with("rx") && n.contains("devmem") && n.contains("pkt"))
+        })
         .map(|(n, v)| (n.as_str(), *v))
 }
 
@@ -157,15 +165,25 @@ mod tests {
         assert_eq!(f.len(), 3, "a NIC without payload has nothing to prove: {f:?}");
         assert_eq!(f[0].level, Level::Ok);
         assert_eq!(f[1].level, Level::Error);
-        assert!(f[1].text.starts_with("eth2: 0 devmem packets for 4.3 GB"), "{}", f[1].text);
+        assert!(
+            f[1].text.starts_with("eth2: 0 devmem packets for 4.3 GB"),
+            "{}",
+            f[1].text
+        );
         assert_eq!(f[2].level, Level::Warning);
     }
 
     #[test]
     fn counter_names() {
         let s = |names: &[&str]| names.iter().map(|n| (n.to_string(), 5)).collect::<Vec<_>>();
-        assert_eq!(devmem_counter(&s(&["rx_packets", "rx_devmem_pkts"])), Some(("rx_devmem_pkts", 5)));
-        assert_eq!(devmem_counter(&s(&["rx_devmem_dropped", "rx_q0_devmem_pkts"])), Some(("rx_q0_devmem_pkts", 5)));
+        assert_eq!(
+            devmem_counter(&s(&["rx_packets", "rx_devmem_pkts"])),
+            Some(("rx_devmem_pkts", 5))
+        );
+        assert_eq!(
+            devmem_counter(&s(&["rx_devmem_dropped", "rx_q0_devmem_pkts"])),
+            Some(("rx_q0_devmem_pkts", 5))
+        );
         assert_eq!(devmem_counter(&s(&["rx_packets"])), None);
     }
 

@@ -67,6 +67,20 @@ pub struct SetupReport {
     pub max_setup_threads: usize,
 }
 
+impl SetupReport {
+    /// The header line.
+    pub fn line(&self) -> String {
+        let busiest = self.sockets_per_node.iter().max_by_key(|(_, n)| **n);
+        let per_node = busiest.map_or(String::new(), |(h, n)| {
+            format!(", at most {n} sockets on one node ({h})")
+        });
+        format!(
+            "# connection setup: {:.3} s for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint\n",
+            self.seconds, self.comms, self.connect_seconds, self.max_setup_threads
+        )
+    }
+}
+
 /// The whole job's placement: `summary.json`'s `placement`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PlacementReport {
@@ -84,19 +98,26 @@ impl PlacementReport {
         reports.sort_by_key(|r| r.rank);
         let mut out = PlacementReport::default();
         let mut findings: Vec<NodeFinding> = Vec::new();
-        let mut add = |f: Finding, host: &str| match findings.iter_mut().find(|x| x.level == f.level && x.text == f.text) {
-            Some(x) if !x.hosts.iter().any(|h| h == host) => x.hosts.push(host.to_string()),
-            Some(_) => {}
-            None => findings.push(NodeFinding {
-                level: f.level,
-                text: f.text,
-                hosts: vec![host.to_string()],
-            }),
-        };
+        let mut add =
+            |f: Finding, host: &str| match findings.iter_mut().find(|x| x.level == f.level && x.text == f.text) {
+                Some(x) if !x.hosts.iter().any(|h| h == host) => x.hosts.push(host.to_string()),
+                Some(_) => {}
+                None => findings.push(NodeFinding {
+                    level: f.level,
+                    text: f.text,
+                    hosts: vec![host.to_string()],
+                }),
+            };
         if let Some(first) = reports.first() {
             for (what, differs) in [
-                ("plugin sha256", reports.iter().any(|r| r.plugin_sha256 != first.plugin_sha256)),
-                ("TCPX settings (NCCL_GPUDIRECTTCPX_*, socket and chunk variables)", reports.iter().any(|r| r.tcpx_env != first.tcpx_env)),
+                (
+                    "plugin sha256",
+                    reports.iter().any(|r| r.plugin_sha256 != first.plugin_sha256),
+                ),
+                (
+                    "TCPX settings (NCCL_GPUDIRECTTCPX_*, socket and chunk variables)",
+                    reports.iter().any(|r| r.tcpx_env != first.tcpx_env),
+                ),
             ] {
                 let f = if differs {
                     Finding::error(format!("{what} differ between ranks: {}", differences(&reports, what)))
@@ -134,7 +155,18 @@ impl PlacementReport {
                 let _ = writeln!(
                     s,
                     "#   {:>4} {:>4} {:>3} {:>12} {:>4}  {:<10} {:>12} {:>4} {:>6} {:>5} {:<7} {:<10} cpus",
-                    "ep", "rank", "gpu", "gpu pci", "numa", "nic", "nic pci", "numa", "Gb/s", "mtu", "dist", "chosen by"
+                    "ep",
+                    "rank",
+                    "gpu",
+                    "gpu pci",
+                    "numa",
+                    "nic",
+                    "nic pci",
+                    "numa",
+                    "Gb/s",
+                    "mtu",
+                    "dist",
+                    "chosen by"
                 );
             }
             let _ = writeln!(
@@ -240,7 +272,10 @@ mod tests {
         ]);
         assert_eq!(merged.errors(), 2, "{:?}", merged.findings);
         let text = merged.finding_lines(Level::Ok);
-        assert!(text.contains("plugin sha256 differ between ranks: rank 2 on c (def)"), "{text}");
+        assert!(
+            text.contains("plugin sha256 differ between ranks: rank 2 on c (def)"),
+            "{text}"
+        );
         assert!(text.contains("rank 1 on b (NCCL_DYNAMIC_CHUNK_SIZE)"), "{text}");
         assert!(text.contains("# ok: eth1 MTU 8244 [a,b,c]"), "{text}");
         assert!(text.find("# error").unwrap() < text.find("# warning").unwrap());

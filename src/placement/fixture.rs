@@ -39,7 +39,11 @@ pub fn build(description: &str, dir: &Path) -> Result<Fixture, String> {
             ["nic", name, path, numa, mtu] => {
                 fixture.nics.push(name.to_string());
                 let mtu: u32 = mtu.parse().map_err(|_| bad())?;
-                devices.push((path.to_string(), numa.parse::<u32>().map_err(|_| bad())?, Some((name.to_string(), mtu))));
+                devices.push((
+                    path.to_string(),
+                    numa.parse::<u32>().map_err(|_| bad())?,
+                    Some((name.to_string(), mtu)),
+                ));
             }
             _ => return Err(bad()),
         }
@@ -52,7 +56,9 @@ pub fn build(description: &str, dir: &Path) -> Result<Fixture, String> {
     std::fs::create_dir_all(dir.join("bus/pci/devices")).map_err(io)?;
     std::fs::create_dir_all(dir.join("class/net")).map_err(io)?;
     for (path, numa, nic) in devices {
-        let cpus = node_cpus.get(&numa).ok_or_else(|| format!("fixture: NUMA node {numa} has no 'node' line"))?;
+        let cpus = node_cpus
+            .get(&numa)
+            .ok_or_else(|| format!("fixture: NUMA node {numa} has no 'node' line"))?;
         // Every PCI function on the way gets the attributes a real one has.
         let parts: Vec<&str> = path.split('/').collect();
         for depth in 2..=parts.len() {

@@ -47,7 +47,9 @@ impl std::str::FromStr for NetDevSpec {
             .map(|t| match t.parse::<usize>() {
                 Ok(i) => Ok(NetDevToken::Index(i)),
                 Err(_) if !t.is_empty() => Ok(NetDevToken::Name(t.to_string())),
-                Err(_) => Err(format!("'{s}' has an empty entry: give device indices or names, e.g. 0,0,1,1 or eth1,eth2")),
+                Err(_) => Err(format!(
+                    "'{s}' has an empty entry: give device indices or names, e.g. 0,0,1,1 or eth1,eth2"
+                )),
             })
             .collect::<Result<_, _>>()?;
         Ok(NetDevSpec(tokens))
@@ -88,7 +90,9 @@ impl std::str::FromStr for CpuBind {
             lists => {
                 let sets = lists.split(';').map(CpuSet::parse).collect::<Result<Vec<_>, _>>()?;
                 if sets.iter().any(CpuSet::is_empty) {
-                    return Err(format!("'{s}' has an empty CPU list: use auto, none, or e.g. 0-7 or '0-7;52-59'"));
+                    return Err(format!(
+                        "'{s}' has an empty CPU list: use auto, none, or e.g. 0-7 or '0-7;52-59'"
+                    ));
                 }
                 Ok(CpuBind::Lists(sets))
             }
@@ -196,10 +200,19 @@ pub fn choose_nics(
     for g in gpus {
         let best = nics.iter().map(|n| dist(g, n)).min().unwrap_or(Distance::Unknown);
         let ties: Vec<usize> = (0..nics.len()).filter(|&d| dist(g, &nics[d]) == best).collect();
-        let first = ties.iter().position(|&d| load[d] == ties.iter().map(|&t| load[t]).min().unwrap_or(0)).unwrap_or(0);
+        let first = ties
+            .iter()
+            .position(|&d| load[d] == ties.iter().map(|&t| load[t]).min().unwrap_or(0))
+            .unwrap_or(0);
         load[ties[first]] += 1;
         let per_channel = (0..channels)
-            .map(|c| if spread_channels { ties[(first + c) % ties.len()] } else { ties[first] })
+            .map(|c| {
+                if spread_channels {
+                    ties[(first + c) % ties.len()]
+                } else {
+                    ties[first]
+                }
+            })
             .collect();
         out.push(GpuNics {
             gpu: g.index,
@@ -234,10 +247,12 @@ fn resolve_spec(spec: &NetDevSpec, nics: &[Nic], gpus: &[Gpu]) -> Result<Vec<usi
                 nics.len(),
                 names.join(",")
             )),
-            NetDevToken::Name(n) => names
-                .iter()
-                .position(|x| x == n)
-                .ok_or_else(|| format!("--net-dev {n}: the plugin has no such device (it has {})", names.join(","))),
+            NetDevToken::Name(n) => names.iter().position(|x| x == n).ok_or_else(|| {
+                format!(
+                    "--net-dev {n}: the plugin has no such device (it has {})",
+                    names.join(",")
+                )
+            }),
         })
         .collect::<Result<Vec<usize>, String>>()?;
     gpus.iter()
@@ -264,8 +279,20 @@ pub struct Binding {
 
 /// Chooses an endpoint's CPUs. `helpers`: TCPX's helper-thread CPUs; `allowed`: this process's
 /// affinity (empty = unknown, no restriction).
-pub fn choose_cpus(bind: &CpuBind, gpu: &Gpu, nic: &Nic, helpers: &CpuSet, allowed: &CpuSet) -> Result<Binding, String> {
-    let within = |s: &CpuSet| if allowed.is_empty() { s.clone() } else { s.intersection(allowed) };
+pub fn choose_cpus(
+    bind: &CpuBind,
+    gpu: &Gpu,
+    nic: &Nic,
+    helpers: &CpuSet,
+    allowed: &CpuSet,
+) -> Result<Binding, String> {
+    let within = |s: &CpuSet| {
+        if allowed.is_empty() {
+            s.clone()
+        } else {
+            s.intersection(allowed)
+        }
+    };
     match bind {
         CpuBind::None => Ok(Binding {
             cpus: None,
@@ -336,7 +363,12 @@ pub fn choose_cpus(bind: &CpuBind, gpu: &Gpu, nic: &Nic, helpers: &CpuSet, allow
 /// either.
 pub fn gpu_bus_ids() -> Vec<String> {
     if let Ok(list) = std::env::var(GPU_PCI_ENV) {
-        return list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        return list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
     }
     match tcpx_gpu::Gpu::probe() {
         Ok(Some(info)) => info.devices.iter().map(|d| d.pci_bus_id.clone()).collect(),

@@ -103,10 +103,22 @@ mod tests {
 
     #[test]
     fn classes_follow_the_tree() {
-        let gpu0 = place("/sys/devices/pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0", 0);
-        let eth1 = place("/sys/devices/pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:02.0/0000:06:00.0", 0);
-        let eth2 = place("/sys/devices/pci0000:07/0000:07:00.0/0000:08:00.0/0000:09:02.0/0000:0c:00.0", 0);
-        let eth3 = place("/sys/devices/pci0000:81/0000:81:00.0/0000:82:00.0/0000:83:02.0/0000:86:00.0", 1);
+        let gpu0 = place(
+            "/sys/devices/pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0",
+            0,
+        );
+        let eth1 = place(
+            "/sys/devices/pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:02.0/0000:06:00.0",
+            0,
+        );
+        let eth2 = place(
+            "/sys/devices/pci0000:07/0000:07:00.0/0000:08:00.0/0000:09:02.0/0000:0c:00.0",
+            0,
+        );
+        let eth3 = place(
+            "/sys/devices/pci0000:81/0000:81:00.0/0000:82:00.0/0000:83:02.0/0000:86:00.0",
+            1,
+        );
         assert_eq!(gpu0.bdf(), "0000:04:00.0");
         assert_eq!(distance(Some(&gpu0), Some(&eth1)), Distance::Pix);
         assert_eq!(distance(Some(&eth1), Some(&gpu0)), Distance::Pix);
@@ -114,7 +126,10 @@ mod tests {
         assert_eq!(distance(Some(&gpu0), Some(&eth3)), Distance::Sys);
         assert_eq!(distance(Some(&gpu0), None), Distance::Unknown);
         // Two switches below one root port; one host bridge.
-        let deep = place("pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0", 0);
+        let deep = place(
+            "pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:01.0/0000:05:00.0/0000:06:00.0/0000:07:00.0",
+            0,
+        );
         assert_eq!(distance(Some(&gpu0), Some(&deep)), Distance::Pxb);
         let other_port = place("pci0000:01/0000:01:01.0/0000:0f:00.0", 0);
         assert_eq!(distance(Some(&gpu0), Some(&other_port)), Distance::Phb);

@@ -56,7 +56,10 @@ pub fn data_sockets(env: &dyn Fn(&str) -> Option<String>) -> Result<usize, Strin
     let get = |k: &str| -> Result<usize, String> {
         match env(k) {
             None => Ok(1),
-            Some(v) => v.trim().parse::<usize>().map_err(|_| format!("{k}={v} is not a number")),
+            Some(v) => v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{k}={v} is not a number")),
         }
     };
     let n = get("NCCL_NSOCKS_PERTHREAD")? * get("NCCL_SOCKET_NTHREADS")?;
@@ -302,7 +305,10 @@ mod tests {
         Gpu {
             index: 0,
             pci: Some("0000:04:00.0".into()),
-            place: PciPlace::from_sysfs_path("pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0", Some(0)),
+            place: PciPlace::from_sysfs_path(
+                "pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0",
+                Some(0),
+            ),
             cpus: None,
         }
     }
@@ -321,7 +327,10 @@ mod tests {
     }
 
     fn errors(f: &[Finding]) -> Vec<&str> {
-        f.iter().filter(|f| f.level == Level::Error).map(|f| f.text.as_str()).collect()
+        f.iter()
+            .filter(|f| f.level == Level::Error)
+            .map(|f| f.text.as_str())
+            .collect()
     }
 
     #[test]
@@ -347,7 +356,10 @@ mod tests {
         let f = local(&ctx("GPUDirectTCPX_v7"));
         let errs = errors(&f);
         assert!(errs.iter().any(|e| e.contains("rx_rule_manager is missing")), "{f:?}");
-        assert!(errs.iter().any(|e| e.contains("get_gpu_fd_0000:04:00.0 is missing")), "{f:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("get_gpu_fd_0000:04:00.0 is missing")),
+            "{f:?}"
+        );
         // With the sockets present (real Unix sockets), no RxDM error remains.
         let _l1 = std::os::unix::net::UnixListener::bind(dir.join("rx_rule_manager")).unwrap();
         let _l2 = std::os::unix::net::UnixListener::bind(dir.join("get_gpu_fd_0000:04:00.0")).unwrap();
@@ -373,14 +385,33 @@ mod tests {
         };
         let f = local(&ctx);
         let errs = errors(&f);
-        assert!(errs.iter().any(|e| e.contains("NCCL_DYNAMIC_CHUNK_SIZE is unset")), "{errs:?}");
-        assert!(errs.iter().any(|e| e.contains("= 16") && e.contains("1 to 8")), "{errs:?}");
-        assert!(errs.iter().any(|e| e.contains("uses eth3 (NUMA 1): SYS") && e.contains("rx no cmsg")), "{errs:?}");
-        assert!(f.iter().any(|x| x.level == Level::Warning && x.text.contains("eth3 MTU 1460")));
+        assert!(
+            errs.iter().any(|e| e.contains("NCCL_DYNAMIC_CHUNK_SIZE is unset")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("= 16") && e.contains("1 to 8")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("uses eth3 (NUMA 1): SYS") && e.contains("rx no cmsg")),
+            "{errs:?}"
+        );
+        assert!(f
+            .iter()
+            .any(|x| x.level == Level::Warning && x.text.contains("eth3 MTU 1460")));
         // The same placement over tcpx-emu is only a NUMA warning.
-        let emu = Local { plugin_name: "tcpx-emu", ..ctx };
+        let emu = Local {
+            plugin_name: "tcpx-emu",
+            ..ctx
+        };
         let f = local(&emu);
-        assert!(f.iter().any(|x| x.level == Level::Warning && x.text.contains("different NUMA nodes")), "{f:?}");
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warning && x.text.contains("different NUMA nodes")),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -396,7 +427,12 @@ mod tests {
             env: &env,
         };
         let f = local(&huge);
-        assert!(errors(&f).iter().any(|e| e.contains("open files limit") && e.contains("ulimit -n")), "{f:?}");
+        assert!(
+            errors(&f)
+                .iter()
+                .any(|e| e.contains("open files limit") && e.contains("ulimit -n")),
+            "{f:?}"
+        );
         assert_eq!(fds_needed(10, 5, 4), 10 * 5 + 10 + 256);
     }
 }

@@ -51,7 +51,12 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     let mine = topo.endpoints_of(input.rank);
     let node = topo.endpoints[mine.start].node;
     // Every GPU of the node, so that ties spread the same way on each of its ranks.
-    let mut node_gpus: Vec<usize> = topo.endpoints.iter().filter(|e| e.node == node).map(|e| e.gpu).collect();
+    let mut node_gpus: Vec<usize> = topo
+        .endpoints
+        .iter()
+        .filter(|e| e.node == node)
+        .map(|e| e.gpu)
+        .collect();
     node_gpus.sort_unstable();
     node_gpus.dedup();
     let gpus = locate_gpus(&sys, &node_gpus, &super::gpu_bus_ids());
@@ -66,7 +71,9 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     let (mut comms, mut listens) = (0, 0);
     for e in mine {
         let ep = &topo.endpoints[e];
-        let at = node_gpus.binary_search(&ep.gpu).map_err(|_| "GPU of an endpoint is not on its node")?;
+        let at = node_gpus
+            .binary_search(&ep.gpu)
+            .map_err(|_| "GPU of an endpoint is not on its node")?;
         let (gpu, chosen) = (&gpus[at], &choice[at]);
         let nic = &nics[chosen.nics[0]];
         let binding = choose_cpus(input.cpu_bind, gpu, nic, &helpers, &allowed)?;
@@ -90,7 +97,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
             mtu: nic.mtu,
             distance: chosen.distance.to_string(),
             choice: chosen.choice,
-            cpus: binding.cpus.as_ref().map_or_else(|| format!("{allowed} (unpinned)"), CpuSet::to_string),
+            cpus: binding.cpus.as_ref().unwrap_or(&allowed).to_string(),
             cpus_why: binding.why.clone(),
         });
         checked.push((gpu, nic, chosen.distance));
@@ -139,7 +146,10 @@ fn tcpx_env() -> Vec<(String, String)> {
                 || k.starts_with("NCCL_TCPX_")
                 || matches!(
                     k.as_str(),
-                    "NCCL_DYNAMIC_CHUNK_SIZE" | "NCCL_NSOCKS_PERTHREAD" | "NCCL_SOCKET_NTHREADS" | "NCCL_MIN_ZCOPY_SIZE"
+                    "NCCL_DYNAMIC_CHUNK_SIZE"
+                        | "NCCL_NSOCKS_PERTHREAD"
+                        | "NCCL_SOCKET_NTHREADS"
+                        | "NCCL_MIN_ZCOPY_SIZE"
                 )
         })
         .collect();

@@ -41,7 +41,9 @@ impl Sysfs {
     }
 
     fn read(&self, rel: impl AsRef<Path>) -> Option<String> {
-        std::fs::read_to_string(self.root.join(rel)).ok().map(|s| s.trim().to_string())
+        std::fs::read_to_string(self.root.join(rel))
+            .ok()
+            .map(|s| s.trim().to_string())
     }
 
     /// A device directory (absolute below this root) as a place: its path below `devices`,
@@ -50,15 +52,23 @@ impl Sysfs {
         let Ok(real) = dir.canonicalize() else {
             return PciInfo::default();
         };
-        let devices = self.root.join("devices").canonicalize().unwrap_or_else(|_| self.root.join("devices"));
+        let devices = self
+            .root
+            .join("devices")
+            .canonicalize()
+            .unwrap_or_else(|_| self.root.join("devices"));
         let Ok(rel) = real.strip_prefix(&devices) else {
             return PciInfo::default();
         };
         let read = |f: &str| std::fs::read_to_string(real.join(f)).ok().map(|s| s.trim().to_string());
-        let numa = read("numa_node").and_then(|n| n.parse::<i64>().ok()).and_then(|n| u32::try_from(n).ok());
+        let numa = read("numa_node")
+            .and_then(|n| n.parse::<i64>().ok())
+            .and_then(|n| u32::try_from(n).ok());
         PciInfo {
             place: PciPlace::from_sysfs_path(&rel.to_string_lossy(), numa),
-            cpus: read("local_cpulist").and_then(|l| CpuSet::parse(&l).ok()).filter(|c| !c.is_empty()),
+            cpus: read("local_cpulist")
+                .and_then(|l| CpuSet::parse(&l).ok())
+                .filter(|c| !c.is_empty()),
         }
     }
 
@@ -115,7 +125,10 @@ mod tests {
     fn missing_devices_have_no_place() {
         let sys = Sysfs::at("/nonexistent-sysfs");
         assert_eq!(sys.pci("0000:04:00.0"), PciInfo::default());
-        assert_eq!(sys.nic("eth1", Some("/sys/devices/pci0000:01/0000:01:00.0")), PciInfo::default());
+        assert_eq!(
+            sys.nic("eth1", Some("/sys/devices/pci0000:01/0000:01:00.0")),
+            PciInfo::default()
+        );
         assert!(sys.mtu("eth1").is_none());
     }
 }

@@ -67,7 +67,14 @@ impl Node {
             .iter()
             .filter(|n| *n != "eth0")
             .map(|n| {
-                let real = self.sys.root().join("class/net").join(n).join("device").canonicalize().unwrap();
+                let real = self
+                    .sys
+                    .root()
+                    .join("class/net")
+                    .join(n)
+                    .join("device")
+                    .canonicalize()
+                    .unwrap();
                 let rel = real.strip_prefix(self.sys.root().canonicalize().unwrap()).unwrap();
                 props(n, Some(format!("/sys/{}", rel.display())))
             })
@@ -105,7 +112,10 @@ fn a3_high_pairs_gpus_with_their_switch_nic_at_any_gpu_count() {
     assert_eq!(arithmetic, [0, 1, 2, 3]);
     let gpus = n.gpus(4);
     let nics = n.data_nics();
-    assert_eq!(pci::distance(gpus[2].place.as_ref(), nics[2].place.as_ref()), Distance::Sys);
+    assert_eq!(
+        pci::distance(gpus[2].place.as_ref(), nics[2].place.as_ref()),
+        Distance::Sys
+    );
 }
 
 #[test]
@@ -114,7 +124,10 @@ fn a3_high_eth0_is_never_a_data_nic() {
     let props: Vec<_> = n.fixture.nics.iter().map(|name| props(name, None)).collect();
     let nics = locate_nics(&n.sys, &props);
     assert_eq!(nics[0].name, "eth0");
-    assert!(nics[0].place.is_some(), "class/net/eth0/device resolves without a pciPath");
+    assert!(
+        nics[0].place.is_some(),
+        "class/net/eth0/device resolves without a pciPath"
+    );
     let (choice, _) = choose_nics(&n.gpus(8), &nics, None, 1, false).unwrap();
     assert!(choice.iter().all(|c| c.nics[0] != 0), "{choice:?}");
 }
@@ -180,7 +193,14 @@ fn unknown_paths_fall_back_to_arithmetic_with_a_note() {
     let (choice, notes) = choose_nics(&gpus, &nics, None, 1, false).unwrap();
     assert!(choice.iter().all(|c| c.choice == Choice::Arithmetic && c.nics == [0]));
     assert!(notes[0].contains("no plugin device has a PCI path"), "{notes:?}");
-    let b = choose_cpus(&CpuBind::Auto, &gpus[0], &nics[0], &CpuSet::default(), &CpuSet::default()).unwrap();
+    let b = choose_cpus(
+        &CpuBind::Auto,
+        &gpus[0],
+        &nics[0],
+        &CpuSet::default(),
+        &CpuSet::default(),
+    )
+    .unwrap();
     assert!(b.cpus.is_none(), "{b:?}");
 }
 
@@ -193,15 +213,28 @@ fn explicit_net_dev_and_cpu_lists() {
     let (choice, _) = choose_nics(&gpus, &nics, Some(&spec), 1, false).unwrap();
     let devs: Vec<usize> = choice.iter().map(|c| c.nics[0]).collect();
     assert_eq!(devs, [3, 3, 0, 0]);
-    assert_eq!(choice[0].distance, Distance::Sys, "the report shows what the user chose");
+    assert_eq!(
+        choice[0].distance,
+        Distance::Sys,
+        "the report shows what the user chose"
+    );
     assert!(choice.iter().all(|c| c.choice == Choice::Explicit));
     let one: NetDevSpec = "1".parse().unwrap();
-    assert!(choose_nics(&gpus, &nics, Some(&one), 1, false).unwrap().0.iter().all(|c| c.nics == [1]));
+    assert!(choose_nics(&gpus, &nics, Some(&one), 1, false)
+        .unwrap()
+        .0
+        .iter()
+        .all(|c| c.nics == [1]));
     let err = choose_nics(&gpus, &nics, Some(&"0,1".parse().unwrap()), 1, false).unwrap_err();
     assert!(err.contains("one per GPU"), "{err}");
     let err = choose_nics(&gpus, &nics, Some(&"eth9".parse().unwrap()), 1, false).unwrap_err();
-    assert!(err.contains("no such device") && err.contains("eth1,eth2,eth3,eth4"), "{err}");
-    assert!(choose_nics(&gpus, &nics, Some(&"7".parse().unwrap()), 1, false).unwrap_err().contains("does not exist"));
+    assert!(
+        err.contains("no such device") && err.contains("eth1,eth2,eth3,eth4"),
+        "{err}"
+    );
+    assert!(choose_nics(&gpus, &nics, Some(&"7".parse().unwrap()), 1, false)
+        .unwrap_err()
+        .contains("does not exist"));
     assert!("0,,1".parse::<NetDevSpec>().is_err());
 
     let bind: CpuBind = "0-3;52-55".parse().unwrap();
@@ -211,5 +244,12 @@ fn explicit_net_dev_and_cpu_lists() {
     assert_eq!("none".parse::<CpuBind>().unwrap(), CpuBind::None);
     assert!("x".parse::<CpuBind>().is_err() && "1;".parse::<CpuBind>().is_err());
     let allowed = CpuSet::parse("100-107").unwrap();
-    assert!(choose_cpus(&"0-3".parse().unwrap(), &gpus[0], &nics[0], &CpuSet::default(), &allowed).is_err());
+    assert!(choose_cpus(
+        &"0-3".parse().unwrap(),
+        &gpus[0],
+        &nics[0],
+        &CpuSet::default(),
+        &allowed
+    )
+    .is_err());
 }
