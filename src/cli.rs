@@ -9,7 +9,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, Parser, ValueEnum};
 use serde::Serialize;
 
 use crate::placement::{CpuBind, NetDevSpec};
@@ -46,8 +46,10 @@ SIZES:
   Sizes take binary suffixes K, M, G (1024-based), fractions allowed: 512K, 1.5M, 4G, 100.
 
 PLUGIN:
-  No --plugin: tcpx-emu, built with the project, next to this binary. --plugin takes a path, or a
-  name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces ncclNetPlugin_vN.
+  No --plugin: tcpx-emu as TCPX presents itself (only ncclNetPlugin_v7), built with the project,
+  next to this binary; --plugin tcpxemu loads its build with every table (v7..v12). --plugin takes
+  a path, or a name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces
+  ncclNetPlugin_vN.
 
 EXIT STATUS:
   0 every size measured, every byte checked right; 1 error (impossible plan, plugin error, bytes
@@ -157,7 +159,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 8)]
     pub window: usize,
 
-    /// Net plugin: a path to a .so or a name (libnccl-net-NAME.so); default: the bundled tcpx-emu
+    /// Net plugin: a path to a .so or a name (libnccl-net-NAME.so); default: the bundled tcpx-emu (v7 only, as TCPX)
     #[arg(long)]
     pub plugin: Option<String>,
 
@@ -431,6 +433,67 @@ impl Cli {
         // Serializing plain data (numbers, strings, enums, paths) cannot fail except for a
         // non-UTF-8 path; fall back to a lossy rendering rather than losing the config.
         serde_json::to_value(self).unwrap_or_else(|_| serde_json::Value::String(format!("{self:?}")))
+    }
+
+    /// Compares the command lines of every rank (each without the program name, in rank order):
+    /// `None` when they mean the same options, else one line naming the first option that differs,
+    /// each distinct value and the ranks that gave it. Compared by meaning, not by text (`-n 5` and
+    /// `--iters 5` agree).
+    pub fn disagreement(argvs: &[Vec<String>]) -> Option<String> {
+        let parsed: Vec<serde_json::Value> = argvs
+            .iter()
+            .map(|a| {
+                let full = std::iter::once("tcpx-perf".to_string()).chain(a.iter().cloned());
+                Cli::try_parse_from(full)
+                    .map_or_else(|e| serde_json::Value::String(e.kind().to_string()), |c| c.config_json())
+            })
+            .collect();
+        let first = parsed.first()?;
+        let keys: Vec<String> = match first {
+            serde_json::Value::Object(m) => m.keys().cloned().collect(),
+            _ => vec![String::new()],
+        };
+        for key in keys {
+            let value_of = |v: &serde_json::Value| if key.is_empty() { v.clone() } else { v[&key].clone() };
+            let reference = value_of(first);
+            if parsed.iter().all(|v| value_of(v) == reference) {
+                continue;
+            }
+            let mut groups: Vec<(serde_json::Value, Vec<usize>)> = Vec::new();
+            for (rank, v) in parsed.iter().enumerate() {
+                let value = value_of(v);
+                match groups.iter_mut().find(|(g, _)| *g == value) {
+                    Some((_, ranks)) => ranks.push(rank),
+                    None => groups.push((value, vec![rank])),
+                }
+            }
+            let flag = Cli::command()
+                .get_arguments()
+                .find(|a| a.get_id().as_str() == key)
+                .and_then(|a| a.get_long().map(|l| format!("--{l}")))
+                .unwrap_or_else(|| format!("--{}", key.replace('_', "-")));
+            let values: Vec<String> = groups
+                .iter()
+                .map(|(value, ranks)| {
+                    let shown = match value {
+                        serde_json::Value::Null => "(unset)".to_string(),
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    let ranks: Vec<String> = ranks.iter().map(usize::to_string).collect();
+                    format!(
+                        "{shown} on rank{} {}",
+                        if ranks.len() > 1 { "s" } else { "" },
+                        ranks.join(",")
+                    )
+                })
+                .collect();
+            return Some(format!(
+                "ranks disagree on {flag}: {}; launch every rank with the same flags",
+                values.join("; ")
+            ));
+        }
+        None
     }
 
     /// Checks that need only the flags. Each error is one line that names the fix.
@@ -730,6 +793,30 @@ mod tests {
         assert_eq!(Pattern::Fullmesh.as_str(), "fullmesh");
         assert_eq!(Pattern::Ring.to_string(), Pattern::Ring.as_str());
         assert_eq!(Dir::Uni.as_str(), "uni");
+    }
+
+    #[test]
+    fn disagreeing_ranks_name_the_flag_values_and_ranks() {
+        let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            Cli::disagreement(&[argv("-n 5 --window 8"), argv("--iters 5 --window 8")]),
+            None
+        );
+        let msg = Cli::disagreement(&[argv("--window 8"), argv("--window 17"), argv("--window 8")]).unwrap();
+        assert_eq!(
+            msg,
+            "ranks disagree on --window: 8 on ranks 0,2; 17 on rank 1; launch every rank with the same flags"
+        );
+        let msg = Cli::disagreement(&[argv("--ranks-per-node 1"), argv("")]).unwrap();
+        assert!(
+            msg.contains("--ranks-per-node: 1 on rank 0; (unset) on rank 1"),
+            "{msg}"
+        );
+        let msg = Cli::disagreement(&[argv("-b 1M"), argv("-b 2M")]).unwrap();
+        assert!(
+            msg.contains("--minbytes: 1048576 on rank 0; 2097152 on rank 1"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 pub mod check;
 pub mod cli;
 pub mod contracts;
+pub mod delivery;
 pub mod engine;
 pub mod export;
 pub mod mpi_boot;
@@ -23,3 +24,4 @@ pub mod report;
 pub mod run;
 pub mod stats;
 pub mod topology;
+pub mod wire;

@@ -82,16 +82,21 @@ impl Mpi {
         Ok(Topology::new(&node_of, &local_of, gpus_per_rank, hostnames))
     }
 
-    fn gather_strings(&self, mine: &str) -> Vec<String> {
-        const WIDTH: usize = 256;
-        let mut fixed = [0u8; WIDTH];
-        let bytes = mine.as_bytes();
-        let n = bytes.len().min(WIDTH - 1);
-        fixed[..n].copy_from_slice(&bytes[..n]);
-        let mut all = vec![0u8; WIDTH * self.world.size() as usize];
-        self.world.all_gather_into(&fixed[..], &mut all[..]);
-        all.chunks_exact(WIDTH)
-            .map(|c| String::from_utf8_lossy(&c[..c.iter().position(|&b| b == 0).unwrap_or(WIDTH)]).into_owned())
+    /// Every rank's string, in rank order (any length: lengths first, then the bytes).
+    pub fn gather_strings(&self, mine: &str) -> Vec<String> {
+        let ranks = self.world.size() as usize;
+        let mut lens = vec![0u64; ranks];
+        lens[self.world.rank() as usize] = mine.len() as u64;
+        self.all_reduce_in_place(&mut lens, SystemOperation::sum());
+        let width = lens.iter().copied().max().unwrap_or(0) as usize;
+        let mut fixed = vec![0u8; width];
+        fixed[..mine.len()].copy_from_slice(mine.as_bytes());
+        let mut all = vec![0u8; width * ranks];
+        if width > 0 {
+            self.world.all_gather_into(&fixed[..], &mut all[..]);
+        }
+        (0..ranks)
+            .map(|r| String::from_utf8_lossy(&all[r * width..r * width + lens[r] as usize]).into_owned())
             .collect()
     }
 

@@ -130,8 +130,8 @@ pub struct SizeResult {
     pub stats: SampleStats,
     /// Network bytes per iteration over all endpoints, as planned.
     pub bytes_planned: u64,
-    /// Network bytes per iteration over all endpoints, as counted by completions.
-    pub bytes_moved: u64,
+    /// Bytes per iteration as measured (plugin sizes, unpack descriptors, interface counters).
+    pub bytes: crate::delivery::ByteCheck,
     /// Per-iteration times (each iteration reduced over ranks with `-a`), microseconds: the
     /// spread columns (t_min, t_med, t_p99, cv%) describe these.
     pub samples_us: Vec<f64>,

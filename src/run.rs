@@ -8,8 +8,11 @@
 
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
 use crate::contracts;
+use crate::delivery::{self, WireProbe};
 use crate::engine::gpu::CudaPath;
-use crate::engine::{watchdog, Collectives, Engine, EngineConfig, MemKind};
+use crate::engine::progress::Delivered;
+use crate::engine::watchdog::{self, Watchdog};
+use crate::engine::{Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding};
@@ -40,8 +43,10 @@ pub fn launcher_rank() -> usize {
         .unwrap_or(0)
 }
 
-/// File name of the reference plugin as NCCL names it, and as cargo names it.
-pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu.so", "libnccl_net_tcpxemu.so"];
+/// The built-in plugin: tcpx-emu as GPUDirect-TCPX presents itself (only `ncclNetPlugin_v7`
+/// exported, so nothing can pick a newer table), by NCCL's file name and by cargo's. The build
+/// with every table (v7..v12) is `--plugin tcpxemu`.
+pub const EMU_PLUGIN_FILES: [&str; 2] = ["libnccl-net-tcpxemu-v7.so", "libnccl_net_tcpxemu_v7.so"];
 
 enum Fatal {
     /// The flags are invalid (the same on every rank): rank 0 says so once, all exit with
@@ -85,13 +90,13 @@ pub fn run(cli: Cli) -> i32 {
             if mpi.rank() == 0 {
                 eprintln!("tcpx-perf: usage error: {msg}");
             }
-            EXIT_USAGE
+            exit_together(&mpi, EXIT_USAGE)
         }
         Err(Fatal::Everywhere(msg)) => {
             if mpi.rank() == 0 {
                 eprintln!("tcpx-perf: error: {msg}");
             }
-            EXIT_ERROR
+            exit_together(&mpi, EXIT_ERROR)
         }
         Err(Fatal::Here(msg)) => {
             eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
@@ -101,8 +106,18 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("tcpx-perf: rank {}: timeout: {msg}", mpi.rank());
             mpi.abort(EXIT_TIMEOUT)
         }
-        Err(Fatal::Reported) => EXIT_ERROR,
+        Err(Fatal::Reported) => exit_together(&mpi, EXIT_ERROR),
     }
+}
+
+/// For errors every rank reached together: no rank leaves before the one that explains the error
+/// has printed it (mpirun ends the job at the first non-zero exit, cutting off what others had
+/// still to say).
+fn exit_together(mpi: &Mpi, code: i32) -> i32 {
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    mpi.barrier();
+    code
 }
 
 /// The plugin log lines this rank held back as repeats, with their counts.
@@ -196,7 +211,31 @@ fn ptr_support_str(bits: i32) -> String {
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
-    // Every rank parses the same flags, so rank 0 alone reports what is wrong with them.
+    // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
+    // -T too; the engine arms its own watchdog per phase.
+    let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
+    setup.arm(
+        "setup (flags, topology, plugin)",
+        Duration::from_secs(cli.timeout.max(1)),
+    );
+    // Every rank's flags must mean the same before any check made from them: a rank that
+    // disagrees would otherwise wait in a collective the others never reach.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let all = mpi.gather_strings(&argv.join("\u{1f}"));
+    let argvs: Vec<Vec<String>> = all
+        .iter()
+        .map(|a| {
+            if a.is_empty() {
+                Vec::new()
+            } else {
+                a.split('\u{1f}').map(String::from).collect()
+            }
+        })
+        .collect();
+    if let Some(msg) = Cli::disagreement(&argvs) {
+        return Err(Fatal::Usage(msg));
+    }
+    // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     cli.validate().map_err(Fatal::Usage)?;
     let start_time = report::now_rfc3339();
     let rank = mpi.rank();
@@ -253,6 +292,15 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         mem == MemKind::Cuda(CudaPath::Direct) && props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK;
     notes.extend(contracts::check_chunk(cli.chunk, plugin.abi(), &props, cuda_unpack).map_err(Fatal::Everywhere)?);
     let reg_segment = contracts::registration_segment(plugin.abi(), cli.max_reg);
+    let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
+        .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
+        .collect();
+    let probe = WireProbe::new(&device_names, &topo, rank);
+    notes.push(format!(
+        "bytes checked by: interface counters of {} on every host (a lower bound), unpack descriptor totals{}, plugin-reported sizes where the plugin reports them",
+        probe.ifaces().join(","),
+        if cuda_unpack { "" } else { " (not in this memory mode)" }
+    ));
     if props.ptr_support & nccl_net::abi::NCCL_PTR_HOST == 0 && mem != MemKind::Cuda(CudaPath::Direct) {
         return Err(Fatal::Everywhere(format!(
             "plugin '{}' does not take host memory (ptrSupport {}); use --mem cuda on a GPU host",
@@ -356,6 +404,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
             .unwrap_or(if contracts::is_tcpx_like(plugin.name()) { 64 } else { 1 }),
         reg_segment,
     };
+    setup.disarm();
     let setup_start = std::time::Instant::now();
     let engine = agree(
         mpi,
@@ -376,7 +425,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         timing.threads as f64,
     ]);
     let max = |i: usize| all.iter().skip(i).step_by(3).copied().fold(0.0, f64::max);
-    let setup = placement::dry_run::SetupReport {
+    let setup_report = placement::dry_run::SetupReport {
         seconds: max(0),
         connect_seconds: max(1),
         comms: info.placement.comms,
@@ -384,16 +433,25 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         max_setup_threads: max(2) as usize,
     };
     if rank == 0 {
-        print!("{}", setup.line());
+        print!("{}", setup_report.line());
     }
-    info.placement.setup = Some(setup);
+    info.placement.setup = Some(setup_report);
 
     let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
     let mut results = Vec::new();
     let mut pattern_iter: u32 = 0;
     let mut failure = None;
     for plan in &plans {
-        match measure(cli, mpi, &engine, &topo, plan, &mut pattern_iter, progress.as_ref()) {
+        match measure(
+            cli,
+            mpi,
+            &engine,
+            &topo,
+            &probe,
+            plan,
+            &mut pattern_iter,
+            progress.as_ref(),
+        ) {
             Ok(r) => {
                 if rank == 0 {
                     let line = table::row(&r);
@@ -685,11 +743,13 @@ fn progress_bar(cli: &Cli, rank: usize, total: usize) -> Option<indicatif::Progr
 }
 
 /// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     cli: &Cli,
     mpi: &Mpi,
     engine: &Engine,
     topo: &Topology,
+    probe: &WireProbe,
     plan: &Arc<Plan>,
     pattern_iter: &mut u32,
     progress: Option<&indicatif::ProgressBar>,
@@ -700,10 +760,14 @@ fn measure(
         bar.set_message(format!("size {}", crate::cli::format_size(plan.size)));
     }
     let mut times = Vec::with_capacity(cli.iters);
-    let mut bytes_moved = 0u64;
+    let mut delivered = Delivered::default();
+    let mut wire_before = None;
     let mut wrong = 0u64;
     for i in 0..cli.warmup_iters + cli.iters {
         let timed = i >= cli.warmup_iters;
+        if i == cli.warmup_iters {
+            wire_before = Some(probe.snapshot());
+        }
         *pattern_iter = pattern_iter.wrapping_add(1);
         if check || i == 0 {
             engine.fill(*pattern_iter).map_err(Fatal::Here)?;
@@ -717,7 +781,7 @@ fn measure(
         })?;
         if timed {
             times.push(it.elapsed.as_secs_f64() * 1e6);
-            bytes_moved += it.bytes_received;
+            delivered.add(&it.delivered);
             if check {
                 wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
@@ -736,9 +800,19 @@ fn measure(
             stats::reduce(&per_rank, cli.average)
         })
         .collect();
-    let mut counters = [bytes_moved, wrong];
+    let wire_after = probe.snapshot();
+    let mut counters = [wrong];
     mpi.sum_u64(&mut counters);
-    let [bytes_moved, wrong] = counters;
+    let [wrong] = counters;
+    let mut sums = delivered.to_array();
+    mpi.sum_u64(&mut sums);
+    let delivered = Delivered::from_array(sums);
+    let wire = probe.exchange(
+        mpi,
+        topo,
+        &wire_before.expect("at least one timed iteration"),
+        &wire_after,
+    );
     let mut flow_sums = vec![0.0; plan.flows.len()];
     for totals in engine.totals().map_err(Fatal::Here)? {
         for (flow, sum) in totals.flow_time_sum {
@@ -747,13 +821,7 @@ fn measure(
     }
     mpi.sum_f64(&mut flow_sums);
 
-    let bytes_planned = plan.network_bytes() * cli.iters as u64;
-    if bytes_moved != bytes_planned {
-        return Err(Fatal::Everywhere(format!(
-            "size {}: {bytes_moved} bytes completed, {bytes_planned} planned over {} iterations: the result is invalid",
-            plan.size, cli.iters
-        )));
-    }
+    let bytes = delivery::check(plan, topo, cli.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
     let rank_means: Vec<f64> = all
@@ -774,7 +842,7 @@ fn measure(
         wrong: check.then_some(wrong),
         stats,
         bytes_planned: plan.network_bytes(),
-        bytes_moved: bytes_moved / cli.iters as u64,
+        bytes,
         samples_us,
         busbw_factor: factor,
         pairs,

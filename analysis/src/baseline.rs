@@ -34,6 +34,27 @@ struct RawEntry {
     unit: Option<String>,
     #[serde(default)]
     note: Option<String>,
+    /// Run-to-run spread (sd of the logs of `values`), written by make-baseline for readers;
+    /// the gate recomputes it from `values`.
+    #[serde(default)]
+    spread: Option<f64>,
+}
+
+/// The job shape the baseline was measured with (refused against another shape).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Shape {
+    /// Endpoints: GPUs, i.e. NCCL ranks (nccl-tests' "ranks").
+    #[serde(default)]
+    pub endpoints: Option<u64>,
+    /// MPI processes (tcpx-perf `ranks`).
+    #[serde(default)]
+    pub ranks: Option<u64>,
+    #[serde(default)]
+    pub nodes: Option<u64>,
+    /// The plugin or transport (reported, not refused: comparing plugins is the point).
+    #[serde(default)]
+    pub plugin: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -47,6 +68,12 @@ struct RawBaseline {
     unit: String,
     #[serde(default)]
     placement: Option<String>,
+    /// How many runs the values come from (each `values` list holds one value per run, in
+    /// run order). Absent: unknown, and the gate cannot judge significance from the values.
+    #[serde(default)]
+    runs: Option<usize>,
+    #[serde(default)]
+    shape: Shape,
     #[serde(default)]
     provenance: BTreeMap<String, toml::Value>,
     #[serde(default)]
@@ -107,6 +134,8 @@ pub struct Entry {
     pub values: Vec<f64>,
     pub unit: Unit,
     pub note: String,
+    /// The spread recorded by make-baseline (informative; the gate uses `values`).
+    pub spread: Option<f64>,
 }
 
 impl Entry {
@@ -133,8 +162,28 @@ pub struct Baseline {
     pub pattern: String,
     pub family: Option<Family>,
     pub placement: Option<String>,
+    /// Runs the values come from (None: unknown).
+    pub runs: Option<usize>,
+    pub job: Shape,
     pub provenance: BTreeMap<String, String>,
     pub entries: Vec<Entry>,
+}
+
+impl Baseline {
+    /// The job shape in the keys of [`crate::compare::shape`].
+    pub fn shape(&self) -> BTreeMap<&'static str, String> {
+        let mut m = BTreeMap::new();
+        for (k, v) in [
+            ("endpoints", self.job.endpoints),
+            ("MPI ranks", self.job.ranks),
+            ("nodes", self.job.nodes),
+        ] {
+            if let Some(v) = v {
+                m.insert(k, v.to_string());
+            }
+        }
+        m
+    }
 }
 
 fn size(file: &str, what: &str, s: &SizeSpec) -> Result<u64, ParseError> {
@@ -172,6 +221,13 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
             format!("unit {:?}: use \"GB/s\", \"GiB/s\" or \"us\"", raw.unit),
         )
     })?;
+    if raw.runs == Some(0) {
+        return Err(ParseError::new(
+            file,
+            None,
+            "runs = 0: give the number of runs the values come from",
+        ));
+    }
     if raw.entry.is_empty() {
         return Err(ParseError::new(file, None, "no [[entry]] tables"));
     }
@@ -205,6 +261,14 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
         if values.iter().any(|v| !v.is_finite() || *v <= 0.0) {
             return Err(err("values must be finite and > 0".into()));
         }
+        if let Some(r) = raw.runs.filter(|_| values.len() > 1) {
+            if values.len() != r {
+                return Err(err(format!(
+                    "{} values but runs = {r}: a `values` list holds one value per run",
+                    values.len()
+                )));
+            }
+        }
         let unit = match &e.unit {
             Some(u) => Unit::parse(u).ok_or_else(|| err(format!("unit {u:?}")))?,
             None => top_unit,
@@ -230,6 +294,7 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
             values,
             unit,
             note: e.note.clone().unwrap_or_default(),
+            spread: e.spread,
         });
     }
     let provenance = raw
@@ -250,6 +315,8 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
         family: Family::from_name(&raw.pattern),
         pattern: raw.pattern,
         placement: raw.placement,
+        runs: raw.runs,
+        job: raw.shape,
         provenance,
         entries,
     })
@@ -267,9 +334,8 @@ pub fn is_baseline_path(p: &std::path::Path) -> bool {
     p.extension().is_some_and(|e| e == "toml")
 }
 
-/// Writes a baseline TOML from runs: one `per-size` entry per pattern x size x metric.
-/// With one run the per-iteration samples become the `values` (a distribution: two-sample
-/// tests); with several runs, one value per run (the runs are the unit of replication).
+/// Writes a baseline TOML from runs: one `per-size` entry per size x metric, `values` = one
+/// headline figure per run (run order), with the run count, per-size spread and job shape.
 pub fn from_runs(
     name: &str,
     runs: &[crate::model::Run],
@@ -288,6 +354,26 @@ pub fn from_runs(
             ))
         }
     };
+    let shape0 = crate::compare::shape(first);
+    for r in runs {
+        if crate::compare::shape(r) != shape0 {
+            return Err(format!(
+                "{}: another job shape than {} ({:?} vs {shape0:?})",
+                r.source,
+                first.source,
+                crate::compare::shape(r)
+            ));
+        }
+    }
+    let series: Vec<&crate::model::Series> = runs
+        .iter()
+        .map(|r| {
+            r.series
+                .iter()
+                .find(|s| s.pattern == ser.pattern && s.variant == ser.variant)
+                .ok_or_else(|| format!("{}: no pattern {} ({})", r.source, ser.pattern, ser.variant))
+        })
+        .collect::<Result<_, _>>()?;
     let mut o = String::new();
     let q = |s: &str| format!("{s:?}");
     let _ = writeln!(
@@ -296,41 +382,59 @@ pub fn from_runs(
         env!("CARGO_PKG_VERSION"),
         runs.len()
     );
+    if runs.len() < 5 {
+        let _ = writeln!(
+            o,
+            "# Fewer than 5 runs: the gate's verdicts against this file will often be inconclusive."
+        );
+    }
     let _ = writeln!(o, "schema_version = 1");
     let _ = writeln!(o, "name = {}", q(name));
     let _ = writeln!(o, "description = {}", q(description));
     let _ = writeln!(o, "pattern = {}", q(&ser.pattern));
     let _ = writeln!(o, "unit = \"GB/s\"");
+    let _ = writeln!(o, "runs = {}", runs.len());
+    let _ = writeln!(o, "\n[shape]");
+    for (key, label) in [("endpoints", "endpoints"), ("ranks", "MPI ranks"), ("nodes", "nodes")] {
+        if let Some(v) = shape0.get(label) {
+            let _ = writeln!(o, "{key} = {v}");
+        }
+    }
+    if let Some(p) = first.labels.get("plugin") {
+        let _ = writeln!(o, "plugin = {}", q(p));
+    }
     let _ = writeln!(o, "\n[provenance]");
-    let srcs: Vec<&str> = runs.iter().map(|r| r.source.as_str()).collect();
-    let _ = writeln!(o, "source = {}", q(&srcs.join(", ")));
-    for (k, v) in &first.labels {
+    let _ = writeln!(
+        o,
+        "source = {}",
+        q(&runs.iter().map(|r| r.source.as_str()).collect::<Vec<_>>().join(", "))
+    );
+    if !ser.variant.is_empty() {
+        let _ = writeln!(o, "variant = {}", q(&ser.variant));
+    }
+    for (k, v) in first.labels.iter().filter(|(k, _)| k.as_str() != "plugin") {
         let _ = writeln!(o, "{k} = {}", q(v));
     }
-    for (size, row) in &ser.rows {
+    for size in ser.rows.keys() {
         for &m in metrics {
-            let values: Vec<f64> = if runs.len() == 1 {
-                if row.samples.is_empty() {
-                    vec![row.summary.get(m)]
-                } else {
-                    row.samples.iter().map(|s| s.get(m)).collect()
-                }
-            } else {
-                let mut v = Vec::new();
-                for r in runs {
-                    let s = r
-                        .series
-                        .iter()
-                        .find(|s| s.pattern == ser.pattern && s.variant == ser.variant)
-                        .ok_or_else(|| format!("{}: no pattern {}", r.source, ser.pattern))?;
-                    let row = s
-                        .rows
+            let values: Vec<f64> = series
+                .iter()
+                .zip(runs)
+                .map(|(s, r)| {
+                    s.rows
                         .get(size)
-                        .ok_or_else(|| format!("{}: no size {size}", r.source))?;
-                    v.push(row.summary.get(m));
-                }
-                v
-            };
+                        .map(|row| row.summary.get(m))
+                        .ok_or_else(|| format!("{}: no size {size}", r.source))
+                })
+                .collect::<Result<_, _>>()?;
+            if values.iter().any(|v| !(v.is_finite() && *v > 0.0)) {
+                let _ = writeln!(
+                    o,
+                    "\n# {} at {size} B: a run reports {values:?} (zero has no ratio): not stored",
+                    m.name()
+                );
+                continue;
+            }
             let _ = writeln!(o, "\n[[entry]]\nmetric = \"{}\"\nsize = {size}", m.name());
             if m == Metric::Time {
                 let _ = writeln!(o, "unit = \"us\"");
@@ -339,7 +443,9 @@ pub fn from_runs(
             if vals.len() == 1 {
                 let _ = writeln!(o, "value = {}", vals[0]);
             } else {
+                let logs: Vec<f64> = values.iter().map(|v| v.ln()).collect();
                 let _ = writeln!(o, "values = [{}]", vals.join(", "));
+                let _ = writeln!(o, "spread = {:.4}", crate::stats::var(&logs).sqrt());
             }
         }
     }

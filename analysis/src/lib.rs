@@ -5,6 +5,7 @@
 
 pub mod baseline;
 pub mod compare;
+pub mod decision;
 pub mod error;
 pub mod model;
 pub mod parse;

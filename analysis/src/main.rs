@@ -4,7 +4,8 @@ use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tcpx_analyze::baseline::{self, Baseline};
-use tcpx_analyze::compare::{self, Reference, Replication, Settings};
+use tcpx_analyze::compare::{self, Reference, Settings};
+use tcpx_analyze::decision;
 use tcpx_analyze::error::{exit, Failure};
 use tcpx_analyze::model::{fmt_size, parse_size, Metric, Run};
 use tcpx_analyze::parse::{self, ParseOptions, Placement};
@@ -14,12 +15,14 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0   pass (gate), or success (compare/plot/show)
   1   regression: at least one comparison is a regression
-  2   inconclusive: no regression, but at least one comparison is inconclusive
-      (too few samples, CI straddles the threshold); --allow-inconclusive turns this into 0
+  2   inconclusive: no regression, but at least one comparison is inconclusive (too few
+      runs for the run-to-run spread: the verdict says how many would decide; a baseline
+      of unknown spread); --allow-inconclusive turns this into 0
   3   invalid input: unreadable/malformed/missing file, incomplete run, missing sizes,
       wrong data (#wrong > 0) or a run status other than ok
   4   refused: apples-to-oranges comparison (different patterns, a mean over a different
-      size range, GB/s vs GiB/s, unknown collective); --force overrides and says why
+      size range, GB/s vs GiB/s, unknown collective, different endpoint/MPI rank/node
+      counts); --force overrides and says why
   64  usage error (bad command line)";
 
 #[derive(Parser)]
@@ -36,13 +39,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Compare a candidate with a reference: per size and metric, medians, ratio, bootstrap CI,
-    /// Mann-Whitney U and Welch's t, Holm correction. Exit 0 unless the input is bad or refused.
+    /// Compare a candidate with references, one observation per run: geometric-mean ratio over
+    /// sizes, its interval, one-sided t tests against the threshold, runs needed; per-size
+    /// figures as diagnostics. Exit 0 unless the input is bad or refused.
     Compare(CompareArgs),
     /// Like compare, then turn the verdicts into an exit status (fails closed). See the exit codes.
     #[command(after_help = EXIT_CODES)]
     Gate(GateArgs),
-    /// SVG of bandwidth vs size (log2 axis), runs and baselines overlaid, CI bands.
+    /// SVG of bandwidth vs size (log2 axis): each run's headline figures with its iterations'
+    /// p10-p90 band, baselines overlaid (per-size points, dashed floors, dotted means).
     Plot(PlotArgs),
     /// SVG heatmap of the per-pair link matrix (tcpx-perf pairs.csv), robust-z outliers flagged.
     Heatmap(HeatmapArgs),
@@ -50,12 +55,56 @@ enum Cmd {
     Show(ShowArgs),
     /// Write a baseline file (.toml) from trusted run(s), to commit and gate against.
     MakeBaseline(MakeBaselineArgs),
+    /// Runs per side a gate needs, for a run-to-run spread (given, or measured from runs).
+    RunsNeeded(RunsNeededArgs),
+}
+
+#[derive(Args)]
+struct RunsNeededArgs {
+    /// Runs of one configuration to measure the spread from (busbw, geometric mean over sizes).
+    inputs: Vec<PathBuf>,
+    /// Run-to-run spread (sd of the log of a run's figure, about its CV), e.g. 0.05.
+    #[arg(long)]
+    spread: Option<f64>,
+    /// The slowdown to detect, as a fraction (0.2 = 20% slower).
+    #[arg(long, default_value_t = 0.2)]
+    slowdown: f64,
+    #[command(flatten)]
+    rule: RuleArgs,
+    #[command(flatten)]
+    input: InputOpts,
+}
+
+/// The decision rule's settings, shared by compare/gate and runs-needed.
+#[derive(Args, Clone)]
+struct RuleArgs {
+    /// Practical threshold: slowdowns smaller than this fraction are not regressions.
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// One-sided level of the regression test: the false-alarm rate on unchanged code.
+    #[arg(long, default_value_t = 0.01)]
+    alpha: f64,
+    /// One-sided level of the pass test: the rate at which a slowdown beyond the threshold passes.
+    #[arg(long, default_value_t = 0.05)]
+    pass_alpha: f64,
+}
+
+impl RuleArgs {
+    fn check(&self) -> Result<(), Failure> {
+        let level = |x: f64| x > 0.0 && x < 0.5;
+        if !(0.0..1.0).contains(&self.threshold) || !level(self.alpha) || !level(self.pass_alpha) {
+            return Err(Failure::Usage(
+                "--threshold must be in [0,1), --alpha and --pass-alpha in (0,0.5)".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args)]
 struct MakeBaselineArgs {
-    /// Run inputs (one pattern). One run: its per-iteration samples become the values;
-    /// several runs: one value per run.
+    /// Run inputs (one pattern), 5 or more for a baseline the gate can judge significance
+    /// against: each entry stores one headline figure per run.
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// Baseline name.
@@ -79,9 +128,14 @@ struct InputOpts {
     /// nccl-tests placement to read.
     #[arg(long, value_enum, default_value_t = Placement::OutOfPlace)]
     placement: Placement,
-    /// Collective to assume for nccl-tests inputs that do not name it (e.g. sendrecv_perf, all_reduce_perf, alltoall_perf).
+    /// Collective to assume for nccl-tests inputs that do not name it, or name one of no known
+    /// family (e.g. sendrecv_perf, all_reduce_perf, alltoall_perf).
     #[arg(long)]
     pattern: Option<String>,
+    /// Use the rows of a stdout table that stops before its footer with no error after it (an
+    /// excerpt, a cut log); crashed runs are refused regardless.
+    #[arg(long)]
+    allow_truncated: bool,
 }
 
 impl InputOpts {
@@ -89,6 +143,7 @@ impl InputOpts {
         ParseOptions {
             placement: self.placement,
             pattern: self.pattern.clone(),
+            allow_truncated: self.allow_truncated,
         }
     }
 }
@@ -99,41 +154,27 @@ struct CompareArgs {
     /// nccl-tests stdout logs or JSON. Several inputs = several runs of the candidate.
     #[arg(required = true)]
     candidate: Vec<PathBuf>,
-    /// Reference: a baseline file (.toml) or run inputs like the candidate's (repeatable).
-    #[arg(long, short = 'B', required = true)]
+    /// References: baseline files (.toml) and/or run inputs like the candidate's (a result
+    /// directory, a directory of them, files). Takes several values (`-B A B`); the run inputs
+    /// together form one reference, each baseline file is one more.
+    #[arg(long, short = 'B', required = true, num_args = 1..)]
     baseline: Vec<PathBuf>,
     /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
     #[arg(long, value_delimiter = ',')]
     metric: Vec<String>,
-    /// Practical threshold: changes smaller than this fraction are not regressions.
-    #[arg(long, default_value_t = 0.05)]
-    threshold: f64,
-    /// Significance level for the Holm-adjusted one-sided p-value.
-    #[arg(long, default_value_t = 0.05)]
-    alpha: f64,
-    /// Confidence level of the bootstrap interval.
-    #[arg(long, default_value_t = 0.95)]
-    confidence: f64,
-    /// Bootstrap resamples.
-    #[arg(long, default_value_t = 5000)]
-    resamples: usize,
-    /// Bootstrap seed (reported in the output).
-    #[arg(long, default_value_t = 0x7C9C_5EED)]
-    seed: u64,
-    /// Minimum observations per side for a statistical decision.
-    #[arg(long, default_value_t = 5)]
-    min_samples: usize,
-    /// What one observation is.
-    #[arg(long, value_enum, default_value_t = Replication::Auto)]
-    replication: Replication,
+    #[command(flatten)]
+    rule: RuleArgs,
+    /// Gate only these sizes, MIN..MAX (e.g. 1M..64M); mean-over-sizes baselines keep theirs.
+    #[arg(long)]
+    sizes: Option<String>,
     /// Compare despite apples-to-oranges reasons (they are still reported).
     #[arg(long)]
     force: bool,
     /// Convert baseline values given in GiB/s to GB/s (otherwise such a baseline is refused).
     #[arg(long)]
     convert_units: bool,
-    /// Judge a single candidate value (n=1, e.g. an nccl-tests table) against a constant
-    /// baseline by the point ratio alone, without any uncertainty estimate.
+    /// Treat baseline values of unknown spread (no `runs` >= 2) as exact: the candidate's
+    /// run-to-run spread alone decides (a single candidate run: the point ratio).
     #[arg(long)]
     allow_point_estimates: bool,
     /// Only compare tcpx-perf series whose scope/dir/mem variant contains this text.
@@ -162,8 +203,8 @@ struct GateArgs {
 struct PlotArgs {
     /// Run inputs to plot (each is one line).
     inputs: Vec<PathBuf>,
-    /// Baseline files (.toml) to overlay (repeatable).
-    #[arg(long, short = 'B')]
+    /// Baseline files (.toml) to overlay (several values or repeated).
+    #[arg(long, short = 'B', num_args = 1..)]
     baseline: Vec<PathBuf>,
     /// Output SVG file.
     #[arg(long, short = 'o')]
@@ -174,15 +215,12 @@ struct PlotArgs {
     /// Plot title.
     #[arg(long)]
     title: Option<String>,
-    #[arg(long, default_value_t = 2000)]
-    resamples: usize,
-    #[arg(long, default_value_t = 0.95)]
-    confidence: f64,
-    #[arg(long, default_value_t = 0x7C9C_5EED)]
-    seed: u64,
     /// Convert GiB/s baseline values to GB/s.
     #[arg(long)]
     convert_units: bool,
+    /// Logarithmic y axis.
+    #[arg(long)]
+    log_y: bool,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -229,26 +267,25 @@ fn metrics(v: &[String], default: &[Metric]) -> Result<Vec<Metric>, Failure> {
         .collect()
 }
 
+fn size_range(v: &Option<String>) -> Result<Option<(u64, u64)>, Failure> {
+    let Some(t) = v else { return Ok(None) };
+    let bad = || Failure::Usage(format!("--sizes {t:?}: use MIN..MAX, e.g. 1M..64M"));
+    let (a, b) = t.split_once("..").ok_or_else(bad)?;
+    let (a, b) = (parse_size(a).ok_or_else(bad)?, parse_size(b).ok_or_else(bad)?);
+    if a > b {
+        return Err(bad());
+    }
+    Ok(Some((a, b)))
+}
+
 fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: bool) -> Result<Settings, Failure> {
-    if !(0.0..1.0).contains(&a.threshold) || !(0.0..1.0).contains(&a.alpha) || !(0.5..1.0).contains(&a.confidence) {
-        return Err(Failure::Usage(
-            "--threshold and --alpha must be in [0,1), --confidence in [0.5,1)".into(),
-        ));
-    }
-    if a.resamples < 100 || a.min_samples < 2 {
-        return Err(Failure::Usage(
-            "--resamples must be >= 100 and --min-samples >= 2".into(),
-        ));
-    }
+    a.rule.check()?;
     Ok(Settings {
         metrics: metrics(&a.metric, default_metrics)?,
-        threshold: a.threshold,
-        alpha: a.alpha,
-        confidence: a.confidence,
-        resamples: a.resamples,
-        seed: a.seed,
-        min_samples: a.min_samples,
-        replication: a.replication,
+        threshold: a.rule.threshold,
+        alpha: a.rule.alpha,
+        pass_alpha: a.rule.pass_alpha,
+        sizes: size_range(&a.sizes)?,
         force: a.force,
         convert_units: a.convert_units,
         allow_point_estimates: a.allow_point_estimates,
@@ -257,15 +294,18 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
     })
 }
 
-fn reference(a: &CompareArgs) -> Result<Reference, Failure> {
-    let n_toml = a.baseline.iter().filter(|p| baseline::is_baseline_path(p)).count();
-    match n_toml {
-        0 => Ok(Reference::Runs(load_runs(&a.baseline, &a.input)?)),
-        1 if a.baseline.len() == 1 => Ok(Reference::Baseline(baseline::load(&a.baseline[0])?)),
-        _ => Err(Failure::Usage(
-            "--baseline takes either one baseline file (.toml) or run inputs, not a mix or several .toml files".into(),
-        )),
+/// The references of `-B`: all run inputs together, then each baseline file.
+fn references(a: &CompareArgs) -> Result<Vec<Reference>, Failure> {
+    let (files, runs): (Vec<PathBuf>, Vec<PathBuf>) =
+        a.baseline.iter().cloned().partition(|p| baseline::is_baseline_path(p));
+    let mut out = Vec::new();
+    if !runs.is_empty() {
+        out.push(Reference::Runs(load_runs(&runs, &a.input)?));
     }
+    for f in &files {
+        out.push(Reference::Baseline(Box::new(baseline::load(f)?)));
+    }
+    Ok(out)
 }
 
 fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
@@ -291,7 +331,7 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
         let cands = load_runs(&a.candidate, &a.input)?;
-        let r = reference(a)?;
+        let r = references(a)?;
         Ok::<_, Failure>(compare::analyze(&cands, &r, &s))
     })();
     let rep = match res {
@@ -334,12 +374,12 @@ fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
             "nothing to plot: give inputs and/or --baseline files".into(),
         ));
     }
-    let lines = plot::lines_from_runs(&runs, metric, a.resamples, a.confidence, a.seed);
+    let lines = plot::lines_from_runs(&runs, metric);
     let title = a
         .title
         .clone()
         .unwrap_or_else(|| format!("{} vs message size", metric.name()));
-    plot::plot_bandwidth(&a.out, &title, metric, &lines, &bases, a.convert_units).map_err(Failure::Input)?;
+    plot::plot_bandwidth(&a.out, &title, metric, &lines, &bases, a.convert_units, a.log_y).map_err(Failure::Input)?;
     println!("wrote {}", a.out.display());
     Ok(exit::PASS)
 }
@@ -383,22 +423,29 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
         if baseline::is_baseline_path(p) {
             let b = baseline::load(p)?;
             println!("baseline {} ({}), pattern {}", b.name, b.file, b.pattern);
+            println!(
+                "  runs: {}; shape: {:?}; plugin: {}",
+                b.runs.map_or("unknown".into(), |r| r.to_string()),
+                b.shape(),
+                b.job.plugin.as_deref().unwrap_or("unknown")
+            );
             if !b.description.is_empty() {
                 println!("  {}", b.description);
             }
             for (k, v) in &b.provenance {
                 println!("  {k}: {v}");
             }
-            println!("| metric | statistic | sizes | value(s) | unit | note |");
-            println!("|---|---|---|---|---|---|");
+            println!("| metric | statistic | sizes | value(s) | spread | unit | note |");
+            println!("|---|---|---|---|---|---|---|");
             for e in &b.entries {
                 let vals = e.values.iter().map(|v| format!("{v}")).collect::<Vec<_>>().join(", ");
                 println!(
-                    "| {} | {:?} | {}..{} | {vals} | {} | {} |",
+                    "| {} | {:?} | {}..{} | {vals} | {} | {} | {} |",
                     e.metric,
                     e.statistic,
                     fmt_size(e.size_min),
                     fmt_size(e.size_max),
+                    e.spread.map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
                     e.unit.as_str(),
                     e.note
                 );
@@ -468,6 +515,71 @@ fn run_make_baseline(a: &MakeBaselineArgs) -> Result<i32, Failure> {
     Ok(exit::PASS)
 }
 
+fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
+    a.rule.check()?;
+    if !(0.0..1.0).contains(&a.slowdown) {
+        return Err(Failure::Usage("--slowdown must be in [0,1)".into()));
+    }
+    let r = &a.rule;
+    let spread = match (a.spread, a.inputs.is_empty()) {
+        (Some(s), true) => s,
+        (None, false) => {
+            let runs = load_runs(&a.inputs, &a.input)?;
+            let logs: Vec<f64> = runs
+                .iter()
+                .map(|r| {
+                    let v: Vec<f64> = r
+                        .series
+                        .iter()
+                        .flat_map(|s| s.rows.values())
+                        .map(|x| x.summary.busbw)
+                        .collect();
+                    if v.iter().any(|x| *x < compare::NEAR_ZERO_GBPS) {
+                        return Err(Failure::Input(format!(
+                            "{}: a busbw below {} GB/s",
+                            r.source,
+                            compare::NEAR_ZERO_GBPS
+                        )));
+                    }
+                    Ok(v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64)
+                })
+                .collect::<Result<_, _>>()?;
+            if logs.len() < 3 {
+                return Err(Failure::Input("give >= 3 runs to measure a spread".into()));
+            }
+            let s = tcpx_analyze::stats::var(&logs).sqrt();
+            println!(
+                "measured run-to-run spread over {} runs (busbw, geometric mean over sizes): {:.1}%",
+                logs.len(),
+                s * 100.0
+            );
+            s
+        }
+        _ => return Err(Failure::Usage("give either --spread or runs to measure it from".into())),
+    };
+    let margin = (1.0 - r.threshold).ln();
+    let need = |ratio: f64, level: f64| decision::runs_needed(spread, ratio.ln() - margin, level, decision::POWER);
+    let say = |n: Option<usize>| n.map_or(format!("more than {}", decision::MAX_RUNS), |n| n.to_string());
+    println!(
+        "spread {:.1}%, threshold {:.1}%, alpha {} (regression) / {} (pass), power {:.0}%:",
+        spread * 100.0,
+        r.threshold * 100.0,
+        r.alpha,
+        r.pass_alpha,
+        decision::POWER * 100.0
+    );
+    println!(
+        "  runs per side to call a {:.0}% slowdown a regression: {}",
+        a.slowdown * 100.0,
+        say(need(1.0 - a.slowdown, r.alpha))
+    );
+    println!(
+        "  runs per side to pass an unchanged configuration: {}",
+        say(need(1.0, r.pass_alpha))
+    );
+    Ok(exit::PASS)
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -486,6 +598,7 @@ fn main() -> ExitCode {
         Cmd::Heatmap(a) => run_heatmap(a),
         Cmd::Show(a) => run_show(a),
         Cmd::MakeBaseline(a) => run_make_baseline(a),
+        Cmd::RunsNeeded(a) => run_runs_needed(a),
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),

@@ -70,7 +70,9 @@ impl Family {
     /// Maps a pattern or collective name (tcpx-perf or nccl-tests) onto a family.
     pub fn from_name(name: &str) -> Option<Family> {
         let n = name.trim().to_ascii_lowercase();
-        let n = n.strip_suffix("_perf").unwrap_or(&n);
+        // nccl-tests built with MPI=1 may be installed as `all_reduce_perf_mpi`.
+        let n = n.strip_suffix("_mpi").unwrap_or(&n);
+        let n = n.strip_suffix("_perf").unwrap_or(n);
         match n {
             "sendrecv" => Some(Family::Sendrecv),
             "ring" | "all_reduce" | "allreduce" => Some(Family::Allreduce),
@@ -125,6 +127,9 @@ pub struct Row {
     pub summary: Sample,
     /// Bytes that failed the data check (None: not checked).
     pub wrong: Option<f64>,
+    /// The largest absolute error of the data check, as nccl-tests before 2.13 printed it in
+    /// its `error` column (e.g. 2e-07): a magnitude, not a count (None: not reported).
+    pub max_error: Option<f64>,
     /// Per-iteration samples (empty when the format has none).
     pub samples: Vec<Sample>,
 }
@@ -162,6 +167,10 @@ pub enum Format {
     TcpxPerfCsv,
     NcclTestsText,
     NcclTestsJson,
+    /// tcpx-perf's own stdout table.
+    TcpxPerfText,
+    /// rccl-tests `-x FILE -Z json` output (JSON lines, or a JSON list since 2025-07).
+    RcclTestsJson,
 }
 
 /// One run: one launch of tcpx-perf or nccl-tests.
@@ -252,6 +261,9 @@ mod tests {
         assert_eq!(Family::from_name("ring"), Some(Family::Allreduce));
         assert_eq!(Family::from_name("all_reduce_perf"), Some(Family::Allreduce));
         assert_eq!(Family::from_name("fullmesh"), Some(Family::Alltoall));
+        assert_eq!(Family::from_name("all_reduce_perf_mpi"), Some(Family::Allreduce));
+        assert_eq!(Family::from_name("AllReduce"), Some(Family::Allreduce));
+        assert_eq!(Family::from_name("all_gather_perf_mpi"), None);
         assert_eq!(Family::from_name("broadcast_perf"), None);
     }
 }

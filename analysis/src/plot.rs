@@ -24,14 +24,50 @@ const BASE_COLORS: [RGBColor; 4] = [
     RGBColor(0, 100, 0),
 ];
 
-/// (size, median, optional CI of the median)
+/// (size, headline figure, optional p10-p90 band of the run's iterations)
 pub type Point = (u64, f64, Option<(f64, f64)>);
 
 /// Per-size baseline points: label, colour, points.
 type PointSet = (String, RGBColor, Vec<(f64, f64)>);
 
-/// A baseline mark: label, colour, end points, dashed.
-type Mark = (String, RGBColor, Vec<(f64, f64)>, bool);
+/// How a baseline line is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkStyle {
+    /// A per-size floor over a range: long dashes.
+    Floor,
+    /// A mean over sizes (one number for the whole range, not a per-size value): dots.
+    MeanOverSizes,
+}
+
+/// A baseline mark: label, colour, end points, style.
+type Mark = (String, RGBColor, Vec<(f64, f64)>, MarkStyle);
+
+/// The shortest trailing path of each source that tells it apart from the others
+/// (`a/r1` and `b/r1` rather than `r1` twice).
+pub fn unique_names(sources: &[String]) -> Vec<String> {
+    let parts: Vec<Vec<&str>> = sources
+        .iter()
+        .map(|s| {
+            s.trim_end_matches('/')
+                .split('/')
+                .filter(|c| !c.is_empty() && *c != ".")
+                .collect()
+        })
+        .collect();
+    let tail = |p: &Vec<&str>, k: usize| p[p.len().saturating_sub(k)..].join("/");
+    let depth = parts.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    (0..sources.len())
+        .map(|i| {
+            (1..=depth)
+                .map(|k| tail(&parts[i], k))
+                .find(|name| {
+                    (0..sources.len())
+                        .all(|j| sources[j] == sources[i] || tail(&parts[j], name.matches('/').count() + 1) != *name)
+                })
+                .unwrap_or_else(|| sources[i].clone())
+        })
+        .collect()
+}
 
 /// One line of the bandwidth plot.
 #[derive(Debug, Clone)]
@@ -40,36 +76,26 @@ pub struct Line {
     pub points: Vec<Point>,
 }
 
-/// Builds the lines (one per run and pattern): the median of the per-iteration samples with a
-/// bootstrap CI band when the run has >= 5 samples per size, else the run's own value.
-pub fn lines_from_runs(runs: &[Run], metric: Metric, resamples: usize, confidence: f64, seed: u64) -> Vec<Line> {
+/// Builds the lines (one per run and pattern): the run's headline figure per size (bytes /
+/// mean time, the quantity the gate tests), with a band from the 10th to the 90th percentile
+/// of its iterations when it has >= 5 samples per size (the spread within this run only; the
+/// uncertainty of a configuration comes from several runs).
+pub fn lines_from_runs(runs: &[Run], metric: Metric) -> Vec<Line> {
     let mut out = Vec::new();
-    for run in runs {
-        let stem = Path::new(&run.source)
-            .file_name()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_else(|| run.source.clone());
+    let names = unique_names(&runs.iter().map(|r| r.source.clone()).collect::<Vec<_>>());
+    for (run, stem) in runs.iter().zip(names) {
         for ser in &run.series {
             let mut pts = Vec::new();
             for (size, row) in &ser.rows {
-                let v: Vec<f64> = row.samples.iter().map(|s| s.get(metric)).collect();
-                if v.len() >= 5 {
-                    let ci = stats::bootstrap_median_ci(
-                        &v,
-                        resamples,
-                        confidence,
-                        stats::derive_seed(seed, &format!("{stem}{size}")),
-                    );
-                    pts.push((*size, stats::median(&v), Some(ci)));
-                } else {
-                    pts.push((*size, row.summary.get(metric), None));
-                }
+                let mut v: Vec<f64> = row.samples.iter().map(|s| s.get(metric)).collect();
+                v.sort_by(f64::total_cmp);
+                let band = (v.len() >= 5).then(|| (stats::quantile_sorted(&v, 0.1), stats::quantile_sorted(&v, 0.9)));
+                pts.push((*size, row.summary.get(metric), band));
             }
-            let has_band = pts.iter().any(|p| p.2.is_some());
-            let what = if has_band {
-                format!("median, {:.0}% CI band", confidence * 100.0)
+            let what = if pts.iter().any(|p| p.2.is_some()) {
+                "headline, band: iterations p10-p90"
             } else {
-                "reported value".to_string()
+                "headline"
             };
             let variant = if ser.variant.is_empty() {
                 String::new()
@@ -93,7 +119,15 @@ fn size_label(x: f64) -> String {
     fmt_size(1u64 << (r as u32))
 }
 
-/// Bandwidth (or time) vs size, log2 x axis, runs and baselines overlaid, CI bands.
+/// Labels for a log10 axis: the value 10^v with three significant digits.
+fn log_label(v: f64) -> String {
+    let x = 10f64.powf(v);
+    let d = (2 - x.log10().floor() as i32).max(0) as usize;
+    format!("{x:.d$}")
+}
+
+/// Bandwidth (or time) vs size, log2 x axis, runs and baselines overlaid, CI bands; with
+/// `log_y` the y axis is log10 (small sizes and large ones readable on one plot).
 pub fn plot_bandwidth(
     out: &Path,
     title: &str,
@@ -101,15 +135,19 @@ pub fn plot_bandwidth(
     lines: &[Line],
     baselines: &[Baseline],
     convert_units: bool,
+    log_y: bool,
 ) -> Result<(), String> {
+    let ty = |y: f64| if log_y { y.max(1e-12).log10() } else { y };
     let mut xs: Vec<f64> = lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| (p.0 as f64).log2()))
         .collect();
     let mut ymax: f64 = 0.0;
+    let mut ymin = f64::INFINITY;
     for l in lines {
         for p in &l.points {
             ymax = ymax.max(p.1).max(p.2.map(|c| c.1).unwrap_or(0.0));
+            ymin = ymin.min(p.1.min(p.2.map_or(p.1, |c| c.0)));
         }
     }
     let mut marks: Vec<Mark> = Vec::new();
@@ -130,7 +168,8 @@ pub fn plot_bandwidth(
             xs.push(x0);
             xs.push(x1);
             ymax = ymax.max(v);
-            let (label, dashed) = match e.statistic {
+            ymin = ymin.min(v);
+            let (label, style) = match e.statistic {
                 Statistic::MeanOverSizes => (
                     format!(
                         "{}: mean {} over {}..{} = {v:.3}",
@@ -139,7 +178,7 @@ pub fn plot_bandwidth(
                         fmt_size(e.size_min),
                         fmt_size(e.size_max)
                     ),
-                    true,
+                    MarkStyle::MeanOverSizes,
                 ),
                 Statistic::PerSize if e.size_min == e.size_max => {
                     match points.iter_mut().find(|p| p.0.starts_with(&format!("{}:", b.name))) {
@@ -156,10 +195,10 @@ pub fn plot_bandwidth(
                         fmt_size(e.size_min),
                         fmt_size(e.size_max)
                     ),
-                    true,
+                    MarkStyle::Floor,
                 ),
             };
-            marks.push((label, color, vec![(x0, v), (x1, v)], dashed));
+            marks.push((label, color, vec![(x0, v), (x1, v)], style));
         }
     }
     if xs.is_empty() {
@@ -169,10 +208,16 @@ pub fn plot_bandwidth(
     let xmax = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
     // Head room for the legend (upper right).
     let n_legend = lines.len() + marks.len() + points.len();
-    let ymax = if ymax > 0.0 {
-        ymax * (1.1 + 0.07 * n_legend as f64)
+    let head = 1.1 + 0.07 * n_legend as f64;
+    let (y0, y1) = if log_y {
+        let lo = if ymin.is_finite() && ymin > 0.0 { ymin } else { 1e-3 };
+        let hi = if ymax > lo { ymax } else { lo * 10.0 };
+        let span = (hi / lo).log10().max(0.5);
+        (lo.log10() - 0.05 * span, hi.log10() + span * (head - 1.0))
+    } else if ymax > 0.0 {
+        (0.0, ymax * head)
     } else {
-        1.0
+        (0.0, 1.0)
     };
     let root = SVGBackend::new(out, (1000, 620)).into_drawing_area();
     let e = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
@@ -182,7 +227,7 @@ pub fn plot_bandwidth(
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d(xmin..xmax, 0.0..ymax)
+        .build_cartesian_2d(xmin..xmax, y0..y1)
         .map_err(e)?;
     let nx = ((xmax - xmin).round() as usize).clamp(2, 40);
     let step = nx.div_ceil(16).max(1);
@@ -198,10 +243,13 @@ pub fn plot_bandwidth(
             }
         })
         .x_desc("message size (bytes per rank, log2 scale)")
-        .y_desc(match metric {
-            Metric::Time => "time (us)".to_string(),
-            m => format!("{} (GB/s, 1 GB = 10^9 B)", m.name()),
-        })
+        .y_label_formatter(&|v| if log_y { log_label(*v) } else { format!("{v:.1}") })
+        .y_desc(
+            match metric {
+                Metric::Time => "time (us)".to_string(),
+                m => format!("{} (GB/s, 1 GB = 10^9 B)", m.name()),
+            } + if log_y { ", log scale" } else { "" },
+        )
         .light_line_style(WHITE)
         .bold_line_style(BLACK.mix(0.12))
         .label_style(("sans-serif", 14))
@@ -213,7 +261,7 @@ pub fn plot_bandwidth(
         let band: Vec<(f64, f64, f64)> = l
             .points
             .iter()
-            .filter_map(|p| p.2.map(|ci| ((p.0 as f64).log2(), ci.0, ci.1)))
+            .filter_map(|p| p.2.map(|ci| ((p.0 as f64).log2(), ty(ci.0), ty(ci.1))))
             .collect();
         if band.len() >= 2 {
             let mut poly: Vec<(f64, f64)> = band.iter().map(|b| (b.0, b.2)).collect();
@@ -222,7 +270,7 @@ pub fn plot_bandwidth(
                 .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.2).filled())))
                 .map_err(e)?;
         }
-        let pts: Vec<(f64, f64)> = l.points.iter().map(|p| ((p.0 as f64).log2(), p.1)).collect();
+        let pts: Vec<(f64, f64)> = l.points.iter().map(|p| ((p.0 as f64).log2(), ty(p.1))).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(e)?
@@ -232,18 +280,30 @@ pub fn plot_bandwidth(
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(e)?;
     }
-    for (label, c, pts, _dashed) in marks {
+    for (label, c, pts, style) in marks {
+        let pts: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, ty(p.1))).collect();
+        let (dash, gap, width) = match style {
+            MarkStyle::Floor => (8, 5, 2),
+            MarkStyle::MeanOverSizes => (2, 5, 3),
+        };
         chart
-            .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, c.stroke_width(2)))
+            .draw_series(DashedLineSeries::new(pts, dash, gap, c.stroke_width(width)))
             .map_err(e)?
             .label(label)
             .legend(move |(x, y)| {
+                // Legend glyph: two long dashes (floor) or three dots (mean over sizes).
+                let seg: [(i32, i32); 3] = match style {
+                    MarkStyle::Floor => [(0, 7), (12, 20), (20, 20)],
+                    MarkStyle::MeanOverSizes => [(0, 2), (8, 10), (16, 18)],
+                };
                 EmptyElement::at((x, y))
-                    + PathElement::new(vec![(0, 0), (7, 0)], c.stroke_width(2))
-                    + PathElement::new(vec![(12, 0), (20, 0)], c.stroke_width(2))
+                    + PathElement::new(vec![(seg[0].0, 0), (seg[0].1, 0)], c.stroke_width(width))
+                    + PathElement::new(vec![(seg[1].0, 0), (seg[1].1, 0)], c.stroke_width(width))
+                    + PathElement::new(vec![(seg[2].0, 0), (seg[2].1, 0)], c.stroke_width(width))
             });
     }
     for (label, c, pts) in points {
+        let pts: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, ty(p.1))).collect();
         chart
             .draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 8, c.filled())))
             .map_err(e)?

@@ -1,6 +1,7 @@
 //! Markdown (CI logs, PR comments) and JSON renderings of a [`Report`].
 
-use crate::compare::{Comparison, Kind, Report, Verdict};
+use crate::compare::{Comparison, Report, SizeRow};
+use crate::decision::{Verdict, POWER};
 use std::fmt::Write;
 
 fn g(x: f64) -> String {
@@ -27,73 +28,101 @@ fn p(x: Option<f64>) -> String {
     }
 }
 
-fn ci(c: Option<(f64, f64)>) -> String {
+fn pair(c: Option<(f64, f64)>) -> String {
     match c {
         Some((a, b)) => format!("[{a:.3}, {b:.3}]"),
         None => "-".into(),
     }
 }
 
-fn row(c: &Comparison) -> String {
-    let (rank, t) = match c.kind {
-        Kind::TwoSample => ("MWU", "Welch"),
-        _ => ("sign", "t"),
-    };
-    let verdict = match c.verdict {
-        Verdict::Pass => "pass".to_string(),
-        Verdict::Regression => "**REGRESSION**".to_string(),
-        Verdict::Inconclusive => "inconclusive".to_string(),
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+/// A ratio and its change in percent ("-" when there is none, e.g. no size left to compare).
+fn ratio(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.3} ({:+.1}%)", (r - 1.0) * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+fn n_ref(n: Option<usize>) -> String {
+    n.map_or("const".into(), |n| n.to_string())
+}
+
+fn comparison_row(c: &Comparison) -> String {
+    let o = &c.outcome;
+    let verdict = match o.verdict {
+        Verdict::Regression => "**REGRESSION**",
+        v => v.as_str(),
     };
     format!(
-        "| {} | {} | {} | {} / {} | {} | {} | {} ({:+.1}%) | {} | {} {} | {} {} | {} | {} | {} |",
+        "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
         c.pattern,
         c.label,
         c.metric,
-        c.n_candidate,
-        if c.n_reference == 0 {
-            "const".to_string()
-        } else {
-            c.n_reference.to_string()
-        },
-        g(c.median_candidate),
-        g(c.median_reference),
-        format_args!("{:.3}", c.ratio),
-        (c.ratio - 1.0) * 100.0,
-        ci(c.ratio_ci),
-        rank,
-        p(c.rank_test.map(|x| x.p)),
-        t,
-        p(c.t_test.map(|x| x.p)),
+        o.n_candidate,
+        n_ref(o.n_reference),
+        ratio(o.ratio),
+        pair(o.ci),
+        pct(o.spread),
         p(c.p_adjusted),
+        pair(o.resolves),
         verdict,
-        c.reason
+        o.reason
+    )
+}
+
+fn size_row(r: &SizeRow, with_reference: bool) -> String {
+    let note = if with_reference {
+        format!("{} vs {}", r.note, r.compared_with).trim().to_string()
+    } else {
+        r.note.clone()
+    };
+    format!(
+        "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {note} |",
+        r.pattern,
+        r.label,
+        r.metric,
+        r.n_candidate,
+        n_ref(r.n_reference),
+        g(r.candidate),
+        g(r.reference),
+        ratio(r.ratio),
+        pct(r.spread_candidate),
+        pct(r.spread_reference),
     )
 }
 
 /// The Markdown summary.
 pub fn markdown(r: &Report, title: &str) -> String {
     let s = &r.settings;
+    let floor = 1.0 - s.threshold;
     let mut o = String::new();
     let _ = writeln!(o, "## {title}: {}\n", r.verdict.to_uppercase());
     let _ = writeln!(o, "- exit code: {}", r.exit_code);
     let _ = writeln!(o, "- candidate: {}", r.candidate.join(", "));
-    let _ = writeln!(o, "- reference: {}", r.reference);
+    for x in &r.references {
+        let _ = writeln!(o, "- reference: {x}");
+    }
     let _ = writeln!(
         o,
-        "- rule: regression if the {:.0}% bootstrap CI of the performance ratio lies below {:.3} (threshold {:.1}%) and the Holm-adjusted one-sided p < {}; pass if the CI lower bound >= {:.3}; otherwise inconclusive{}",
-        s.confidence * 100.0,
-        1.0 - s.threshold,
+        "- unit of replication: the run. Each run gives one observation per comparison: the geometric mean over the sizes of its headline figure (bytes / mean time, as results.csv and nccl-tests report it), or its slowest size against a floor, or its mean over sizes against a mean-over-sizes baseline"
+    );
+    let _ = writeln!(
+        o,
+        "- rule: performance ratio (> 1 better; time inverted) tested on the log scale against {floor:.3} (threshold {:.1}%) by one-sided t tests: regression if the {:.0}% upper bound is below {floor:.3} (alpha {}, Holm over the comparisons), pass if the {:.0}% lower bound is at or above it; otherwise inconclusive{}, with the runs per side that would decide ({:.0}% power). \"resolves\": true ratios the present run counts decide with {:.0}% power (below: regression, above: pass)",
         s.threshold * 100.0,
+        (1.0 - s.alpha) * 100.0,
         s.alpha,
-        1.0 - s.threshold,
-        if s.allow_inconclusive { " (allowed)" } else { " (fails the gate)" }
+        (1.0 - s.pass_alpha) * 100.0,
+        if s.allow_inconclusive { " (allowed)" } else { " (fails the gate)" },
+        POWER * 100.0,
+        POWER * 100.0
     );
-    let _ = writeln!(
-        o,
-        "- bootstrap: {} resamples of the ratio of medians, seed {:#x}; min samples {}; replication {:?}",
-        s.resamples, s.seed, s.min_samples, s.replication
-    );
-    let counts = |v: Verdict| r.comparisons.iter().filter(|c| c.verdict == v).count();
+    let counts = |v: Verdict| r.comparisons.iter().filter(|c| c.verdict() == v).count();
     let _ = writeln!(
         o,
         "- comparisons: {} ({} pass, {} regression, {} inconclusive)\n",
@@ -119,17 +148,33 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.comparisons.is_empty() {
         let _ = writeln!(
             o,
-            "| pattern | size | metric | n cand / ref | median cand | median ref | ratio cand/ref | {:.0}% CI | rank p | t p | p (Holm) | verdict | why |",
-            s.confidence * 100.0
+            "| pattern | sizes | metric | runs cand / ref | ratio cand/ref | bounds ({:.0}% lower, {:.0}% upper) | run-to-run spread | p regression (Holm) | resolves | verdict | why |",
+            (1.0 - s.pass_alpha) * 100.0,
+            (1.0 - s.alpha) * 100.0
         );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|");
         for c in &r.comparisons {
-            let _ = writeln!(o, "{}", row(c));
+            let _ = writeln!(o, "{}", comparison_row(c));
+        }
+        o.push('\n');
+    }
+    if !r.sizes.is_empty() {
+        let _ = writeln!(
+            o,
+            "Per size (diagnostics, not tested: the sizes of one run are not independent evidence; geometric means over runs):\n"
+        );
+        let _ = writeln!(
+            o,
+            "| pattern | size | metric | runs cand / ref | cand | ref | ratio cand/ref | spread cand | spread ref | note |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
+        for x in &r.sizes {
+            let _ = writeln!(o, "{}", size_row(x, r.references.len() > 1));
         }
         o.push('\n');
         let _ = writeln!(
             o,
-            "Units: bandwidths in GB/s (10^9 B/s), time in us. For time, lower is better: the decision uses 1/ratio. p-values are one-sided (H1: candidate worse)."
+            "Units: bandwidths in GB/s (10^9 B/s), time in us. Spread: run-to-run standard deviation of the log (about the coefficient of variation)."
         );
     }
     if !r.warnings.is_empty() {

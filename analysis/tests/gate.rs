@@ -23,42 +23,54 @@ fn p(x: &Path) -> &str {
 }
 
 fn gate(cand: &Path, base: &Path, extra: &[&str]) -> (i32, String) {
-    let mut a = vec!["gate", p(cand), "--baseline", p(base), "--resamples", "2000"];
+    let mut a = vec!["gate", p(cand), "--baseline", p(base)];
     a.extend_from_slice(extra);
     run(&a)
 }
 
-#[test]
-fn identical_runs_pass() {
-    let d = tmpdir("identical");
-    let a = write_run(&d.join("a"), &Spec::default());
-    let (code, out) = gate(&a, &a, &["--metric", "busbw,algbw,time"]);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("PASS"), "{out}");
-    // Two independent runs with the same distribution also pass.
-    let b = write_run(
-        &d.join("b"),
-        &Spec {
-            seed: 99,
-            ..Spec::default()
-        },
-    );
-    let (code, out) = gate(&b, &a, &[]);
-    assert_eq!(code, 0, "{out}");
+/// Writes `n` runs under `dir/name/r<i>` whose bandwidth is `scale` times a run-level factor
+/// exp(spread * z) (z standard normal, seeded): runs that differ from run to run, as real
+/// ones do, each with its own per-iteration noise. Returns `dir/name` (one input, n runs).
+fn runs(dir: &Path, name: &str, n: usize, scale: f64, spread: f64, seed: u64, spec: &Spec) -> std::path::PathBuf {
+    let mut rng = tcpx_analyze::stats::Rng::new(seed);
+    let top = dir.join(name);
+    for i in 0..n {
+        let s = Spec {
+            scale: scale * (spread * rng.normal()).exp(),
+            seed: seed * 100 + i as u64,
+            sizes: spec.sizes.clone(),
+            ..*spec
+        };
+        write_run(&top.join(format!("r{i}")), &s);
+    }
+    top
+}
+
+fn json_of(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]
-fn scaled_by_0_8_is_a_regression() {
+fn identical_configurations_pass_with_enough_runs() {
+    let d = tmpdir("identical");
+    let spec = Spec::default();
+    // Run-to-run spread 2%: 5 runs per side pass a 5% threshold.
+    let a = runs(&d, "a", 5, 1.0, 0.02, 1, &spec);
+    let b = runs(&d, "b", 5, 1.0, 0.02, 2, &spec);
+    let (code, out) = gate(&a, &b, &["--metric", "busbw,algbw,time"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("5 / 5"), "{out}");
+    assert!(out.contains("1 MiB..64 MiB (7 sizes, geometric mean)"), "{out}");
+    // One comparison per metric, not one per size: sizes are not independent evidence.
+    assert!(out.contains("comparisons: 3 (3 pass"), "{out}");
+}
+
+#[test]
+fn a_twenty_percent_slowdown_is_a_regression() {
     let d = tmpdir("scaled");
-    let base = write_run(&d.join("base"), &Spec::default());
-    let cand = write_run(
-        &d.join("cand"),
-        &Spec {
-            scale: 0.8,
-            seed: 7,
-            ..Spec::default()
-        },
-    );
+    let spec = Spec::default();
+    let base = runs(&d, "base", 5, 1.0, 0.05, 3, &spec);
+    let cand = runs(&d, "cand", 5, 0.8, 0.05, 4, &spec);
     let json = d.join("verdict.json");
     let md = d.join("summary.md");
     let (code, out) = gate(
@@ -68,52 +80,199 @@ fn scaled_by_0_8_is_a_regression() {
     );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("**REGRESSION**"), "{out}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = json_of(&json);
     assert_eq!(v["exit_code"], 1);
     assert_eq!(v["verdict"], "regression");
     let comps = v["comparisons"].as_array().unwrap();
-    assert_eq!(comps.len(), 14);
+    assert_eq!(comps.len(), 2);
     for c in comps {
         assert_eq!(c["verdict"], "regression", "{c}");
-        let r = c["ratio"].as_f64().unwrap();
+        assert_eq!(c["n_candidate"], 5);
+        // The performance ratio (> 1 better) and the ratio of the metric itself.
+        let (r, mr) = (c["ratio"].as_f64().unwrap(), c["metric_ratio"].as_f64().unwrap());
+        assert!((r - 0.8).abs() < 0.06, "{r}");
         match c["metric"].as_str().unwrap() {
-            "busbw" => assert!((r - 0.8).abs() < 0.03, "{r}"),
-            "time" => assert!((r - 1.25).abs() < 0.05, "{r}"),
+            "busbw" => assert_eq!(r, mr),
+            "time" => assert!((mr * r - 1.0).abs() < 1e-12, "{mr}"),
             m => panic!("{m}"),
         }
     }
+    assert_eq!(v["sizes"].as_array().unwrap().len(), 14, "per-size diagnostics");
     assert!(std::fs::read_to_string(&md).unwrap().contains("REGRESSION"));
-    // The same data against a 30% threshold is not a regression (and the CI clears 0.7).
+    // Against a 30% threshold the same data is no regression.
     let (code, out) = gate(&cand, &base, &["--threshold", "0.3"]);
-    assert_eq!(code, 0, "{out}");
+    assert_ne!(code, 1, "{out}");
 }
 
 #[test]
-fn two_samples_are_inconclusive() {
-    let d = tmpdir("two");
-    let s = Spec {
-        iters: 2,
-        ..Spec::default()
-    };
-    let base = write_run(&d.join("base"), &s);
-    let cand = write_run(&d.join("cand"), &Spec { seed: 5, ..s });
-    let (code, out) = gate(&cand, &base, &[]);
-    assert_eq!(code, 2, "{out}");
-    assert!(out.contains("too few samples"), "{out}");
-    // Relaxed explicitly:
-    let (code, _) = gate(&cand, &base, &["--allow-inconclusive"]);
-    assert_eq!(code, 0);
-    // Even a 20% drop with 2 samples is not called a regression.
-    let cand2 = write_run(
-        &d.join("cand2"),
+fn single_runs_are_inconclusive_and_say_why() {
+    let d = tmpdir("single");
+    let a = write_run(&d.join("a"), &Spec::default());
+    let slow = write_run(
+        &d.join("slow"),
         &Spec {
-            scale: 0.8,
-            iters: 2,
+            scale: 0.5,
+            seed: 5,
             ..Spec::default()
         },
     );
-    let (code, out) = gate(&cand2, &base, &[]);
+    // Even a 50% drop between two single runs is not called a regression: one run per side
+    // carries no run-to-run spread (the iterations of a run describe that run only).
+    let (code, out) = gate(&slow, &a, &[]);
     assert_eq!(code, 2, "{out}");
+    assert!(out.contains("no run-to-run spread"), "{out}");
+    let (code, _) = gate(&slow, &a, &["--allow-inconclusive"]);
+    assert_eq!(code, 0);
+    // One candidate run against 8 reference runs: the reference's spread is used.
+    let base = runs(&d, "base", 8, 1.0, 0.03, 6, &Spec::default());
+    let (code, out) = gate(&slow, &base, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("assumed for both"), "{out}");
+}
+
+#[test]
+fn noisy_runs_say_how_many_runs_would_decide() {
+    let d = tmpdir("noisy");
+    let spec = Spec::default();
+    let base = runs(&d, "base", 5, 1.0, 0.25, 7, &spec);
+    let cand = runs(&d, "cand", 5, 0.9, 0.25, 31, &spec);
+    let json = d.join("v.json");
+    let (code, out) = gate(&cand, &base, &["--json", p(&json)]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("runs per side at the observed ratio"), "{out}");
+    let v = json_of(&json);
+    let c = &v["comparisons"][0];
+    let need = c["runs_needed"].as_u64().expect("runs needed");
+    assert!(need > 5, "{c}");
+    // The stated number agrees with the formula at the reported spread and ratio.
+    let spread = c["spread"].as_f64().unwrap();
+    let ratio = c["ratio"].as_f64().unwrap();
+    let level = if ratio < 0.95 { 0.01 } else { 0.05 };
+    let want = tcpx_analyze::decision::runs_needed(spread, ratio.ln() - 0.95f64.ln(), level, 0.8).unwrap();
+    assert_eq!(need, want as u64);
+}
+
+#[test]
+fn several_references_directories_and_baselines_after_b() {
+    let d = tmpdir("multi");
+    let spec = Spec::default();
+    let refs = runs(&d, "refs", 3, 1.0, 0.02, 9, &spec);
+    let cand = runs(&d, "cand", 3, 1.0, 0.02, 10, &spec);
+    // -B takes several values: all three are references (none silently becomes a candidate).
+    let (code, out) = run(&[
+        "compare",
+        p(&cand),
+        "-B",
+        p(&refs.join("r0")),
+        p(&refs.join("r1")),
+        p(&refs.join("r2")),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("3 / 3"), "{out}");
+    assert!(out.contains("reference: 3 run(s)"), "{out}");
+    // A directory of runs plus a baseline file: two references, both compared.
+    let lb = baselines().join("h200x4-loopback-socket-sendrecv.toml");
+    let (code, out) = run(&["compare", p(&cand), "-B", p(&refs), p(&lb), "--sizes", "1M..64M"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("baseline h200x4-loopback-socket-sendrecv"), "{out}");
+    assert!(out.contains("3 / const"), "{out}");
+    // -B before the candidate swallows it: a usage error, never a silent swap.
+    let (code, _) = run(&["gate", "-B", p(&refs), p(&cand)]);
+    assert_eq!(code, 64);
+}
+
+#[test]
+fn different_job_shapes_are_refused() {
+    let d = tmpdir("shape");
+    let two = runs(
+        &d,
+        "two",
+        3,
+        1.0,
+        0.02,
+        11,
+        &Spec {
+            ranks: 2,
+            ..Spec::default()
+        },
+    );
+    let four = runs(&d, "four", 3, 1.0, 0.02, 12, &Spec::default());
+    let (code, out) = gate(&two, &four, &[]);
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.contains("different endpoints counts: 2 (candidate) vs 4 (reference runs)"),
+        "{out}"
+    );
+    let (code, out) = gate(&two, &four, &["--force", "--allow-inconclusive"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("FORCED despite: different endpoints"), "{out}");
+    // The runs of one side disagree among themselves: refused too.
+    let (code, out) = run(&["gate", p(&two.join("r0")), p(&four.join("r0")), "-B", p(&four)]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("2 (candidate) vs 4 (candidate, reference runs)"), "{out}");
+    // A 2-endpoint run against the 4-GPU NCCL baseline.
+    let lb = baselines().join("h200x4-loopback-socket-sendrecv.toml");
+    let (code, out) = gate(&two, &lb, &["--sizes", "1M..64M"]);
+    assert_eq!(code, 4, "{out}");
+    assert!(out.contains("baseline h200x4-loopback-socket-sendrecv"), "{out}");
+    // A 4-rank ring against the 16-GPU, 2-node A3 baseline.
+    let ring = write_run(
+        &d.join("ring"),
+        &Spec {
+            pattern: "ring",
+            sizes: (10..=30).map(|k| 1u64 << k).collect(),
+            ..Spec::default()
+        },
+    );
+    let a3 = baselines().join("a3high-nccl-tcpx-allreduce.toml");
+    let (code, out) = gate(&ring, &a3, &[]);
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.contains("different endpoints counts") && out.contains("different nodes counts"),
+        "{out}"
+    );
+}
+
+#[test]
+fn near_zero_bandwidths_are_excluded_not_nan() {
+    let d = tmpdir("zero");
+    // 256 B moves at ~0.005 GB/s: below the 0.01 GB/s floor, excluded with a note.
+    let spec = Spec {
+        sizes: vec![256, 1 << 20, 1 << 22, 1 << 24],
+        ..Spec::default()
+    };
+    let a = runs(&d, "a", 5, 1.0, 0.02, 13, &spec);
+    let b = runs(&d, "b", 5, 1.0, 0.02, 14, &spec);
+    let json = d.join("v.json");
+    let (code, out) = gate(&a, &b, &["--json", p(&json)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("excluded: bandwidth < 0.01 GB/s"), "{out}");
+    assert!(!out.contains("NaN"), "{out}");
+    let v = json_of(&json);
+    assert_eq!(v["comparisons"][0]["excluded_sizes"][0], 256);
+    assert_eq!(v["comparisons"][0]["sizes"].as_array().unwrap().len(), 3);
+    // Only near-zero sizes: nothing to compare, inconclusive (never a NaN verdict).
+    let tiny = Spec {
+        sizes: vec![128, 256],
+        ..Spec::default()
+    };
+    let a = runs(&d, "ta", 3, 1.0, 0.02, 15, &tiny);
+    let b = runs(&d, "tb", 3, 1.0, 0.02, 16, &tiny);
+    let (code, out) = gate(&a, &b, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("nothing to compare") && !out.contains("NaN"), "{out}");
+}
+
+#[test]
+fn sizes_option_restricts_the_gate() {
+    let d = tmpdir("sizes");
+    let a = runs(&d, "a", 4, 1.0, 0.02, 17, &Spec::default());
+    let b = runs(&d, "b", 4, 1.0, 0.02, 18, &Spec::default());
+    let (code, out) = gate(&a, &b, &["--sizes", "4M..16M", "--allow-inconclusive"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("4 MiB..16 MiB (3 sizes"), "{out}");
+    let (code, _) = gate(&a, &b, &["--sizes", "16M..4M"]);
+    assert_eq!(code, 64);
 }
 
 #[test]
@@ -138,9 +297,13 @@ fn baseline_over_another_size_range_is_refused() {
         !out.contains("| busbw |"),
         "numbers of a refused comparison are withheld: {out}"
     );
-    // Forced: the refusal becomes a warning; the mean is over one run (inconclusive) and the
-    // emulated link is far below 78.35 GB/s at 1 GiB (regression).
+    // Forced: the refusals become warnings. The baseline is a single run (no spread): the gate
+    // cannot judge significance (2) unless its values are taken as exact; then the emulated
+    // link is far below 78.35 GB/s at 1 GiB (regression).
     let (code, out) = gate(&ring, &a3, &["--force"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("cannot judge significance"), "{out}");
+    let (code, out) = gate(&ring, &a3, &["--force", "--allow-point-estimates"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FORCED despite"), "{out}");
     // A ring run that lacks 1 GiB: the per-size point is missing -> invalid input (3).
@@ -177,9 +340,16 @@ fn full_range_ring_run_against_a3_baseline() {
         })
         .collect();
     let a3 = baselines().join("a3high-nccl-tcpx-allreduce.toml");
-    // The directory of runs is one input holding five runs.
+    // The directory of runs is one input holding five runs; one node, not two: refused.
     let (code, out) = gate(&d, &a3, &[]);
-    // The emulated 5 GB/s link (busbw ~9.4) is far below the A3 figures: a regression.
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.contains("different nodes counts: 1 (candidate) vs 2 (baseline"),
+        "{out}"
+    );
+    // Forced, and the single-run baseline taken as exact: the emulated 5 GB/s link (busbw
+    // ~9.4) is far below the A3 figures, a regression by the candidate's 5 runs.
+    let (code, out) = gate(&d, &a3, &["--force", "--allow-point-estimates"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("mean over 1 KiB..1 GiB"), "{out}");
     assert!(out.contains("5 / const"), "{out}");
@@ -278,8 +448,11 @@ fn gib_baseline_is_refused_unless_converted() {
     let (code, out) = gate(&run_dir, &b, &[]);
     assert_eq!(code, 4, "{out}");
     assert!(out.contains("GiB/s"), "{out}");
-    // 4.5 GiB/s = 4.83 GB/s; the run does ~4.96 GB/s at 64 MiB: within 5%.
+    // 4.5 GiB/s = 4.83 GB/s; the run does ~4.96 GB/s at 64 MiB: within 5% (one run against a
+    // value of unknown spread: judged by the point ratio only when allowed).
     let (code, out) = gate(&run_dir, &b, &["--convert-units"]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out) = gate(&run_dir, &b, &["--convert-units", "--allow-point-estimates"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("4.832"), "{out}");
 }
@@ -288,11 +461,20 @@ fn gib_baseline_is_refused_unless_converted() {
 fn nccl_tests_fixtures_against_shipped_baselines() {
     let f = fixtures();
     let lb = baselines().join("h200x4-loopback-socket-sendrecv.toml");
-    // JSON with 20 per-iteration samples: one-sample tests against the constants.
+    // The JSON has 20 per-iteration samples, but it is one run, and the baseline is one run:
+    // no spread on either side, so no significance (the iterations describe that run only).
     let (code, out) = gate(&f.join("nccl_sendrecv_socket_np4.json"), &lb, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("cannot judge significance"), "{out}");
+    assert!(out.contains("1 / const"), "{out}");
+    // The same run judged by the point ratio (the headline figures of the run the baseline was
+    // taken from: ratio 1 at every size).
+    let (code, out) = gate(
+        &f.join("nccl_sendrecv_socket_np4.json"),
+        &lb,
+        &["--allow-point-estimates"],
+    );
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("20 / const"), "{out}");
-    // The text table of the same run has n = 1: inconclusive unless point estimates are allowed.
     let txt = f.join("nccl_sendrecv_socket_np4.txt");
     let (code, out) = gate(&txt, &lb, &[]);
     assert_eq!(code, 2, "{out}");
@@ -310,7 +492,7 @@ fn nccl_tests_fixtures_against_shipped_baselines() {
         p(&txt),
     ]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("too few samples"), "{out}");
+    assert!(out.contains("no run-to-run spread"), "{out}");
 }
 
 #[test]
@@ -324,7 +506,7 @@ fn compare_reports_all_metrics_and_exits_zero_on_regression() {
             ..Spec::default()
         },
     );
-    let (code, out) = run(&["compare", p(&cand), "-B", p(&base), "--resamples", "1000"]);
+    let (code, out) = run(&["compare", p(&cand), "-B", p(&base)]);
     assert_eq!(code, 0, "{out}");
     for m in ["busbw", "algbw", "time"] {
         assert!(out.contains(&format!("| {m} |")), "{out}");
@@ -353,7 +535,36 @@ fn plots_render_with_text() {
     assert!(s.contains("message size"), "x label");
     assert!(s.contains("1 MiB"), "size ticks");
     assert!(s.contains("h200x4-loopback-socket-sendrecv"), "legend");
-    assert!(s.contains("<polygon"), "CI band");
+    assert!(s.contains("<polygon"), "iteration band");
+    assert!(
+        s.contains("headline, band: iterations p10-p90"),
+        "legend says what the band is"
+    );
+
+    // Runs with the same directory name in different directories get distinct legends; the
+    // log-y axis and both kinds of baseline line render.
+    let a = write_run(&d.join("a").join("r1"), &Spec::default());
+    let b = write_run(
+        &d.join("b").join("r1"),
+        &Spec {
+            scale: 0.7,
+            ..Spec::default()
+        },
+    );
+    let a3 = baselines().join("a3high-nccl-tcpx-allreduce.toml");
+    let svg2 = d.join("two.svg");
+    let (code, out) = run(&["plot", p(&a), p(&b), "-B", p(&lb), p(&a3), "--log-y", "-o", p(&svg2)]);
+    assert_eq!(code, 0, "{out}");
+    let s = std::fs::read_to_string(&svg2).unwrap();
+    assert!(
+        s.contains("\na/r1: sendrecv") && s.contains("\nb/r1: sendrecv"),
+        "unique legends"
+    );
+    assert!(s.contains("log scale"), "log y");
+    assert!(
+        s.contains("mean busbw over 1 KiB..1 GiB") && s.contains("busbw floor 1 MiB..1 GiB"),
+        "baseline kinds"
+    );
 
     let hm = d.join("pairs.svg");
     let (code, out) = run(&["heatmap", p(&r), "-o", p(&hm), "--size", "64M"]);
@@ -372,6 +583,10 @@ fn show_prints_tables() {
     let (code, out) = run(&["show", p(&baselines().join("a3high-nccl-tcpx-allreduce.toml"))]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("19.176"), "{out}");
+    assert!(
+        out.contains("runs: 1;") && out.contains("\"endpoints\": \"16\""),
+        "{out}"
+    );
 }
 
 #[test]
@@ -389,31 +604,74 @@ fn shipped_baselines_parse() {
 #[test]
 fn make_baseline_then_gate() {
     let d = tmpdir("mkbase");
-    let trusted = write_run(&d.join("trusted"), &Spec::default());
+    let spec = Spec::default();
+    let trusted = runs(&d, "trusted", 6, 1.0, 0.02, 20, &spec);
     let toml = d.join("ci.toml");
     let (code, out) = run(&["make-baseline", p(&trusted), "--name", "ci-sendrecv", "-o", p(&toml)]);
     assert_eq!(code, 0, "{out}");
-    let same = write_run(
-        &d.join("same"),
-        &Spec {
-            seed: 3,
-            ..Spec::default()
-        },
-    );
+    let text = std::fs::read_to_string(&toml).unwrap();
+    for want in [
+        "runs = 6",
+        "[shape]",
+        "endpoints = 4",
+        "nodes = 1",
+        "plugin = \"tcpx-emu\"",
+        "spread = ",
+        "pattern = \"sendrecv\"",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let b = tcpx_analyze::baseline::load(&toml).unwrap();
+    assert_eq!(b.runs, Some(6));
+    assert_eq!(b.entries[0].values.len(), 6);
+    let same = runs(&d, "same", 5, 1.0, 0.02, 21, &spec);
     let (code, out) = gate(&same, &toml, &[]);
     assert_eq!(code, 0, "{out}");
-    assert!(
-        out.contains("20 / 20"),
-        "two-sample against the stored distribution: {out}"
-    );
-    let slow = write_run(
-        &d.join("slow"),
+    assert!(out.contains("5 / 6"), "two-sample against the stored runs: {out}");
+    let slow = runs(&d, "slow", 5, 0.8, 0.02, 22, &spec);
+    let (code, out) = gate(&slow, &toml, &[]);
+    assert_eq!(code, 1, "{out}");
+    // A baseline of one run records no spread: the gate says it cannot judge significance.
+    let one = d.join("one.toml");
+    let (code, out) = run(&["make-baseline", p(&trusted.join("r0")), "--name", "one", "-o", p(&one)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(std::fs::read_to_string(&one).unwrap().contains("runs = 1"));
+    let (code, out) = gate(&same, &one, &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("records a single run"), "{out}");
+    // A values list that does not match the run count is refused at load.
+    let bad = d.join("bad.toml");
+    std::fs::write(&bad, text.replacen("runs = 6", "runs = 4", 1)).unwrap();
+    let (code, out) = gate(&same, &bad, &[]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("one value per run"), "{out}");
+    // Runs of another shape do not make one baseline.
+    let other = write_run(
+        &d.join("other"),
         &Spec {
-            seed: 4,
-            scale: 0.8,
+            ranks: 2,
             ..Spec::default()
         },
     );
-    let (code, out) = gate(&slow, &toml, &[]);
-    assert_eq!(code, 1, "{out}");
+    let (code, out) = run(&[
+        "make-baseline",
+        p(&trusted.join("r0")),
+        p(&other),
+        "--name",
+        "x",
+        "-o",
+        p(&d.join("x.toml")),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("another job shape"), "{out}");
+}
+
+#[test]
+fn runs_needed_command() {
+    let (code, out) = run(&["runs-needed", "--spread", "0.05"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("20% slowdown a regression: 4"), "{out}");
+    assert!(out.contains("unchanged configuration: 13"), "{out}");
+    let (code, out) = run(&["runs-needed"]);
+    assert_eq!(code, 64, "{out}");
 }

@@ -32,7 +32,7 @@ fn text_table_with_per_iteration_columns() {
     // In-place columns.
     let o = ParseOptions {
         placement: Placement::InPlace,
-        pattern: None,
+        ..Default::default()
     };
     let r = nccl_text::parse("np4.txt", &read("nccl_sendrecv_socket_np4.txt"), &o).unwrap();
     assert_eq!(r.series[0].rows[&1048576].summary.time_us, 404.48);
@@ -139,10 +139,10 @@ fn malformed_csv_names_file_and_line() {
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("r.csv:1: missing column `size_bytes`"), "{e}");
-    let e = tcpx::parse_results_csv("r.csv", &text.replacen("\n1,", "\n2,", 1))
+    let e = tcpx::parse_results_csv("r.csv", &text.replacen("\n1,", "\n3,", 1))
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("r.csv:2: schema_version \"2\""), "{e}");
+    assert!(e.starts_with("r.csv:2: schema_version \"3\""), "{e}");
     let e = tcpx::parse_results_csv("r.csv", &format!("{text}1,ring,all\n"))
         .unwrap_err()
         .to_string();

@@ -69,6 +69,25 @@ impl UnpackRing {
         }))
     }
 
+    /// Bytes the descriptors of the `k`-th receive of the comm (slot k % 16) describe.
+    pub fn descriptor_bytes(&self, k: u64) -> u64 {
+        let slot = (k % abi::UNPACK_QUEUE_DEPTH as u64) as usize;
+        // SAFETY: `meta` is the plugin's mapped ring, valid while the comm lives; the plugin wrote
+        // the slot's count and descriptors before `test` reported the receive done. Volatile:
+        // the plugin rewrites the ring between receives.
+        unsafe {
+            let cnt = std::ptr::read_volatile(std::ptr::addr_of!((*self.meta).cnt[slot]));
+            let cnt = (cnt as usize).min(abi::UNPACK_MAX_SLICE_PAGES);
+            (0..cnt)
+                .map(|i| {
+                    u64::from(std::ptr::read_volatile(std::ptr::addr_of!(
+                        (*self.meta).mem[slot][i].len
+                    )))
+                })
+                .sum()
+        }
+    }
+
     /// The unpack job for the `k`-th receive of the comm (slot k % 16) into `dst`.
     pub fn job(&self, k: u64, dst: u64, dst_len: u64) -> Result<UnpackJob, String> {
         let slot = (k % abi::UNPACK_QUEUE_DEPTH as u64) as usize;

@@ -129,7 +129,7 @@ struct Crew {
 pub struct RankIteration {
     /// Time to this rank's last completion (max over its endpoints).
     pub elapsed: Duration,
-    pub bytes_received: u64,
+    pub delivered: progress::Delivered,
 }
 
 /// This rank's connection setup.
@@ -184,7 +184,8 @@ impl Engine {
             command: Mutex::new(None),
             replies: endpoints.clone().map(|_| Mutex::new(None)).collect(),
         });
-        let watchdog = watchdog::Watchdog::start(shared.clone(), rank);
+        let dumped = shared.clone();
+        let watchdog = watchdog::Watchdog::start(move || dumped.dump(), rank);
         let mut threads = Vec::new();
         for (slot, (endpoint, place)) in endpoints.zip(places).enumerate() {
             let lanes = Lanes::of(endpoint, &shared.connections, config.channels);
@@ -335,12 +336,12 @@ impl Engine {
         self.crew.barrier.wait();
         let mut result = RankIteration {
             elapsed: Duration::ZERO,
-            bytes_received: 0,
+            delivered: progress::Delivered::default(),
         };
         for reply in self.collect()? {
             if let Reply::Timing(t) = reply {
                 result.elapsed = result.elapsed.max(t.elapsed);
-                result.bytes_received += t.bytes_received;
+                result.delivered.add(&t.delivered);
             }
         }
         Ok(result)

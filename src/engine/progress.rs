@@ -96,8 +96,71 @@ impl RecvLane {
 pub struct IterationTiming {
     /// From the start signal to the endpoint's last completion.
     pub elapsed: Duration,
-    /// Network bytes received (as completed receives report them).
-    pub bytes_received: u64,
+    /// What the completed receives delivered, by each source that can see it.
+    pub delivered: Delivered,
+}
+
+/// What completed receives delivered, as each source that can see the bytes counts them. The
+/// planned total only says which receives completed; the other two are measurements (a source
+/// that saw none of the receives counts nothing and says so in its `missed` count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Receives completed.
+    pub receives: u64,
+    /// Bytes those receives were planned to hold.
+    pub planned: u64,
+    /// Sizes the plugin reported in `test` (TCPX never reports them).
+    pub reported: u64,
+    /// Receives the plugin reported no size for.
+    pub reported_missed: u64,
+    /// Byte totals of the device-unpack descriptors of the receives that went through unpack.
+    pub unpacked: u64,
+    /// Receives that did not go through device unpack.
+    pub unpacked_missed: u64,
+}
+
+impl Delivered {
+    pub fn add(&mut self, o: &Delivered) {
+        self.receives += o.receives;
+        self.planned += o.planned;
+        self.reported += o.reported;
+        self.reported_missed += o.reported_missed;
+        self.unpacked += o.unpacked;
+        self.unpacked_missed += o.unpacked_missed;
+    }
+
+    /// Sums of every field across `parts`.
+    pub fn total<'a>(parts: impl IntoIterator<Item = &'a Delivered>) -> Delivered {
+        let mut t = Delivered::default();
+        for p in parts {
+            t.add(p);
+        }
+        t
+    }
+
+    /// As a flat array, for an MPI sum.
+    pub fn to_array(self) -> [u64; 6] {
+        [
+            self.receives,
+            self.planned,
+            self.reported,
+            self.reported_missed,
+            self.unpacked,
+            self.unpacked_missed,
+        ]
+    }
+
+    pub fn from_array(a: [u64; 6]) -> Delivered {
+        let [receives, planned, reported, reported_missed, unpacked, unpacked_missed] = a;
+        Delivered {
+            receives,
+            planned,
+            reported,
+            reported_missed,
+            unpacked,
+            unpacked_missed,
+        }
+    }
 }
 
 /// Why an iteration did not finish.
@@ -112,11 +175,12 @@ pub enum IterationError {
     Aborted,
     /// The local copy threads could not be started.
     LocalCopy(String),
-    /// A receive completed with a size other than the one planned.
+    /// A receive completed with a size other than the one planned, as `source` counts it.
     SizeMismatch {
         peer: String,
+        source: &'static str,
         expected: u64,
-        got: usize,
+        got: u64,
     },
 }
 
@@ -128,10 +192,15 @@ impl std::fmt::Display for IterationError {
             IterationError::Stalled(dump) => write!(f, "no progress before the -T deadline\n{dump}"),
             IterationError::Aborted => write!(f, "stopped because another worker failed"),
             IterationError::LocalCopy(e) => write!(f, "local copy: {e}"),
-            IterationError::SizeMismatch { peer, expected, got } => {
+            IterationError::SizeMismatch {
+                peer,
+                source,
+                expected,
+                got,
+            } => {
                 write!(
                     f,
-                    "receive from {peer} completed with {got} bytes, {expected} were planned"
+                    "a receive from {peer} completed with {got} bytes as {source}, {expected} were planned"
                 )
             }
         }
@@ -226,7 +295,10 @@ fn drive(
 ) -> Result<IterationTiming, IterationError> {
     state.reset(ctx.schedule);
     rewind(send, recv);
-    let mut clock = Clock { last: start, bytes: 0 };
+    let mut clock = Clock {
+        last: start,
+        delivered: Delivered::default(),
+    };
     let mut local = LocalCursor::default();
     let mut idle_passes = 0u32;
     loop {
@@ -278,14 +350,14 @@ fn drive(
     }
     Ok(IterationTiming {
         elapsed: clock.last.saturating_duration_since(start),
-        bytes_received: clock.bytes,
+        delivered: clock.delivered,
     })
 }
 
-/// The endpoint's last completion and the bytes delivered so far in this iteration.
+/// The endpoint's last completion and what was delivered so far in this iteration.
 struct Clock {
     last: Instant,
-    bytes: u64,
+    delivered: Delivered,
 }
 
 /// Position in the endpoint's local copies.
@@ -510,14 +582,17 @@ fn pump_recv(
             }
             Poll::Done { size, recv: done } => {
                 let op = ops[idx as usize];
-                if let Some(got) = size {
-                    if got as u64 != op.len {
+                match size {
+                    Some(got) if got as u64 != op.len => {
                         return Err(IterationError::SizeMismatch {
                             peer: lane.peer.clone(),
+                            source: "the plugin reported",
                             expected: op.len,
-                            got,
+                            got: got as u64,
                         });
                     }
+                    Some(got) => clock.delivered.reported += got as u64,
+                    None => clock.delivered.reported_missed += 1,
                 }
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
                 if lane.flush && op.len > 0 {
@@ -540,6 +615,18 @@ fn pump_recv(
                 let queued = match gpu.as_deref_mut() {
                     Some(g) => match lane.unpack {
                         Some(ring) => {
+                            // The descriptors say where every received byte lies: they must
+                            // cover the receive exactly.
+                            let described = ring.descriptor_bytes(k);
+                            if described != op.len {
+                                return Err(IterationError::SizeMismatch {
+                                    peer: lane.peer.clone(),
+                                    source: "the unpack descriptors cover",
+                                    expected: op.len,
+                                    got: described,
+                                });
+                            }
+                            clock.delivered.unpacked += described;
                             g.queue_unpack(ring.job(k, g.dev_base() + op.off, op.len)?)?;
                             Some(g.pending_batch())
                         }
@@ -551,6 +638,9 @@ fn pump_recv(
                     },
                     None => None,
                 };
+                if lane.unpack.is_none() {
+                    clock.delivered.unpacked_missed += 1;
+                }
                 match queued {
                     Some(batch) => lane.landing.push_back((idx, done, batch)),
                     None => deliver(lane, op, done, state, clock)?,
@@ -593,7 +683,8 @@ fn deliver(
     }
     lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
     clock.last = Instant::now();
-    clock.bytes += op.len;
+    clock.delivered.receives += 1;
+    clock.delivered.planned += op.len;
     state.received[op.slot as usize] = true;
     state.flow_done[op.flow as usize] = Some(clock.last);
     state.round_left[op.round as usize] -= 1;

@@ -4,7 +4,6 @@
 //! The progress loop reports stalls itself; the watchdog exists for waits the engine cannot
 //! bound from inside (an MPI barrier whose peer is stuck, a plugin call that blocks).
 
-use super::Shared;
 use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +22,8 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn start(shared: Arc<Shared>, rank: usize) -> Watchdog {
+    /// Starts the thread; `dump` describes this rank's state when a deadline passes.
+    pub fn start(dump: impl Fn() -> String + Send + 'static, rank: usize) -> Watchdog {
         let state = Arc::new((
             Mutex::new(Armed {
                 phase: String::new(),
@@ -48,10 +48,10 @@ impl Watchdog {
                         let mut err = std::io::stderr().lock();
                         let _ = writeln!(
                             err,
-                            "tcpx-perf: rank {rank}: timeout: phase '{}' did not finish within {} s (-T); comm state:\n{}",
+                            "tcpx-perf: rank {rank}: timeout: phase '{}' did not finish within {:.0} s; comm state:\n{}",
                             armed.phase,
-                            armed.timeout.as_secs(),
-                            shared.dump().trim_end()
+                            armed.timeout.as_secs_f64(),
+                            dump().trim_end()
                         );
                         let _ = err.flush();
                         // _exit: MPI and plugin threads may hold locks that atexit handlers need.

@@ -40,7 +40,13 @@ struct ResultRow<'a> {
     time_p99_us: f64,
     time_cv_pct: f64,
     bytes_planned: u64,
-    bytes_moved: u64,
+    /// A measured figure, or `unverified` where no source sees payload exactly.
+    bytes_moved: String,
+    /// `plugin`, `unpack`, `wire` joined by `+`; `none` when nothing could check the bytes.
+    bytes_verified_by: String,
+    wire_rx_bytes: Option<u64>,
+    wire_payload_ratio: Option<f64>,
+    wire_by_iface: String,
     ranks: usize,
     endpoints: usize,
     nodes: usize,
@@ -114,7 +120,18 @@ fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
         time_p99_us: r.stats.p99,
         time_cv_pct: r.stats.cv_pct,
         bytes_planned: r.bytes_planned,
-        bytes_moved: r.bytes_moved,
+        bytes_moved: r
+            .bytes
+            .measured
+            .map_or_else(|| "unverified".to_string(), |b| b.to_string()),
+        bytes_verified_by: if r.bytes.sources.is_empty() {
+            "none".to_string()
+        } else {
+            r.bytes.sources.join("+")
+        },
+        wire_rx_bytes: r.bytes.wire_rx_bytes,
+        wire_payload_ratio: r.bytes.wire_ratio(),
+        wire_by_iface: r.bytes.wire_cell(),
         ranks: info.ranks,
         endpoints: info.endpoints,
         nodes: info.nodes,
@@ -193,6 +210,10 @@ const RESULT_COLUMNS: &[&str] = &[
     "time_cv_pct",
     "bytes_planned",
     "bytes_moved",
+    "bytes_verified_by",
+    "wire_rx_bytes",
+    "wire_payload_ratio",
+    "wire_by_iface",
     "ranks",
     "endpoints",
     "nodes",
@@ -254,7 +275,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         let row = &rows[0];
         let get = |name: &str| row.get(h.iter().position(|c| c == name).expect(name)).expect(name);
-        assert_eq!(get("schema_version"), "1");
+        assert_eq!(get("schema_version"), "2");
         assert_eq!(get("pattern"), "sendrecv");
         assert_eq!(get("scope"), "inter-node");
         assert_eq!(get("mem"), "host");
@@ -265,7 +286,17 @@ mod tests {
         assert_eq!(get("wrong"), "0");
         assert_eq!(get("plugin"), "tcpx-emu");
         assert_eq!(get("abi"), "8");
-        assert_eq!(get("bytes_planned"), get("bytes_moved"));
+        assert_eq!(get("bytes_planned"), "512");
+        assert_eq!(
+            get("bytes_moved"),
+            "unverified",
+            "wire counters bound the bytes; they do not measure them"
+        );
+        assert_eq!(get("bytes_verified_by"), "wire");
+        assert_eq!(get("wire_rx_bytes"), "612");
+        assert_eq!(get("wire_by_iface"), "a:lo=1836/1836");
+        let ratio: f64 = get("wire_payload_ratio").parse().expect("float");
+        assert!((ratio - 612.0 / 512.0).abs() < 1e-9);
         let busbw: f64 = get("busbw_gbps").parse().expect("float");
         assert_eq!(busbw, results[0].busbw_gbps);
         let p99: f64 = get("time_p99_us").parse().expect("float");

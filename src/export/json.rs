@@ -53,7 +53,7 @@ struct Tool<'a> {
 
 /// One size, as in `results.csv` plus the remaining statistics.
 #[derive(Serialize)]
-struct SizeSummary {
+struct SizeSummary<'a> {
     size_bytes: u64,
     count: u64,
     #[serde(rename = "type")]
@@ -71,7 +71,10 @@ struct SizeSummary {
     time_stdev_us: f64,
     time_cv_pct: f64,
     bytes_planned: u64,
-    bytes_moved: u64,
+    /// Measured payload per iteration; null = unverified (no exact source saw it).
+    bytes_moved: Option<u64>,
+    /// Every source's view of the bytes (wire counters per host and interface included).
+    bytes: &'a crate::delivery::ByteCheck,
 }
 
 #[derive(Serialize)]
@@ -111,7 +114,7 @@ struct Summary<'a> {
     placement: &'a crate::placement::dry_run::PlacementReport,
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
-    results: Vec<SizeSummary>,
+    results: Vec<SizeSummary<'a>>,
 }
 
 /// Writes `summary.json` into `dir` atomically (temporary file in `dir`, fsync, rename).
@@ -172,7 +175,7 @@ pub fn write_summary(
     })
 }
 
-fn size_summary(r: &SizeResult) -> SizeSummary {
+fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
     SizeSummary {
         size_bytes: r.size_bytes,
         count: r.count,
@@ -190,7 +193,8 @@ fn size_summary(r: &SizeResult) -> SizeSummary {
         time_stdev_us: r.stats.stdev,
         time_cv_pct: r.stats.cv_pct,
         bytes_planned: r.bytes_planned,
-        bytes_moved: r.bytes_moved,
+        bytes_moved: r.bytes.measured,
+        bytes: &r.bytes,
     }
 }
 
@@ -244,7 +248,7 @@ mod tests {
         )
         .expect("write");
         let v = read(tmp.path());
-        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["schema_version"], 2);
         assert_eq!(v["complete"], true);
         assert_eq!(v["status"], "wrong-data");
         assert!(v["error"].is_null());
@@ -271,6 +275,9 @@ mod tests {
         assert_eq!(r["time_us"], 100.0);
         assert_eq!(r["wrong"], 3);
         assert!(r.get("samples_us").is_none() && r.get("pairs").is_none());
+        assert!(r["bytes_moved"].is_null(), "unverified is null");
+        assert_eq!(r["bytes"]["sources"][0], "wire");
+        assert_eq!(r["bytes"]["wire"][0]["iface"], "lo");
         assert_eq!(v["results"].as_array().map(Vec::len), Some(2));
         // No temporary left behind.
         let names: Vec<_> = fs::read_dir(tmp.path()).expect("ls").collect();

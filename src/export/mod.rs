@@ -18,7 +18,7 @@ pub mod table;
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
@@ -153,7 +153,19 @@ pub(crate) mod fixtures {
             wrong,
             stats: summarize(&samples),
             bytes_planned: 2 * size_bytes,
-            bytes_moved: 2 * size_bytes,
+            bytes: crate::delivery::ByteCheck {
+                measured: None,
+                sources: vec!["wire"],
+                wire_rx_bytes: Some(2 * size_bytes + 100),
+                wire_payload_bytes: 2 * size_bytes,
+                wire: vec![crate::delivery::WireBytes {
+                    host: "a".into(),
+                    iface: "lo".into(),
+                    rx_bytes: 6 * size_bytes + 300,
+                    tx_bytes: 6 * size_bytes + 300,
+                    devmem_pkts: None,
+                }],
+            },
             samples_us: samples,
             busbw_factor: 1.0,
             pairs: vec![

@@ -1,5 +1,5 @@
 //! Builds a fake sysfs tree from a node description (`tests/fixtures/sysfs/*.txt`), for tests and
-//! for trying placement on a machine without the hardware (`TCPX_PERF_SYSFS`).
+//! for trying placement on a machine without the hardware (`TCPX_PERF_SYSFS_ROOT`).
 //!
 //! Description lines: `node N CPULIST`, `gpu INDEX PATH NUMA`, `nic IFNAME PATH NUMA MTU`, where
 //! PATH is below `/sys/devices`; `#` starts a comment.

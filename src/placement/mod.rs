@@ -190,7 +190,7 @@ pub fn choose_nics(
             })
             .collect();
         let note = format!(
-            "NICs chosen by GPU index ({why}; GPU(s) {}): set TCPX_PERF_SYSFS/TCPX_PERF_GPU_PCI or --net-dev to place by topology",
+            "NICs chosen by GPU index ({why}; GPU(s) {}): set TCPX_PERF_SYSFS_ROOT/TCPX_PERF_GPU_PCI or --net-dev to place by topology",
             unknown.join(",")
         );
         return Ok((out, vec![note]));

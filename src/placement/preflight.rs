@@ -242,7 +242,7 @@ fn devmem_counter(nic: &Nic, out: &mut Vec<Finding>) {
             "{}: the driver has no rx_devmem_pkts counter, so devmem delivery cannot be verified after the run",
             nic.name
         )),
-        Err(e) => Finding::warning(format!("driver statistics unreadable: {e}")),
+        Err(e) => Finding::warning(format!("devmem counter unreadable: {e}")),
     });
 }
 

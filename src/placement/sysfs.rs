@@ -1,6 +1,6 @@
 //! What sysfs says about PCI devices, NICs and NUMA nodes.
 //!
-//! The root is `/sys`, or `TCPX_PERF_SYSFS` (a directory laid out like `/sys`: `bus/pci/devices`,
+//! The root is `/sys`, or `TCPX_PERF_SYSFS_ROOT` (a directory laid out like `/sys`: `bus/pci/devices`,
 //! `class/net`, `devices`), so tests and machines without the hardware can stand in a fixture.
 //! Paths the plugin reports (`pciPath`, always under `/sys/devices`) are read below the same root.
 
@@ -9,7 +9,7 @@ use super::pci::PciPlace;
 use std::path::{Path, PathBuf};
 
 /// Environment variable overriding the sysfs root.
-pub const SYSFS_ENV: &str = "TCPX_PERF_SYSFS";
+pub const SYSFS_ENV: &str = "TCPX_PERF_SYSFS_ROOT";
 
 /// One sysfs tree.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct PciInfo {
 }
 
 impl Sysfs {
-    /// `/sys`, or the directory `TCPX_PERF_SYSFS` names.
+    /// `/sys`, or the directory `TCPX_PERF_SYSFS_ROOT` names.
     pub fn from_env() -> Sysfs {
         Sysfs {
             root: std::env::var_os(SYSFS_ENV).map_or_else(|| PathBuf::from("/sys"), PathBuf::from),

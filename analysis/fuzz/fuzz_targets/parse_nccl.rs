@@ -1,5 +1,6 @@
 #![no_main]
-//! nccl-tests stdout tables and JSON v3: must return Ok or Err, never panic.
+//! nccl-tests/rccl-tests/tcpx-perf stdout tables, nccl-tests JSON v3 and rccl-tests JSON: must
+//! return Ok or Err, never panic.
 use libfuzzer_sys::fuzz_target;
 use tcpx_analyze::parse::{self, ParseOptions, Placement};
 
@@ -9,8 +10,11 @@ fuzz_target!(|data: &[u8]| {
         let o = ParseOptions {
             placement,
             pattern: None,
+            allow_truncated: placement == Placement::InPlace,
         };
+        let _ = parse::parse_text("fuzz.txt", &text, &o);
         let _ = parse::nccl_text::parse("fuzz.txt", &text, &o);
+        let _ = parse::rccl_json::parse("fuzz.json", &text, &o);
         let _ = parse::nccl_json::parse("fuzz.json", &text, &o);
     }
 });

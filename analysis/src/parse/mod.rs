@@ -1,8 +1,11 @@
 //! Input parsers. Every parser returns a [`ParseError`] naming file and line; none panics
 //! (see `tests/robustness.rs` and `fuzz/`).
 
+pub mod columns;
+pub mod lines;
 pub mod nccl_json;
 pub mod nccl_text;
+pub mod rccl_json;
 pub mod tcpx;
 
 use crate::error::{Failure, ParseError};
@@ -22,27 +25,78 @@ pub enum Placement {
 #[derive(Debug, Clone, Default)]
 pub struct ParseOptions {
     pub placement: Placement,
-    /// Pattern to assume when the input does not name its collective.
+    /// Pattern to assume when the input does not name its collective, or names one of no
+    /// known family (e.g. a renamed binary).
     pub pattern: Option<String>,
+    /// Accept the rows of a table that stops before its footer with no error after it (a
+    /// pasted excerpt, a log cut short); the run is labelled `truncated`. Crashed runs are
+    /// refused regardless.
+    pub allow_truncated: bool,
 }
 
 /// Guesses the collective from a file name (`..._sendrecv_...`, `all_reduce`, `alltoall`).
+/// A name that mentions collectives of different families guesses nothing.
 pub fn family_from_filename(name: &str) -> Option<(String, Family)> {
     let base = Path::new(name)
         .file_name()
         .map(|s| s.to_string_lossy().to_ascii_lowercase())
         .unwrap_or_default();
+    let mut found: Option<(&str, Family)> = None;
     for (needle, pat) in [
         ("sendrecv", "sendrecv_perf"),
         ("all_reduce", "all_reduce_perf"),
         ("allreduce", "all_reduce_perf"),
         ("alltoall", "alltoall_perf"),
+        ("all_to_all", "alltoall_perf"),
     ] {
-        if base.contains(needle) {
-            return Family::from_name(pat).map(|f| (pat.to_string(), f));
+        // `alltoallv` is another collective.
+        let hit = base
+            .match_indices(needle)
+            .any(|(i, _)| !base[i + needle.len()..].starts_with('v'));
+        let fam = Family::from_name(pat)?;
+        match (hit, found) {
+            (true, Some((_, f))) if f != fam => return None,
+            (true, None) => found = Some((pat, fam)),
+            _ => {}
         }
     }
-    None
+    found.map(|(p, f)| (p.to_string(), f))
+}
+
+/// The collective of a run: the name the input gives (`named`), else `--pattern`, else the
+/// file name (`use_file_name`: the file holds this run only). `--pattern` replaces a name of no
+/// known family (the file name is tried for one too); it may not contradict a known one.
+pub(crate) fn resolve_collective(
+    file: &str,
+    named: Option<&str>,
+    opts: &ParseOptions,
+    use_file_name: bool,
+) -> Result<(String, Option<Family>), ParseError> {
+    let forced = opts.pattern.as_deref().map(|p| (p.to_string(), Family::from_name(p)));
+    match (named, forced) {
+        (Some(n), forced) => match (Family::from_name(n), forced) {
+            (Some(f), Some((p, Some(g)))) if f != g => Err(ParseError::new(
+                file,
+                None,
+                format!(
+                    "the input names the collective {n} ({}) but --pattern says {p} ({}): drop --pattern or pick the right input",
+                    f.short(),
+                    g.short()
+                ),
+            )),
+            (Some(f), _) => Ok((n.to_string(), Some(f))),
+            (None, Some(forced)) => Ok(forced),
+            (None, None) => Ok(match family_from_filename(file).filter(|_| use_file_name) {
+                Some((p, f)) => (p, Some(f)),
+                None => (n.to_string(), None),
+            }),
+        },
+        (None, Some(forced)) => Ok(forced),
+        (None, None) => Ok(match family_from_filename(file).filter(|_| use_file_name) {
+            Some((p, f)) => (p, Some(f)),
+            None => ("unknown".to_string(), None),
+        }),
+    }
 }
 
 /// Parses a finite, non-negative float; `what` names the field in the error.
@@ -72,17 +126,45 @@ pub(crate) fn int(file: &str, line: usize, what: &str, s: &str) -> Result<u64, P
     })
 }
 
-/// Parses text that is either nccl-tests JSON or a nccl-tests stdout table, by content.
-pub fn parse_nccl_any(name: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseError> {
-    if text.trim_start().starts_with('{') {
-        nccl_json::parse(name, text, opts)
+/// Parses any text input by content: nccl-tests JSON, rccl-tests JSON, a tcpx-perf
+/// `results.csv`, or a stdout log (nccl-tests, rccl-tests, tcpx-perf) holding one or more runs.
+pub fn parse_text(name: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>, ParseError> {
+    if rccl_json::detect(text) {
+        Ok(vec![rccl_json::parse(name, text, opts)?])
+    } else if text.trim_start().starts_with('{') {
+        Ok(vec![nccl_json::parse(name, text, opts)?])
+    } else if text.starts_with("schema_version") {
+        Ok(vec![tcpx::parse_results_only(name, text, opts)?])
     } else {
-        nccl_text::parse(name, text, opts)
+        nccl_text::parse_all(name, text, opts)
     }
 }
 
+/// Parses a text input that holds exactly one run (see [`parse_text`]).
+pub fn parse_nccl_any(name: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseError> {
+    only_run(name, parse_text(name, text, opts)?)
+}
+
+/// The one run of an input that must hold one.
+pub(crate) fn only_run(name: &str, mut runs: Vec<Run>) -> Result<Run, ParseError> {
+    if runs.len() != 1 {
+        let at: Vec<&str> = runs.iter().map(|r| r.source.as_str()).collect();
+        return Err(ParseError::new(
+            name,
+            None,
+            format!(
+                "holds {} runs ({}): load it as a path, one run each",
+                runs.len(),
+                at.join(", ")
+            ),
+        ));
+    }
+    Ok(runs.remove(0))
+}
+
 /// Loads one path: a tcpx-perf result directory, a directory of result directories,
-/// a tcpx-perf `results.csv`, a nccl-tests JSON file or a nccl-tests stdout log.
+/// a tcpx-perf `results.csv`, a nccl-tests or rccl-tests JSON file, or a stdout log (which
+/// may hold several runs).
 pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> {
     let name = path.display().to_string();
     if !path.exists() {
@@ -107,11 +189,7 @@ pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> 
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| Failure::Input(format!("{name}: not UTF-8 text ({e})")))?;
-    let first = text.lines().next().unwrap_or("");
-    if first.starts_with("schema_version") {
-        return Ok(vec![tcpx::parse_results_only(&name, &text, opts)?]);
-    }
-    Ok(vec![parse_nccl_any(&name, &text, opts)?])
+    Ok(parse_text(&name, &text, opts)?)
 }
 
 /// Loads several paths into runs (each path may hold several runs).

@@ -1,9 +1,9 @@
 //! nccl-tests JSON output (`-J`, `JSON_FILE_VERSION 3`, peers.md §1.9), including the `-I`
 //! per-iteration samples (`times_us`). Booleans are strings and NaN is the string `"nan"`.
 
-use super::{family_from_filename, ParseOptions, Placement};
+use super::{resolve_collective, ParseOptions, Placement};
 use crate::error::ParseError;
-use crate::model::{Family, Format, Row, Run, Sample, Series};
+use crate::model::{Format, Row, Run, Sample, Series};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -108,8 +108,19 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
                     .ok_or_else(|| err(file, &format!("{p}.{iter_key}.times_us"), "not an array"))?;
                 let bw_factor = if algbw > 0.0 { busbw / algbw } else { 1.0 };
                 let bytes_per_us = if algbw > 0.0 { algbw * time * 1e3 } else { size as f64 };
+                // `-K k` excludes the first k iterations from nccl-tests' own statistics but
+                // keeps them in `times_us`: they are warm-up, not samples.
+                let skip_path = format!("{p}.{iter_key}.skipped_iterations");
+                let skip = f(file, &skip_path, pi.get("skipped_iterations"))?.unwrap_or(0.0);
+                if skip.fract() != 0.0 || skip < 0.0 || skip >= arr.len().max(1) as f64 {
+                    return Err(err(
+                        file,
+                        &skip_path,
+                        format!("{skip} is not a count below the {} iterations", arr.len()),
+                    ));
+                }
                 let mut times = Vec::with_capacity(arr.len());
-                for (j, t) in arr.iter().enumerate() {
+                for (j, t) in arr.iter().enumerate().skip(skip as usize) {
                     let ti = req(file, &format!("{p}.{iter_key}.times_us[{j}]"), Some(t))?;
                     if ti <= 0.0 {
                         return Err(err(file, &format!("{p}.{iter_key}.times_us[{j}]"), "time must be > 0"));
@@ -145,6 +156,7 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
                 busbw,
             },
             wrong,
+            max_error: None,
             samples,
         };
         if rows.insert(size, row).is_some() {
@@ -175,19 +187,7 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
         .and_then(|a| a.first())
         .and_then(Value::as_str)
         .map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
-    let (pattern, family) = match argv0
-        .as_deref()
-        .and_then(|a| Family::from_name(a).map(|f| (a.to_string(), f)))
-    {
-        Some((a, f)) => (a, Some(f)),
-        None => match family_from_filename(file) {
-            Some((p, f)) => (p, Some(f)),
-            None => match &opts.pattern {
-                Some(p) => (p.clone(), Family::from_name(p)),
-                None => (argv0.unwrap_or_else(|| "unknown".into()), None),
-            },
-        },
-    };
+    let (pattern, family) = resolve_collective(file, argv0.as_deref(), opts, true)?;
     if let Some(v) = obj.get("nccl_version").and_then(Value::as_i64) {
         run.labels.insert("nccl_version".into(), v.to_string());
     }

@@ -1,158 +1,388 @@
-//! nccl-tests stdout tables (peers.md §1.7), with or without the `-I` per-iteration columns,
-//! with NCCL INFO/WARN lines mixed in.
+//! nccl-tests / rccl-tests stdout tables (every layout since nccl-tests 2.0, see
+//! [`super::columns`]) and tcpx-perf's own stdout table, as found in the wild: behind launcher
+//! prefixes, in markdown code fences, with NCCL INFO/WARN lines and other noise anywhere,
+//! several runs one after another in one file (one [`Run`] each).
+//!
+//! A run is complete when its table reaches the footer (`# Out of bounds values`,
+//! `# Avg bus bandwidth`). A table that stops before it is refused: "run ended at row N: <the
+//! error line>" when an error follows the last row (the run crashed), else as truncated
+//! ([`ParseOptions::allow_truncated`] accepts the rows of a truncated one, labelled so).
 //!
 //! A table row has no per-iteration samples (the `-I` columns are min/max/p99/cv, not samples),
-//! so each size is one observation (n = 1). The `-I` statistics are kept as labels.
+//! so each size is one observation (n = 1).
 
-use super::{family_from_filename, int, num, ParseOptions, Placement};
+use super::columns::{is_header, Columns, RowError, RowValues};
+use super::lines::logical_lines;
+use super::{num, only_run, resolve_collective, ParseOptions, Placement};
 use crate::error::ParseError;
-use crate::model::{Family, Format, Row, Run, Sample, Series};
+use crate::model::{Format, Row, Run, Sample, Series};
 use std::collections::BTreeMap;
 
-pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseError> {
-    let mut run = Run::new(file, Format::NcclTestsText);
-    let mut collective: Option<String> = None;
-    let mut per_iter: Option<bool> = None; // set by the column header line
-    let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
-    let mut ranks = 0usize;
-    let mut footer_wrong: Option<f64> = None;
-    let mut avg_busbw: Option<f64> = None;
+/// What the lines before a table say about its run.
+#[derive(Debug, Default)]
+struct Meta {
+    /// `# Collective test starting: X`.
+    collective: Option<String>,
+    /// The last `*_perf` / `*_perf_mpi` binary named on a command line.
+    command: Option<String>,
+    /// tcpx-perf's `# pattern: X scope: S dir: D` and `# memory: M`.
+    tcpx_pattern: Option<String>,
+    tcpx_variant: Vec<String>,
+    tool: Option<&'static str>,
+    ranks: usize,
+}
 
-    for (i, line) in text.lines().enumerate() {
-        let ln = i + 1;
-        let t = line.trim();
+/// One table being read.
+#[derive(Debug)]
+struct Table {
+    header_line: usize,
+    cols: Columns,
+    meta: Meta,
+    rows: Vec<(usize, RowValues)>,
+    /// A row whose fields do not fit the header: the run was cut there unless rows follow.
+    bad: Option<(usize, String, String)>,
+    /// The first error-looking line after the last row (a crash message).
+    error_after: Option<(usize, String)>,
+    /// The first other line after the last row.
+    next_after: Option<(usize, String)>,
+    wrong_total: Option<f64>,
+    avg_busbw: Option<f64>,
+    footer: bool,
+}
+
+/// Words that mark a line as an error message (NCCL WARN, `Test NCCL failure`, MPI abort,
+/// signals, timeouts).
+fn is_error_line(t: &str) -> bool {
+    let l = t.to_ascii_lowercase();
+    [
+        "error",
+        "warn",
+        "fail",
+        "abort",
+        "segmentation",
+        "signal",
+        "killed",
+        "core dumped",
+        "terminate",
+        "exited",
+        "timeout",
+        "timed out",
+        "exception",
+        "out of memory",
+    ]
+    .iter()
+    .any(|k| l.contains(k))
+}
+
+/// The basename of a `*_perf` or `*_perf_mpi` binary named on a command line.
+fn perf_binary(tokens: &[&str]) -> Option<String> {
+    tokens.iter().find_map(|t| {
+        let base = t.rsplit('/').next().unwrap_or(t);
+        (base.ends_with("_perf") || base.ends_with("_perf_mpi")).then(|| base.to_string())
+    })
+}
+
+/// Parses a text that holds exactly one run.
+pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseError> {
+    only_run(file, parse_all(file, text, opts)?)
+}
+
+/// Parses every run of a text (one per table).
+pub fn parse_all(file: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>, ParseError> {
+    let mut done: Vec<Table> = Vec::new();
+    let mut open: Option<Table> = None;
+    let mut meta = Meta::default();
+    for l in logical_lines(text) {
+        let t = l.text;
         if t.is_empty() {
             continue;
         }
-        if let Some(rest) = t.strip_prefix('#') {
-            let rest = rest.trim();
-            if let Some(c) = rest.strip_prefix("Collective test starting:") {
-                let c = c.trim().to_string();
-                if let Some(prev) = &collective {
-                    if *prev != c {
-                        return Err(ParseError::new(
-                            file,
-                            Some(ln),
-                            format!("a second collective ({c}) after {prev}: split the log, one test per file"),
-                        ));
-                    }
+        let hashed = t.starts_with('#');
+        let body = t.trim_start_matches('#').trim();
+        let toks: Vec<&str> = body.split_whitespace().collect();
+
+        if is_header(&toks) {
+            let cols = Columns::from_header(file, l.no, &toks)?;
+            if let Some(tab) = open.take() {
+                if !tab.footer && tab.rows.is_empty() && tab.bad.is_none() {
+                    // The header printed again before any row (two processes printing, or a
+                    // pasted header): keep one.
+                    meta = tab.meta;
+                } else {
+                    done.push(finish(file, tab, opts)?);
                 }
-                collective = Some(c);
-            } else if rest.starts_with("size") && rest.contains("count") {
-                per_iter = Some(rest.contains("i_min"));
-            } else if rest.starts_with("Rank ") && rest.contains(" on ") {
-                ranks += 1;
-            } else if let Some(v) = rest.strip_prefix("Out of bounds values") {
-                let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
-                footer_wrong = Some(num(file, ln, "Out of bounds values", v)?);
-            } else if let Some(v) = rest.strip_prefix("Avg bus bandwidth") {
-                let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
-                avg_busbw = v.parse::<f64>().ok();
             }
+            open = Some(Table {
+                header_line: l.no,
+                cols,
+                meta: std::mem::take(&mut meta),
+                rows: Vec::new(),
+                bad: None,
+                error_after: None,
+                next_after: None,
+                wrong_total: None,
+                avg_busbw: None,
+                footer: false,
+            });
             continue;
         }
-        let toks: Vec<&str> = t.split_whitespace().collect();
-        // Data rows start with the size (an integer); everything else (NCCL INFO lines such as
-        // `host:pid:tid [0] NCCL INFO ...`, warnings, MPI noise) is skipped.
-        if toks[0].parse::<u64>().is_err() {
-            continue;
-        }
-        let Some(pi) = per_iter else {
-            // A number-led line before any table header: not part of a table.
-            continue;
-        };
-        let block = if pi { 8 } else { 4 };
-        let want = 5 + 2 * block;
-        if toks.len() != want {
-            return Err(ParseError::new(
-                file,
-                Some(ln),
-                format!(
-                    "table row has {} fields, expected {want} ({} table: size count type redop root + 2 x [time algbw busbw #wrong{}])",
-                    toks.len(),
-                    if pi { "-I per-iteration" } else { "plain" },
-                    if pi { " i_min i_max i_p99 i_cv%" } else { "" }
-                ),
-            ));
-        }
-        let size = int(file, ln, "size", toks[0])?;
-        int(file, ln, "count", toks[1])?;
-        let off = 5 + match opts.placement {
-            Placement::OutOfPlace => 0,
-            Placement::InPlace => block,
-        };
-        let time = num(file, ln, "time (us)", toks[off])?;
-        let algbw = num(file, ln, "algbw (GB/s)", toks[off + 1])?;
-        let busbw = num(file, ln, "busbw (GB/s)", toks[off + 2])?;
-        let wrong = match toks[off + 3] {
-            "N/A" => None,
-            w => Some(num(file, ln, "#wrong", w)?),
-        };
-        // Also check the other placement's #wrong: any wrong data fails the run.
-        let other = if off == 5 { 5 + block } else { 5 };
-        let other_wrong = match toks[other + 3] {
-            "N/A" => None,
-            w => Some(num(file, ln, "#wrong", w)?),
-        };
-        if pi {
-            for (k, what) in ["i_min", "i_max", "i_p99", "i_cv%"].iter().enumerate() {
-                num(file, ln, what, toks[off + 4 + k])?;
+
+        // Table rows: two leading integers (size, count) inside an unfinished table.
+        if let Some(tab) = open.as_mut().filter(|t| !t.footer) {
+            let is_row = !hashed && toks.len() >= 2 && toks[..2].iter().all(|x| x.parse::<u64>().is_ok());
+            if is_row {
+                if let Some((ln, _, msg)) = tab.bad.take() {
+                    return Err(ParseError::new(file, Some(ln), msg));
+                }
+                match tab.cols.row(file, l.no, &toks) {
+                    Ok(r) => {
+                        tab.rows.push((l.no, r));
+                        tab.error_after = None;
+                        tab.next_after = None;
+                    }
+                    Err(RowError::Value(e)) => return Err(e),
+                    Err(RowError::Shape(m)) => tab.bad = Some((l.no, t.to_string(), m)),
+                }
+                continue;
             }
         }
-        if time <= 0.0 {
-            return Err(ParseError::new(file, Some(ln), "time must be > 0"));
+
+        if let Some(v) = body.strip_prefix("Out of bounds values") {
+            if let Some(tab) = open.as_mut().filter(|t| !t.footer) {
+                if let Some((ln, _, msg)) = tab.bad.take() {
+                    return Err(ParseError::new(file, Some(ln), msg));
+                }
+                let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
+                tab.wrong_total = Some(num(file, l.no, "Out of bounds values", v)?);
+                tab.footer = true;
+                continue;
+            }
         }
-        let wrong = match (wrong, other_wrong) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-        };
-        let row = Row {
-            size,
-            summary: Sample {
-                time_us: time,
-                algbw,
-                busbw,
-            },
-            wrong,
-            samples: Vec::new(),
-        };
-        if rows.insert(size, row).is_some() {
-            return Err(ParseError::new(
-                file,
-                Some(ln),
-                format!("size {size} appears twice (several data types/ops in one log are not supported)"),
-            ));
+        if let Some(v) = body.strip_prefix("Avg bus bandwidth") {
+            if let Some(tab) = open.as_mut() {
+                if let Some((ln, _, msg)) = tab.bad.take() {
+                    return Err(ParseError::new(file, Some(ln), msg));
+                }
+                let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
+                tab.avg_busbw = v.parse::<f64>().ok();
+                tab.footer = true;
+                continue;
+            }
         }
+
+        // A new run starts: the open table ends here.
+        let starts_run = body.starts_with("nThread ")
+            || body.starts_with("Collective test starting:")
+            || (hashed && body.starts_with("tcpx-perf "));
+        if starts_run {
+            if let Some(tab) = open.take() {
+                done.push(finish(file, tab, opts)?);
+            }
+        }
+        if let Some(tab) = open.as_mut().filter(|t| !t.footer) {
+            if tab.error_after.is_none() && is_error_line(t) {
+                tab.error_after = Some((l.no, t.to_string()));
+            } else if tab.next_after.is_none() {
+                tab.next_after = Some((l.no, t.to_string()));
+            }
+        }
+        read_meta(&mut meta, hashed, body, &toks);
     }
-    if rows.is_empty() {
+    if let Some(tab) = open.take() {
+        done.push(finish(file, tab, opts)?);
+    }
+    if done.is_empty() {
         return Err(ParseError::new(
             file,
             None,
             "no nccl-tests result table found (expected a '#  size  count  type ...' header followed by rows)",
         ));
     }
-    let (pattern, family) = match &collective {
-        Some(c) => (c.clone(), Family::from_name(c)),
-        None => match family_from_filename(file) {
-            Some((p, f)) => (p, Some(f)),
-            None => match &opts.pattern {
-                Some(p) => (p.clone(), Family::from_name(p)),
-                None => ("unknown".to_string(), None),
-            },
-        },
-    };
-    run.wrong_total = footer_wrong;
-    if ranks > 0 {
-        run.labels.insert("ranks".into(), ranks.to_string());
+    let single = done.len() == 1;
+    done.into_iter().map(|t| build(file, t, opts, single)).collect()
+}
+
+/// Collects what a preamble line says about the next run.
+fn read_meta(meta: &mut Meta, hashed: bool, body: &str, toks: &[&str]) {
+    if let Some(c) = body.strip_prefix("Collective test starting:") {
+        meta.collective = Some(c.trim().to_string());
+    } else if hashed && body.starts_with("tcpx-perf ") {
+        meta.tool = Some("tcpx-perf");
+    } else if body.starts_with("rccl-tests:") {
+        meta.tool = Some("rccl-tests");
+    } else if let (true, Some(rest)) = (hashed, body.strip_prefix("pattern:")) {
+        let mut it = rest.split_whitespace();
+        meta.tcpx_pattern = it.next().map(str::to_string);
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            meta.tcpx_variant.push(format!("{}={v}", k.trim_end_matches(':')));
+        }
+    } else if let (true, Some(rest)) = (hashed, body.strip_prefix("memory:")) {
+        if let Some(m) = rest.split_whitespace().next() {
+            meta.tcpx_variant.push(format!("mem={m}"));
+        }
+    } else if toks.first() == Some(&"Rank") && toks.get(1).is_some_and(|r| r.parse::<u64>().is_ok()) {
+        meta.ranks += 1;
+    } else if let Some(b) = perf_binary(toks) {
+        meta.command = Some(b);
     }
-    if let Some(a) = avg_busbw {
+}
+
+/// Ends a table: complete (footer seen) or refused as crashed/truncated.
+fn finish(file: &str, tab: Table, opts: &ParseOptions) -> Result<Table, ParseError> {
+    if tab.footer {
+        if tab.rows.is_empty() {
+            return Err(ParseError::new(
+                file,
+                Some(tab.header_line),
+                "table has a footer but no rows",
+            ));
+        }
+        return Ok(tab);
+    }
+    let n = tab.rows.len();
+    let at = match tab.rows.last() {
+        Some((ln, r)) => format!("run ended at row {n} (size {}, line {ln})", r.size),
+        None => format!(
+            "run ended before its first row (table header at line {})",
+            tab.header_line
+        ),
+    };
+    if let Some((ln, line)) = tab.error_after {
+        return Err(ParseError::new(
+            file,
+            Some(ln),
+            format!("{at}: {line} (the run crashed)"),
+        ));
+    }
+    if let Some((ln, line, msg)) = tab.bad {
+        return Err(ParseError::new(
+            file,
+            Some(ln),
+            format!("{at}: {line} (a cut-off row: {msg}; the run crashed or the log is truncated)"),
+        ));
+    }
+    if opts.allow_truncated && n > 0 {
+        return Ok(tab);
+    }
+    let next = match &tab.next_after {
+        Some((ln, line)) => format!("line {ln} is {line:?}"),
+        None => "the file ends".to_string(),
+    };
+    Err(ParseError::new(
+        file,
+        tab.rows.last().map(|(ln, _)| *ln),
+        format!(
+            "{at}: {next}, without nccl-tests' footer ('# Out of bounds values', '# Avg bus bandwidth'): \
+             the log is truncated or the run died; --allow-truncated uses the rows it has"
+        ),
+    ))
+}
+
+/// The rows of one data type and reduction, keyed by size, with their line numbers.
+type Group = BTreeMap<u64, (usize, Row)>;
+
+/// Turns a table into a run: one series per data type and reduction printed.
+fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Run, ParseError> {
+    let tcpx = tab.cols.tcpx || tab.meta.tool == Some("tcpx-perf");
+    let source = if single {
+        file.to_string()
+    } else {
+        format!("{file}:{}", tab.header_line)
+    };
+    let mut run = Run::new(
+        &source,
+        if tcpx {
+            Format::TcpxPerfText
+        } else {
+            Format::NcclTestsText
+        },
+    );
+    let idx = match opts.placement {
+        Placement::InPlace if tab.cols.blocks > 1 => 1,
+        _ => 0,
+    };
+    let mut groups: Vec<((String, String), Group)> = Vec::new();
+    for (ln, r) in &tab.rows {
+        let key = (r.dtype.clone(), r.redop.clone());
+        let g = match groups.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                groups.push((key, BTreeMap::new()));
+                groups.len() - 1
+            }
+        };
+        let p = r.placed[idx];
+        let wrongs: Vec<f64> = r.placed.iter().filter_map(|p| p.wrong).collect();
+        let errors = r.placed.iter().filter_map(|p| p.max_error);
+        let row = Row {
+            size: r.size,
+            summary: Sample {
+                time_us: p.time_us,
+                algbw: p.algbw,
+                busbw: p.busbw,
+            },
+            wrong: (!wrongs.is_empty()).then(|| wrongs.iter().sum()),
+            max_error: errors.reduce(f64::max),
+            samples: Vec::new(),
+        };
+        if let Some((first, _)) = groups[g].1.insert(r.size, (*ln, row)) {
+            return Err(ParseError::new(
+                file,
+                Some(*ln),
+                format!(
+                    "size {} appears twice for {} {} (lines {first} and {ln}): several cycles (-N) or \
+                     interleaved outputs in one table are not supported",
+                    r.size, r.dtype, r.redop
+                ),
+            ));
+        }
+    }
+    let named = tab
+        .meta
+        .collective
+        .clone()
+        .or(tab.meta.command.clone())
+        .or(tab.meta.tcpx_pattern.clone());
+    let (pattern, family) = resolve_collective(file, named.as_deref(), opts, single)?;
+    let several = groups.len() > 1;
+    for ((dtype, redop), rows) in groups {
+        let variant = if several {
+            let mut v = format!("type={dtype}");
+            if !redop.is_empty() {
+                v.push_str(&format!(",redop={redop}"));
+            }
+            v
+        } else if tcpx {
+            tab.meta.tcpx_variant.join(",")
+        } else {
+            String::new()
+        };
+        run.series.push(Series {
+            pattern: pattern.clone(),
+            family,
+            variant,
+            rows: rows.into_iter().map(|(s, (_, r))| (s, r)).collect(),
+        });
+    }
+    run.wrong_total = tab.wrong_total;
+    if tab.meta.ranks > 0 {
+        run.labels.insert("ranks".into(), tab.meta.ranks.to_string());
+    }
+    if let Some(a) = tab.avg_busbw {
         run.labels.insert("avg_busbw_footer".into(), format!("{a}"));
     }
-    run.series.push(Series {
-        pattern,
-        family,
-        variant: String::new(),
-        rows,
-    });
+    let tool = if tcpx {
+        "tcpx-perf"
+    } else {
+        tab.meta.tool.unwrap_or("nccl-tests")
+    };
+    run.labels.insert("tool".into(), tool.into());
+    if let Some(n) = named.filter(|n| *n != pattern) {
+        run.labels.insert("collective_as_written".into(), n);
+    }
+    if !tab.footer {
+        run.labels
+            .insert("truncated".into(), format!("after row {}", tab.rows.len()));
+    }
     Ok(run)
 }

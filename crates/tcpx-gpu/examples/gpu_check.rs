@@ -3,21 +3,29 @@
 //! 1. fill / verify: GPU pattern == host pattern (`tcpx_gpu::pattern`, itself tested equal to
 //!    `src/check.rs`), verify counts 0 on intact data and exactly 1 after one flipped byte,
 //!    nothing outside the range is touched.
-//! 2. unpack vs the CPU reference on random layouts (TCPX-like scrambled pages and
-//!    adversarial random fragments; descriptors in device memory and in host-mapped memory;
-//!    batches of 1..100 jobs; misaligned destinations); corrupt descriptors are counted.
-//! 3. benchmark: gather of 4 KiB fragments in random page order vs `cuMemcpyDtoDAsync` of the
-//!    same bytes (contiguous), timed with events, buffers rotated over 1 GiB pools so L2 does
-//!    not hold them. GB/s = payload bytes / time / 1e9 (each byte is read once and written
-//!    once, so DRAM traffic is twice that).
+//! 2. unpack vs the CPU reference (`unpack_reference`) on random layouts: scrambled whole
+//!    pages, the TCPX stream model (`tcpx_stream`: whole pages shifted by the chunk phase,
+//!    partial and mid-page fragments at packet and chunk edges), adversarial random fragments,
+//!    and the alignment sweep (lengths 1..4096 at every src/dst shift); descriptors in device
+//!    memory and in host-mapped memory; batches of 1..100 jobs; misaligned destinations; every
+//!    byte of the destination buffers compared, so stray writes count. Corrupt descriptors
+//!    are skipped and counted exactly.
+//! 3. benchmark: batches of 16 requests of 512 KiB..4 MiB per layout, unpacked in one launch,
+//!    vs `cuMemcpyDtoDAsync` of the same bytes (one copy per request, and one copy of the whole
+//!    batch), timed with events in the same process, buffers rotated over 1 GiB pools so L2
+//!    does not hold them. GB/s = payload bytes / time / 1e9 (each byte is read once and
+//!    written once, so DRAM traffic is twice that).
 //!
-//! Usage: `gpu_check [--quick] [--check-only]` (`--check-only` skips the 1 GiB throughput
-//! runs and the benchmark, e.g. under compute-sanitizer). Exit code 0 = all checks passed.
+//! Usage: `gpu_check [--quick] [--check-only | --bench-only]` (`--check-only` skips the 1 GiB
+//! throughput runs and the benchmark, e.g. under compute-sanitizer; `--bench-only` runs only
+//! the unpack benchmark). Exit code 0 = all checks passed.
 
 use std::time::Instant;
 use tcpx_gpu::nvrtc::nvrtc_info;
 use tcpx_gpu::pattern::fill;
-use tcpx_gpu::unpack::{random_fragments, scrambled_pages, Layout, Rng, PAGE};
+use tcpx_gpu::unpack::{
+    alignment_sweep, random_fragments, scrambled_pages, tcpx_stream, Layout, Rng, StreamShape, PAGE,
+};
 use tcpx_gpu::{
     unpack_reference, Device, DeviceBuffer, Event, Gpu, GpuError, LoadMeta, PinnedFlags, PinnedHostBuffer, Stream,
     UnpackJob,
@@ -26,7 +34,12 @@ use tcpx_gpu::{
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let check_only = std::env::args().any(|a| a == "--check-only");
-    let code = match run(quick, check_only) {
+    let bench_only = std::env::args().any(|a| a == "--bench-only");
+    if check_only && bench_only {
+        println!("RESULT: ERROR: --check-only and --bench-only exclude each other: pass one");
+        std::process::exit(2);
+    }
+    let code = match run(quick, check_only, bench_only) {
         Ok(true) => {
             println!("RESULT: PASS");
             0
@@ -49,7 +62,7 @@ fn metas_bytes(m: &[LoadMeta]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>(), std::mem::size_of_val(m)) }
 }
 
-fn run(quick: bool, check_only: bool) -> Result<bool, GpuError> {
+fn run(quick: bool, check_only: bool, bench_only: bool) -> Result<bool, GpuError> {
     let info = match Gpu::probe() {
         Ok(Some(i)) => i,
         Ok(None) => {
@@ -98,9 +111,11 @@ fn run(quick: bool, check_only: bool) -> Result<bool, GpuError> {
     );
 
     let mut ok = true;
-    ok &= check_pattern(&dev, check_only)?;
-    ok &= check_unpack(&dev, quick)?;
-    ok &= check_events(&dev)?;
+    if !bench_only {
+        ok &= check_pattern(&dev, check_only)?;
+        ok &= check_unpack(&dev, quick)?;
+        ok &= check_events(&dev)?;
+    }
     if !check_only {
         bench(&dev, quick)?;
     }
@@ -186,6 +201,48 @@ fn check_pattern(dev: &Device, check_only: bool) -> Result<bool, GpuError> {
     Ok(ok)
 }
 
+/// The layouts the check and the benchmark run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Whole 4 KiB pages in random bounce pages, the last one partial (`scrambled_pages`).
+    Pages,
+    /// The TCPX stream model with GKE's settings (`tcpx_stream`, `StreamShape::default()`).
+    Tcpx,
+    /// Random lengths 1..4096 at random in-page offsets (`random_fragments`).
+    Random,
+    /// Edge lengths at every src/dst shift (`alignment_sweep`); ignores the length asked.
+    Sweep,
+}
+
+/// Fragment lengths of the alignment sweep: no whole 16-byte word, exactly one, head and tail
+/// bytes around a body of 1 or 2 words, and pages less a head, a tail or a byte.
+const SWEEP_LENS: [u32; 22] = [
+    1, 2, 3, 7, 15, 16, 17, 29, 30, 31, 32, 33, 47, 48, 49, 63, 64, 65, 512, 4080, 4095, 4096,
+];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Pages => "scrambled-4K",
+            Kind::Tcpx => "tcpx-stream",
+            Kind::Random => "random-frag",
+            Kind::Sweep => "align-sweep",
+        }
+    }
+
+    fn layout(self, len: usize, rng: &mut Rng) -> Layout {
+        match self {
+            Kind::Pages => {
+                let pages = len.div_ceil(PAGE);
+                scrambled_pages(len, pages + rng.below(4) as usize, rng)
+            }
+            Kind::Tcpx => tcpx_stream(len, &StreamShape::default(), rng),
+            Kind::Random => random_fragments(len, rng),
+            Kind::Sweep => alignment_sweep(&SWEEP_LENS, rng),
+        }
+    }
+}
+
 /// A batch of receives laid out in one bounce buffer and one destination buffer.
 struct Batch {
     layouts: Vec<Layout>,
@@ -195,7 +252,7 @@ struct Batch {
     dst_len: usize,
 }
 
-fn make_batch(rng: &mut Rng, njobs: usize, max_len: usize, adversarial: bool) -> Batch {
+fn make_batch(rng: &mut Rng, njobs: usize, max_len: usize, kind: Kind) -> Batch {
     let mut b = Batch {
         layouts: Vec::new(),
         bounce_offs: Vec::new(),
@@ -204,17 +261,12 @@ fn make_batch(rng: &mut Rng, njobs: usize, max_len: usize, adversarial: bool) ->
         dst_len: 0,
     };
     for _ in 0..njobs {
-        let len = 1 + rng.below(max_len as u64) as usize;
-        let l = if adversarial {
-            random_fragments(len, rng)
-        } else {
-            let pages = len.div_ceil(PAGE);
-            scrambled_pages(len, pages + rng.below(4) as usize, rng)
-        };
+        let len = 1 + rng.below(max_len.max(1) as u64) as usize;
+        let l = kind.layout(len, rng);
         b.bounce_offs.push(b.bounce_len);
         b.bounce_len += l.bounce_len;
-        // Destinations: page-aligned, or (adversarial) shifted by a few bytes.
-        let shift = if adversarial { rng.below(16) as usize } else { 0 };
+        // Destinations: page-aligned for whole pages, else shifted by a few bytes.
+        let shift = if kind == Kind::Pages { 0 } else { rng.below(16) as usize };
         let off = b.dst_len.next_multiple_of(PAGE) + shift;
         b.dst_offs.push(off);
         b.dst_len = off + l.len;
@@ -228,22 +280,28 @@ fn check_unpack(dev: &Device, quick: bool) -> Result<bool, GpuError> {
     let s = dev.stream();
     let mut rng = Rng::new(0x5EED_0001);
     let mut ok = true;
-    let trials: &[(usize, usize, bool, bool)] = &[
-        // (jobs, max receive bytes, adversarial layout, metas host-mapped)
-        (1, 4 << 20, false, false),
-        (1, 4 << 20, true, false),
-        (16, 512 << 10, false, false),
-        (16, 4 << 20, false, true),
-        (16, 4 << 20, true, true),
-        (64, 1 << 20, true, false),
-        (100, 256 << 10, false, false),
-        (100, 64 << 10, true, true),
-        (7, 20_000, true, false),
+    let trials: &[(usize, usize, Kind, bool)] = &[
+        // (jobs, max receive bytes, layout, metas host-mapped)
+        (1, 4 << 20, Kind::Pages, false),
+        (1, 4 << 20, Kind::Random, false),
+        (1, 4 << 20, Kind::Tcpx, false),
+        (1, 0, Kind::Sweep, false),
+        (5, 0, Kind::Sweep, true),
+        (16, 512 << 10, Kind::Pages, false),
+        (16, 4 << 20, Kind::Pages, true),
+        (16, 4 << 20, Kind::Random, true),
+        (16, 4 << 20, Kind::Tcpx, true),
+        (16, 1 << 20, Kind::Tcpx, false),
+        (64, 1 << 20, Kind::Random, false),
+        (100, 256 << 10, Kind::Pages, false),
+        (100, 64 << 10, Kind::Random, true),
+        (30, 100_000, Kind::Tcpx, false),
+        (7, 20_000, Kind::Random, false),
     ];
     let rounds = if quick { 1 } else { 3 };
     for round in 0..rounds {
-        for &(njobs, max_len, adversarial, mapped) in trials {
-            let b = make_batch(&mut rng, njobs, max_len, adversarial);
+        for &(njobs, max_len, kind, mapped) in trials {
+            let b = make_batch(&mut rng, njobs, max_len, kind);
             let mut bounce_h: Vec<u8> = (0..b.bounce_len).map(|_| rng.next_u64() as u8).collect();
             let mut dst_h = vec![0x5Au8; b.dst_len];
             let mut all_metas: Vec<LoadMeta> = Vec::new();
@@ -292,8 +350,9 @@ fn check_unpack(dev: &Device, quick: bool) -> Result<bool, GpuError> {
                     )
                 })
                 .collect();
-            // Round 0: automatic block size; later rounds: fixed 64 and 256 threads.
-            dev.unpack_with_block(&jobs, s, [0, 64, 256][round % 3])?;
+            // Round 0: automatic block size; later rounds: 64 threads with at most 3 blocks per
+            // job (blocks loop over chunks, prefetching descriptors), and 256 threads.
+            dev.unpack_tuned(&jobs, s, [0, 64, 256][round % 3], [0, 3, 0][round % 3])?;
             let mut out = vec![0u8; b.dst_len];
             dst.copy_to_host(0, &mut out, s)?;
             let mism = out.iter().zip(&dst_h).filter(|(a, b)| a != b).count();
@@ -304,7 +363,7 @@ fn check_unpack(dev: &Device, quick: bool) -> Result<bool, GpuError> {
                 ok &= report(
                     &format!(
                         "unpack r{round} {njobs} jobs {} metas{}",
-                        if adversarial { "random-frag" } else { "scrambled-pages" },
+                        kind.name(),
                         if mapped { " host-mapped" } else { " device" }
                     ),
                     mism == 0 && errs == 0,
@@ -315,31 +374,43 @@ fn check_unpack(dev: &Device, quick: bool) -> Result<bool, GpuError> {
             }
         }
     }
-    // Corrupt descriptors are skipped and counted, the rest still lands.
+    // Corrupt descriptors are skipped and counted exactly; the rest still lands. 64 whole
+    // pages on a 64-page bounce region: one fragment ends exactly at the region's end and one
+    // exactly at the destination's end (both valid); three are out of range, one of them by a
+    // single byte.
     let mut l = scrambled_pages(64 * PAGE, 64, &mut rng);
-    l.metas[5].dst_off = 1 << 40;
-    l.metas[9].src_off = u32::MAX - 10;
+    let last_dst = l.metas.iter().position(|m| m.dst_off as usize == 63 * PAGE).unwrap();
+    let others: Vec<usize> = (0..l.metas.len()).filter(|&i| i != last_dst).take(2).collect();
+    l.metas[last_dst].len += 1;
+    l.metas[others[0]].dst_off = 1 << 40;
+    l.metas[others[1]].src_off = u32::MAX - 10;
     let bounce = dev.alloc(l.bounce_len)?;
-    let dst = dev.alloc(l.len)?;
-    dst.memset(0..l.len, 0, s)?;
+    let dst = dev.alloc(l.len + PAGE)?;
+    dst.memset(0..l.len + PAGE, 0, s)?;
     let md = dev.alloc(l.metas.len() * 16)?;
     md.copy_from_host(0, metas_bytes(&l.metas), s)?;
     let job = UnpackJob::new(
         md.as_raw(),
         l.metas.len(),
         bounce.as_raw(),
-        bounce.len() as u64,
+        l.bounce_len as u64,
         dst.as_raw(),
-        dst.len() as u64,
+        l.len as u64,
     );
     dev.unpack(&[job], s)?;
     let errs = dev.unpack_errors(s)?;
+    let mut past = [1u8; 1];
+    dst.copy_to_host(l.len, &mut past, s)?;
+    let want = 3;
     let too_many = UnpackJob::new(md.as_raw(), 2049, bounce.as_raw(), 1, dst.as_raw(), 1);
     let rejected = dev.unpack(&[too_many], s).is_err();
     ok &= report(
         "unpack corrupt descriptors",
-        errs == 2 && rejected,
-        format!("2 out-of-range descriptors -> {errs} counted; 2049 fragments rejected on host: {rejected}"),
+        errs == want && rejected && past[0] == 0,
+        format!(
+            "{want} out-of-range descriptors -> {errs} counted, byte past the destination {}; 2049 fragments rejected on host: {rejected}",
+            if past[0] == 0 { "untouched" } else { "WRITTEN" }
+        ),
     );
     Ok(ok)
 }
@@ -398,6 +469,22 @@ struct Pools {
     dst: DeviceBuffer,
 }
 
+/// One benchmark row.
+struct Row {
+    size: usize,
+    batch: usize,
+    kind: Kind,
+    frags_per_req: f64,
+    shifted_pct: f64,
+    unpack: f64,
+    mapped: f64,
+    capped: f64,
+    mapped_capped: f64,
+    cpy_req: f64,
+    cpy_one: f64,
+    secs: f64,
+}
+
 fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
     let s = dev.stream();
     let pool = 1usize << 30;
@@ -410,41 +497,43 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
     s.synchronize()?;
     let trials = if quick { 3 } else { 7 };
     let mut rng = Rng::new(0xBE4C);
+    // Blocks of the automatic size resident on the whole GPU: the grid of the "1 wave"
+    // variant, whose blocks loop over descriptor chunks (prefetching the next chunk's).
+    let ki = dev.unpack_kernel_info()?;
+    let resident = (ki.blocks_per_sm.max(1) as u32) * dev.info().sm_count.max(1);
     let mut rows = Vec::new();
-    // (request bytes, requests per launch, adversarial layout)
-    let configs: &[(usize, usize, bool)] = &[
-        (512 << 10, 16, false),
-        (1 << 20, 16, false),
-        (2 << 20, 16, false),
-        (4 << 20, 16, false),
-        (512 << 10, 1, false),
-        (4 << 20, 1, false),
-        (4 << 20, 16, true),
-    ];
-    for &(size, batch, adversarial) in configs {
+    // (request bytes, requests per launch, layout)
+    let mut configs: Vec<(usize, usize, Kind)> = Vec::new();
+    for kind in [Kind::Pages, Kind::Tcpx, Kind::Random] {
+        for size in [512 << 10, 1 << 20, 2 << 20, 4 << 20] {
+            configs.push((size, 16, kind));
+        }
+    }
+    configs.extend([
+        (512 << 10, 1, Kind::Pages),
+        (4 << 20, 1, Kind::Pages),
+        (4 << 20, 1, Kind::Tcpx),
+    ]);
+    for (size, batch, kind) in configs {
         let per_set = size * batch;
-        let sets = (pool / per_set).clamp(4, 256);
-        let pages = size / PAGE;
+        // Every layout needs at most 1.3x its bytes of bounce space: requests 2x apart.
+        let stride = size * 2;
+        let sets = (pool / (stride * batch)).clamp(4, 256);
         // Layouts for every set and request; metas in device memory and host-mapped.
-        let mut metas: Vec<LoadMeta> = Vec::with_capacity(sets * batch * pages * 2);
+        let mut metas: Vec<LoadMeta> = Vec::new();
         let mut spans = Vec::new();
+        let mut shifted = 0usize;
         for _ in 0..sets * batch {
-            let l = if adversarial {
-                random_fragments(size, &mut rng)
-            } else {
-                scrambled_pages(size, pages, &mut rng)
-            };
-            assert!(l.bounce_len <= size * 2);
+            let l = kind.layout(size, &mut rng);
+            assert!(l.bounce_len <= stride && l.len == size);
             spans.push((metas.len(), l.metas.len()));
+            shifted += l
+                .metas
+                .iter()
+                .filter(|m| (m.src_off as u64).wrapping_sub(m.dst_off) % 16 != 0)
+                .count();
             metas.extend_from_slice(&l.metas);
         }
-        // Adversarial layouts need up to 1.25x bounce space: space requests 2x apart.
-        let stride = if adversarial { size * 2 } else { size };
-        let sets = if adversarial {
-            (pool / (stride * batch)).min(sets)
-        } else {
-            sets
-        };
         let mb = metas_bytes(&metas);
         let md = dev.alloc(mb.len())?;
         md.copy_from_host(0, mb, s)?;
@@ -475,10 +564,14 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
         let jobs_map = mk(mp_dev);
         let reps = ((16usize << 30) / per_set).clamp(64, 4096) / trials;
         let t_unpack = time_op(dev, s, reps, trials, |i| dev.unpack(&jobs_dev[i % sets], s))?;
-        let t_fixed = time_op(dev, s, reps, trials, |i| {
-            dev.unpack_with_block(&jobs_dev[i % sets], s, 256)
-        })?;
         let t_mapped = time_op(dev, s, reps, trials, |i| dev.unpack(&jobs_map[i % sets], s))?;
+        let cap = resident.div_ceil(batch as u32);
+        let t_capped = time_op(dev, s, reps, trials, |i| {
+            dev.unpack_tuned(&jobs_dev[i % sets], s, 0, cap)
+        })?;
+        let t_mapped_capped = time_op(dev, s, reps, trials, |i| {
+            dev.unpack_tuned(&jobs_map[i % sets], s, 0, cap)
+        })?;
         let t_cpy_req = time_op(dev, s, reps, trials, |i| {
             let st = i % sets;
             for r in 0..batch {
@@ -510,58 +603,86 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
             println!("bench: {errs} unpack kernel errors (descriptor out of range)");
         }
         let gbs = |t: f64| per_set as f64 / t / 1e9;
-        rows.push((
+        rows.push(Row {
             size,
             batch,
-            adversarial,
-            gbs(t_unpack),
-            gbs(t_fixed),
-            gbs(t_mapped),
-            gbs(t_cpy_req),
-            gbs(t_cpy_one),
-            t_unpack,
-        ));
+            kind,
+            frags_per_req: metas.len() as f64 / (sets * batch) as f64,
+            shifted_pct: 100.0 * shifted as f64 / metas.len() as f64,
+            unpack: gbs(t_unpack),
+            mapped: gbs(t_mapped),
+            capped: gbs(t_capped),
+            mapped_capped: gbs(t_mapped_capped),
+            cpy_req: gbs(t_cpy_req),
+            cpy_one: gbs(t_cpy_one),
+            secs: t_unpack,
+        });
         drop(md);
         drop(mp);
     }
     println!();
     println!(
-        "unpack benchmark on {} ({}), GB/s = payload bytes / time / 1e9, median of {trials} trials",
+        "unpack benchmark on {} ({}), kernel: {} registers/thread, {} B spilled, {} blocks of 256 threads/SM",
         dev.info().name,
-        dev.arch()
+        dev.arch(),
+        ki.registers,
+        ki.local_bytes,
+        ki.blocks_per_sm
     );
     println!(
-        "{:>9} {:>5} {:>13} {:>9} {:>9} {:>10} {:>11} {:>13} {:>9} {:>9} {:>10}",
+        "GB/s = payload bytes / time / 1e9, median of {trials} trials; ratio = unpack / one memcpy D2D of the batch"
+    );
+    println!(
+        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
         "request",
         "batch",
         "layout",
+        "frags/req",
+        "shifted",
+        "unpack",
         "unpack",
         "unpack",
         "unpack",
         "memcpy D2D",
         "memcpy D2D",
-        "ratio vs",
-        "ratio vs",
+        "ratio",
+        "ratio",
         "us/launch"
     );
     println!(
-        "{:>9} {:>5} {:>13} {:>9} {:>9} {:>10} {:>11} {:>13} {:>9} {:>9} {:>10}",
-        "", "", "", "auto blk", "256 thr", "host metas", "per request", "one per batch", "per req", "one", ""
+        "{:>8} {:>5} {:>12} {:>9} {:>8} {:>9} {:>10} {:>9} {:>10} {:>11} {:>10} {:>8} {:>11} {:>9}",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "dev metas",
+        "host metas",
+        "dev 1wave",
+        "host 1wave",
+        "per request",
+        "one",
+        "dev",
+        "host metas",
+        ""
     );
-    for (size, batch, adv, u, uf, um, cr, co, t) in rows {
+    for r in rows {
         println!(
-            "{:>8}K {:>5} {:>13} {:>9.1} {:>9.1} {:>10.1} {:>11.1} {:>13.1} {:>9.2} {:>9.2} {:>10.1}",
-            size >> 10,
-            batch,
-            if adv { "random-frag" } else { "scrambled-4K" },
-            u,
-            uf,
-            um,
-            cr,
-            co,
-            u / cr,
-            u / co,
-            t * 1e6
+            "{:>7}K {:>5} {:>12} {:>9.1} {:>7.1}% {:>9.1} {:>10.1} {:>9.1} {:>10.1} {:>11.1} {:>10.1} {:>8.2} {:>11.2} {:>9.1}",
+            r.size >> 10,
+            r.batch,
+            r.kind.name(),
+            r.frags_per_req,
+            r.shifted_pct,
+            r.unpack,
+            r.mapped,
+            r.capped,
+            r.mapped_capped,
+            r.cpy_req,
+            r.cpy_one,
+            r.unpack / r.cpy_one,
+            r.mapped / r.cpy_one,
+            r.secs * 1e6
         );
     }
     Ok(())

@@ -18,6 +18,17 @@ const BLOCK: u32 = 256;
 /// blocks measured within 3% of smaller ones even for a lone 512 KiB receive.
 const AUTO_UNPACK_WARPS: u32 = 8;
 
+/// What the driver says about the compiled unpack kernel ([`Device::unpack_kernel_info`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// Registers per thread.
+    pub registers: i32,
+    /// Local memory per thread (register spills), bytes.
+    pub local_bytes: i32,
+    /// Resident blocks per SM at the automatic block size (8 warps).
+    pub blocks_per_sm: i32,
+}
+
 /// The job table passed by value to `tcpx_unpack` (mirrors `TcpxUnpackBatch`).
 #[repr(C)]
 struct UnpackBatch {
@@ -399,9 +410,15 @@ impl Device {
     /// The addresses in the jobs must be device-accessible memory that stays valid until the
     /// stream has passed the launch (the same contract as the plugin's own buffers).
     ///
-    /// Block size: one warp copies one fragment; a block of 8 warps takes 8 consecutive
-    /// descriptors of a job, loaded with one coalesced read (one PCIe round trip per block when
-    /// they are in the host-mapped `netUnpackMeta` ring) before its warps copy.
+    /// Block size: one warp copies one fragment (16-byte loads and stores at any alignment);
+    /// a block of 8 warps takes 8 consecutive descriptors of a job, loaded with one coalesced
+    /// read (one PCIe round trip per block when they are in the host-mapped `netUnpackMeta`
+    /// ring) before its warps copy.
+    ///
+    /// The kernel reads the bounce buffer in aligned 16-byte words: it may read up to 15
+    /// bytes before or after a fragment's source bytes, never outside the 16-byte-aligned
+    /// hull of `[bounce, bounce + bounce_len)` (keep bounce buffers 16-byte aligned and sized,
+    /// as whole-page buffers are, so that this stays inside the allocation).
     pub fn unpack(&self, jobs: &[UnpackJob], stream: &Stream) -> Result<(), GpuError> {
         self.unpack_with_block(jobs, stream, 0)
     }
@@ -414,6 +431,20 @@ impl Device {
         jobs: &[UnpackJob],
         stream: &Stream,
         threads_per_block: u32,
+    ) -> Result<(), GpuError> {
+        self.unpack_tuned(jobs, stream, threads_per_block, 0)
+    }
+
+    /// [`unpack_with_block`](Self::unpack_with_block) with at most `max_blocks_per_job`
+    /// blocks per job (0: one block per chunk of descriptors). Fewer blocks loop over the
+    /// chunks, each loading its next chunk's descriptors before copying the current one, which
+    /// hides the read of host-mapped descriptors behind copies. For benchmarks and tuning.
+    pub fn unpack_tuned(
+        &self,
+        jobs: &[UnpackJob],
+        stream: &Stream,
+        threads_per_block: u32,
+        max_blocks_per_job: u32,
     ) -> Result<(), GpuError> {
         if threads_per_block % 32 != 0 || threads_per_block > BLOCK {
             return Err(GpuError::invalid(format!(
@@ -442,7 +473,10 @@ impl Device {
                 threads_per_block / 32
             };
             let mut per_block = warps;
-            let grid_x = max_cnt.div_ceil(u64::from(per_block)) as u32;
+            let mut grid_x = max_cnt.div_ceil(u64::from(per_block)) as u32;
+            if max_blocks_per_job > 0 {
+                grid_x = grid_x.min(max_blocks_per_job);
+            }
             // Kernel: tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u32 per_block, u64* errors)
             let mut params: [*mut c_void; 4] = [
                 (&mut batch as *mut UnpackBatch).cast(),
@@ -454,6 +488,32 @@ impl Device {
             self.launch(self.kernels()?.f_unpack, (grid_x, n), block, &mut params, stream)?;
         }
         Ok(())
+    }
+
+    /// Register use, spills and occupancy of the unpack kernel as compiled for this GPU (for
+    /// benchmark reports: the kernel is tuned for 24 resident warps per SM on sm_90).
+    pub fn unpack_kernel_info(&self) -> Result<KernelInfo, GpuError> {
+        let f = self.kernels()?.f_unpack;
+        self.inner.ctx.bind()?;
+        let attr = |a: sys::CUfunction_attribute| -> Result<i32, GpuError> {
+            let mut v = 0;
+            // SAFETY: f is a live function of this context's module; the out-pointer is live.
+            check(unsafe { sys::cuFuncGetAttribute(&mut v, a, f) }, "cuFuncGetAttribute")?;
+            Ok(v)
+        };
+        let mut blocks = 0;
+        // SAFETY: as above.
+        check(
+            unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, (AUTO_UNPACK_WARPS * 32) as i32, 0)
+            },
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )?;
+        Ok(KernelInfo {
+            registers: attr(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            local_bytes: attr(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            blocks_per_sm: blocks,
+        })
     }
 
     /// Number of descriptors the unpack kernel skipped because they pointed outside their

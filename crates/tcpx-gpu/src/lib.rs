@@ -30,7 +30,7 @@ pub mod nvrtc;
 pub mod pattern;
 pub mod unpack;
 
-pub use device::Device;
+pub use device::{Device, KernelInfo};
 pub use driver::{pointer_is_device, DeviceInfo, Gpu, GpuInfo};
 pub use error::GpuError;
 pub use memory::{DeviceBuffer, Event, PinnedFlags, PinnedHostBuffer, Stream, DEVICE_BUFFER_ALIGN};

@@ -308,22 +308,133 @@ pub fn random_fragments(len: usize, rng: &mut Rng) -> Layout {
         lens.push(n);
         left -= n;
     }
-    let bounce_pages = lens.len() + lens.len() / 4 + 1;
+    let mut dst = 0u64;
+    let pieces = lens
+        .iter()
+        .map(|&n| {
+            let inpage = rng.below((PAGE - n) as u64 + 1) as u32;
+            let piece = (inpage, n as u32, dst);
+            dst += n as u64;
+            piece
+        })
+        .collect();
+    place_on_pages(pieces, len, rng)
+}
+
+/// How a TCPX receive's payload arrived, for [`tcpx_stream`]: the shape of the devmem
+/// fragments the plugin lists (plugin-abi.md §2, tcpx-contracts.md #2 and #17).
+///
+/// The model: a receive of `len` bytes is cut into chunks of [`chunk`](Self::chunk) bytes
+/// (TCPX's `NCCL_DYNAMIC_CHUNK_SIZE`); each chunk is a contiguous run of one data socket's TCP
+/// stream. That stream is cut into packets of [`mss`](Self::mss) payload bytes (8192 at MTU
+/// 8244: 8244 - 20 IPv4 - 20 TCP - 12 timestamp option), a few of them shorter (a sender's
+/// write boundary, a retransmission). With header split, each packet's payload fills devmem
+/// pages from a page boundary, each page landing on a random page of the bounce buffer, and
+/// each received page piece is one descriptor (TCPX: one per `SCM_DEVMEM_OFFSET` cmsg).
+/// A chunk starts anywhere inside a packet (the socket's previous message ended there), so
+/// its first fragment begins mid-page and every later one has its destination shifted
+/// against its page-aligned source by that phase; the chunk's last fragment is partial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamShape {
+    /// Bytes per chunk (a chunk travels on one socket).
+    pub chunk: usize,
+    /// Payload bytes of a full packet.
+    pub mss: usize,
+    /// Chance, in 1/1000, that a packet carries fewer than `mss` bytes (1..mss, uniform).
+    pub short_packet_permille: u64,
+    /// Whether chunks start at a random offset inside their first packet (true) or at a
+    /// packet start (false: every fragment but a chunk's last is then a whole aligned page).
+    pub random_phase: bool,
+}
+
+impl Default for StreamShape {
+    /// GKE's TCPX setup: 512 KiB chunks, MTU 8244, 2% short packets, random chunk phase.
+    fn default() -> Self {
+        StreamShape {
+            chunk: 512 << 10,
+            mss: 8192,
+            short_packet_permille: 20,
+            random_phase: true,
+        }
+    }
+}
+
+/// TCPX-like layout of a receive of `len` bytes (see [`StreamShape`]): mostly whole 4 KiB
+/// pages, with partial and unaligned fragments at packet and chunk boundaries; descriptors in
+/// random order, never more than [`MAX_FRAGMENTS`] (short packets are skipped once they
+/// could break that bound).
+///
+/// # Panics
+/// If `len` exceeds 4 MiB, `shape.chunk` or `shape.mss` is 0, or the receive needs more than
+/// [`MAX_FRAGMENTS`] fragments even with full packets (at a small MSS: about 2.8 MiB at MSS
+/// 1448, contract #2).
+pub fn tcpx_stream(len: usize, shape: &StreamShape, rng: &mut Rng) -> Layout {
+    check_len(len);
+    assert!(
+        shape.chunk > 0 && shape.mss > 0,
+        "chunk and mss must be positive: {shape:?}"
+    );
+    let chunks = len.div_ceil(shape.chunk);
+    // Every fragment as (in-page offset, len, dst_off), in stream order.
+    let mut pieces: Vec<(u32, u32, u64)> = Vec::new(); // (in-page offset, len, dst_off)
+    for c in 0..chunks {
+        let start = c * shape.chunk;
+        let end = (start + shape.chunk).min(len);
+        // Stream position of the chunk's first byte inside its first packet.
+        let mut skip = if shape.random_phase {
+            rng.below(shape.mss as u64) as usize
+        } else {
+            0
+        };
+        let mut at = start;
+        while at < end {
+            // Worst case for the rest: every remaining page and chunk edge split in two.
+            let worst_rest = (len - at).div_ceil(PAGE) + 2 * (chunks - c) + 4;
+            let may_short = pieces.len() + worst_rest + 2 <= MAX_FRAGMENTS;
+            let plen = if may_short && shape.mss > 1 && rng.below(1000) < shape.short_packet_permille {
+                1 + rng.below(shape.mss as u64 - 1) as usize
+            } else {
+                shape.mss
+            };
+            if skip >= plen {
+                // The chunk begins after this (short) packet.
+                skip -= plen;
+                continue;
+            }
+            let take = (plen - skip).min(end - at);
+            // Payload bytes skip..skip+take of this packet, cut at its page boundaries.
+            let mut p = skip;
+            while p < skip + take {
+                let piece_end = ((p / PAGE + 1) * PAGE).min(skip + take);
+                pieces.push(((p % PAGE) as u32, (piece_end - p) as u32, (at + p - skip) as u64));
+                p = piece_end;
+            }
+            at += take;
+            skip = 0;
+        }
+    }
+    assert!(
+        pieces.len() <= MAX_FRAGMENTS,
+        "a {len}-byte receive at MSS {} takes {} fragments, more than {MAX_FRAGMENTS} (real TCPX exits): use smaller receives",
+        shape.mss,
+        pieces.len()
+    );
+    place_on_pages(pieces, len, rng)
+}
+
+/// Puts each fragment `(in-page offset, len, dst_off)` on its own random page of a bounce
+/// region 1.25x the fragment count, and lists the descriptors in random order.
+fn place_on_pages(pieces: Vec<(u32, u32, u64)>, len: usize, rng: &mut Rng) -> Layout {
+    let bounce_pages = pieces.len() + pieces.len() / 4 + 1;
     let mut slots: Vec<u32> = (0..bounce_pages as u32).collect();
     rng.shuffle(&mut slots);
-    let mut dst = 0u64;
-    let mut metas: Vec<LoadMeta> = lens
+    let mut metas: Vec<LoadMeta> = pieces
         .iter()
-        .enumerate()
-        .map(|(k, &n)| {
-            let inpage = rng.below((PAGE - n) as u64 + 1) as u32;
-            let m = LoadMeta {
-                src_off: slots[k] * PAGE as u32 + inpage,
-                len: n as u32,
-                dst_off: dst,
-            };
-            dst += n as u64;
-            m
+        .zip(&slots)
+        .map(|(&(inpage, n, dst_off), &slot)| LoadMeta {
+            src_off: slot * PAGE as u32 + inpage,
+            len: n,
+            dst_off,
         })
         .collect();
     rng.shuffle(&mut metas);
@@ -332,6 +443,37 @@ pub fn random_fragments(len: usize, rng: &mut Rng) -> Layout {
         len,
         bounce_len: bounce_pages * PAGE,
     }
+}
+
+/// Every fragment length in `lens` (each 1..=4096) at every source-minus-destination
+/// alignment (mod 16) where the page allows it, destinations back to back (so their own
+/// alignment varies too): the edge cases of the copy (no whole 16-byte word, one, head and
+/// tail bytes, co-aligned and shifted bodies). Exact cover of `0..len`.
+///
+/// # Panics
+/// If a length is 0 or above 4096, or the fragments exceed 4 MiB or 2048 descriptors.
+pub fn alignment_sweep(lens: &[u32], rng: &mut Rng) -> Layout {
+    let mut pieces = Vec::new();
+    let mut dst = 0u64;
+    for &n in lens {
+        assert!(n > 0 && n as usize <= PAGE, "fragment length {n} outside 1..={PAGE}");
+        let room = (PAGE - n as usize) as u64; // in-page offsets 0..=room fit
+        for r in 0..16u64 {
+            // In-page offset with (src - dst) % 16 == r when the page has room for one.
+            let want = (dst + r) % 16;
+            let inpage = if want <= room {
+                want + 16 * rng.below((room - want) / 16 + 1)
+            } else {
+                rng.below(room + 1)
+            };
+            pieces.push((inpage as u32, n, dst));
+            dst += n as u64;
+        }
+    }
+    let len = dst as usize;
+    check_len(len);
+    assert!(pieces.len() <= MAX_FRAGMENTS, "{} fragments", pieces.len());
+    place_on_pages(pieces, len, rng)
 }
 
 #[cfg(test)]

@@ -99,10 +99,10 @@ pub const DYNAMIC_CHUNK_SIZE: Contract = Contract {
     source: "net_tcpx.cc:87 TCPX_PARAM(DynamicChunkSize, 0), :1217 chunk = min(kDynamicChunkSize, ...) = 0 bytes",
 };
 
-/// Contracts the tcpx-emu enforces without a knob or by construction (listed in the README):
-/// #6's "data moves only inside test" ([`crate::comm`] releases requests to the helper threads
-/// in `test`), #8 (`test` never writes sizes unless `TCPXEMU_REPORT_SIZES=1`), #17 (fragments of
-/// any length and alignment, [`crate::scramble`]).
+/// #6, second half: [`crate::comm`] releases queued requests to the helper threads only in
+/// `test`. Also enforced by construction (README): #8 (`test` never writes sizes unless
+/// `TCPXEMU_REPORT_SIZES=1`) and #17 (fragments of any length and alignment,
+/// [`crate::scramble`]).
 pub const DATA_MOVES_IN_TEST: Contract = Contract {
     id: 6,
     name: "data moves only inside test",

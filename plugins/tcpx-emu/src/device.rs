@@ -25,7 +25,8 @@ pub struct Device {
     pub mtu: u32,
     /// Leaked, NUL-terminated copy of `ifname`.
     name_c: usize,
-    /// Leaked `realpath(/sys/class/net/<if>/device)`, or 0 where the interface has none.
+    /// Leaked `realpath(/sys/class/net/<if>/device)`; for a virtual interface in unpack mode
+    /// the interface's own sysfs path (see [`discover`]); else 0.
     pci_c: usize,
 }
 
@@ -44,7 +45,13 @@ fn leak(s: &str) -> usize {
 
 /// Finds the devices named in `ifnames`, in that order. Names without an IP address are skipped
 /// and reported in the returned warnings.
-pub fn discover(ifnames: &[String]) -> (Vec<Device>, Vec<String>) {
+///
+/// `unpack`: the plugin takes CUDA memory. A GPUDirect NIC always has a PCI path, and callers
+/// (tcpx-perf, NCCL's topology) refuse GPU memory on a device without one: the real TCPX crashes
+/// in `regMr` on `lo`. tcpx-emu reaches GPU memory through pinned staging instead of PCIe
+/// peer-to-peer, so any GPU is reachable from its virtual interfaces; it reports their sysfs
+/// path (`/sys/devices/virtual/net/lo`), which says "virtual" to whoever reads it.
+pub fn discover(ifnames: &[String], unpack: bool) -> (Vec<Device>, Vec<String>) {
     let addrs = interface_addresses();
     let mut devices = Vec::new();
     let mut warns = Vec::new();
@@ -57,6 +64,7 @@ pub fn discover(ifnames: &[String]) -> (Vec<Device>, Vec<String>) {
         };
         let sys = format!("/sys/class/net/{name}");
         let pci = std::fs::canonicalize(format!("{sys}/device"))
+            .or_else(|e| if unpack { std::fs::canonicalize(&sys) } else { Err(e) })
             .ok()
             .and_then(|p| p.to_str().map(leak))
             .unwrap_or(0);
@@ -127,7 +135,7 @@ mod tests {
 
     #[test]
     fn loopback_is_found() {
-        let (devs, warns) = discover(&["lo".to_owned(), "no-such-if0".to_owned()]);
+        let (devs, warns) = discover(&["lo".to_owned(), "no-such-if0".to_owned()], false);
         assert_eq!(devs.len(), 1, "{warns:?}");
         assert_eq!(devs[0].ifname, "lo");
         assert!(devs[0].ip.is_loopback());
@@ -137,5 +145,13 @@ mod tests {
         // SAFETY: leaked, NUL-terminated, never freed.
         let name = unsafe { CStr::from_ptr(devs[0].name_ptr()) };
         assert_eq!(name.to_str().ok(), Some("lo"));
+    }
+
+    #[test]
+    fn unpack_mode_gives_virtual_interfaces_their_sysfs_path() {
+        let (devs, _) = discover(&["lo".to_owned()], true);
+        // SAFETY: leaked, NUL-terminated, never freed.
+        let path = unsafe { CStr::from_ptr(devs[0].pci_path_ptr()) };
+        assert_eq!(path.to_str().ok(), Some("/sys/devices/virtual/net/lo"));
     }
 }

@@ -21,13 +21,18 @@
 //! * [`gpu`]: device unpack, CUDA part: per-comm bounce buffer, `netUnpackMeta` ring, staging.
 //! * [`fault`]: `TCPXEMU_FAULT` injection.
 //! * [`log`], [`error`]: NCCL logger and the error type.
+//! * [`abi`]: the `extern "C"` adapters and the exported tables.
 //!
-//! This file holds the process-wide state (config and devices), the `extern "C"` adapters for
-//! ABI v7..v12, and the exported `ncclNetPlugin_v7` .. `ncclNetPlugin_v12` tables. Every adapter
-//! body runs inside `catch_unwind`: a panic becomes `ncclInternalError`, never an unwind into C.
+//! This file holds the process-wide state (config and devices) and the version-independent entry
+//! points; [`abi`] holds the `extern "C"` adapters for ABI v7..v12 and the exported
+//! `ncclNetPlugin_v7` .. `ncclNetPlugin_v12` tables. Every adapter body runs inside
+//! `catch_unwind`: a panic becomes `ncclInternalError`, never an unwind into C.
 
 #![allow(clippy::missing_safety_doc)]
+// The v7-only build (package tcpx-emu-v7) leaves the v8..v12 adapters unused.
+#![cfg_attr(feature = "v7-only", allow(dead_code))]
 
+pub mod abi;
 pub mod comm;
 pub mod config;
 pub mod conn;
@@ -41,7 +46,8 @@ pub mod log;
 pub mod scramble;
 pub mod worker;
 
-#[cfg(test)]
+// The unit tests run in package tcpx-emu only (they use every table).
+#[cfg(all(test, not(feature = "v7-only")))]
 mod tests;
 
 use std::ffi::{c_int, c_void};
@@ -51,6 +57,7 @@ use std::sync::{Mutex, OnceLock};
 
 use nccl_net_abi::*;
 
+pub use abi::*;
 pub use comm::{Comm, Connected, Request};
 pub use config::{Config, Mode};
 pub use conn::{connect, ListenComm};
@@ -59,7 +66,11 @@ pub use error::{NetError, NetResult};
 pub use fault::{Fault, FaultKind};
 
 /// The name in every exported table.
+#[cfg(not(feature = "v7-only"))]
 pub const PLUGIN_NAME: &std::ffi::CStr = c"tcpx-emu";
+/// The name of the v7-only build (TCPX calls itself "GPUDirectTCPX_v7").
+#[cfg(feature = "v7-only")]
+pub const PLUGIN_NAME: &std::ffi::CStr = c"tcpx-emu_v7";
 /// `maxComms` reported per device.
 pub const MAX_COMMS: c_int = 65_536;
 /// `maxP2pBytes` reported by the v9+ adapters (NCCL caps v7/v8 at `MAX_NET_SIZE` itself).
@@ -96,7 +107,7 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
         }
         check_config(&cfg)?;
         resolve_mode(&mut cfg)?;
-        let (devices, warns) = device::discover(&cfg.ifnames);
+        let (devices, warns) = device::discover(&cfg.ifnames, cfg.mode == Mode::Unpack);
         for w in warns {
             warn!(NCCL_INIT | NCCL_NET, "{w}");
         }
@@ -144,6 +155,16 @@ fn core_init(logger: DebugLogger) -> NetResult<()> {
             cfg.chunk_size,
             cfg.sockbuf
         );
+        if cfg.connect_ms > 0 || cfg.flow_steering_ms > 0 {
+            info!(
+                NCCL_INIT | NCCL_NET,
+                "setup cost model on ({}): connect {} ms, accept {} ms per connection with {} data socket(s)",
+                contracts::SETUP_LATENCY.tag(),
+                conn::setup_delay(&cfg, cfg.nsocks, false).as_millis(),
+                conn::setup_delay(&cfg, cfg.nsocks, true).as_millis(),
+                cfg.nsocks
+            );
+        }
         // Cannot fail: we hold INIT_LOCK and checked it is unset.
         let _ = PLUGIN.set(Plugin { cfg, devices });
     }
@@ -565,552 +586,3 @@ unsafe fn core_close_comm(comm: *mut c_void) -> NetResult<()> {
     }
     Ok(())
 }
-
-// ---------------------------------------------------------------------------------------------
-// extern "C" adapters. Same-signature entries are shared by every table.
-// ---------------------------------------------------------------------------------------------
-
-unsafe extern "C" fn init_v7(logger: DebugLogger) -> NcclResult {
-    guard("init", || core_init(logger))
-}
-
-unsafe extern "C" fn init_v10(logger: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
-    guard("init", || core_init(logger))
-}
-
-unsafe extern "C" fn init_v11(
-    ctx: *mut *mut c_void,
-    comm_id: u64,
-    _config: *mut CommConfigV11,
-    logger: DebugLogger,
-    _prof: ProfilerCallback,
-) -> NcclResult {
-    guard("init", || {
-        let ctx = unsafe { out(ctx, "ctx") }?;
-        core_init(logger)?;
-        *ctx = Box::into_raw(Box::new(Ctx { _comm_id: comm_id })).cast();
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
-    guard("finalize", || {
-        if !ctx.is_null() {
-            // SAFETY: created by init_v11.
-            drop(unsafe { Box::from_raw(ctx.cast::<Ctx>()) });
-        }
-        let _ = INIT_COUNT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
-    guard("devices", || unsafe { core_devices(ndev) })
-}
-
-unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut PropertiesV7) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV7 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV8 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV9 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v9(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut PropertiesV11) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV11 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v9(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-            max_multi_request_size: p.max_multi_request_size,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut PropertiesV12) -> NcclResult {
-    guard("getProperties", || {
-        *unsafe { out(props, "props") }? = core_props(dev)?;
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn listen(dev: c_int, handle: *mut c_void, lc: *mut *mut c_void) -> NcclResult {
-    guard("listen", || unsafe { core_listen(dev, handle, lc) })
-}
-
-unsafe extern "C" fn listen_v11(
-    _ctx: *mut c_void,
-    dev: c_int,
-    handle: *mut c_void,
-    lc: *mut *mut c_void,
-) -> NcclResult {
-    guard("listen", || unsafe { core_listen(dev, handle, lc) })
-}
-
-unsafe extern "C" fn connect_v7(
-    dev: c_int,
-    handle: *mut c_void,
-    sc: *mut *mut c_void,
-    _dh: *mut *mut DeviceHandleV7,
-) -> NcclResult {
-    guard("connect", || unsafe { core_connect(dev, handle, sc) })
-}
-
-unsafe extern "C" fn connect_v10(
-    dev: c_int,
-    _config: *mut CommConfigV10,
-    handle: *mut c_void,
-    sc: *mut *mut c_void,
-    _dh: *mut *mut DeviceHandleV7,
-) -> NcclResult {
-    guard("connect", || unsafe { core_connect(dev, handle, sc) })
-}
-
-unsafe extern "C" fn connect_v11(
-    _ctx: *mut c_void,
-    dev: c_int,
-    handle: *mut c_void,
-    sc: *mut *mut c_void,
-    _dh: *mut *mut DeviceHandleV7,
-) -> NcclResult {
-    guard("connect", || unsafe { core_connect(dev, handle, sc) })
-}
-
-unsafe extern "C" fn accept(lc: *mut c_void, rc: *mut *mut c_void, dh: *mut *mut DeviceHandleV7) -> NcclResult {
-    guard("accept", || unsafe { core_accept(lc, rc, dh) })
-}
-
-unsafe extern "C" fn reg_mr_v7(
-    _comm: *mut c_void,
-    data: *mut c_void,
-    size: c_int,
-    ptr_type: c_int,
-    mh: *mut *mut c_void,
-) -> NcclResult {
-    guard("regMr", || {
-        if let Some(m) = unsafe { mh.as_mut() } {
-            *m = std::ptr::null_mut();
-        }
-        let size = contracts::v7_size("regMr", size)?;
-        unsafe { core_reg_mr(data, size, ptr_type, mh) }
-    })
-}
-
-unsafe extern "C" fn reg_mr_v8(
-    _comm: *mut c_void,
-    data: *mut c_void,
-    size: usize,
-    ptr_type: c_int,
-    mh: *mut *mut c_void,
-) -> NcclResult {
-    guard("regMr", || unsafe { core_reg_mr(data, size, ptr_type, mh) })
-}
-
-unsafe extern "C" fn dereg_mr(_comm: *mut c_void, mh: *mut c_void) -> NcclResult {
-    guard("deregMr", || unsafe { core_dereg_mr(mh) })
-}
-
-unsafe extern "C" fn isend_v7(
-    comm: *mut c_void,
-    data: *mut c_void,
-    size: c_int,
-    _tag: c_int,
-    mh: *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("isend", || {
-        if let Some(r) = unsafe { req.as_mut() } {
-            *r = std::ptr::null_mut();
-        }
-        let size = contracts::v7_size("isend", size)?;
-        unsafe { core_isend(comm, data, size, mh, req) }
-    })
-}
-
-unsafe extern "C" fn isend_v9(
-    comm: *mut c_void,
-    data: *mut c_void,
-    size: usize,
-    _tag: c_int,
-    mh: *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("isend", || unsafe { core_isend(comm, data, size, mh, req) })
-}
-
-unsafe extern "C" fn isend_v10(
-    comm: *mut c_void,
-    data: *mut c_void,
-    size: usize,
-    _tag: c_int,
-    mh: *mut c_void,
-    _phandle: *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("isend", || unsafe { core_isend(comm, data, size, mh, req) })
-}
-
-unsafe extern "C" fn irecv_v7(
-    comm: *mut c_void,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: *mut c_int,
-    _tags: *mut c_int,
-    mh: *mut *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || int_size(sizes), mh, req)
-    })
-}
-
-unsafe fn usize_size(sizes: *mut usize) -> NetResult<usize> {
-    // SAFETY: NCCL passes an array of n (== 1) sizes.
-    unsafe { sizes.as_ref() }
-        .copied()
-        .ok_or_else(|| NetError::invalid_argument("sizes is NULL"))
-}
-
-unsafe extern "C" fn irecv_v9(
-    comm: *mut c_void,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: *mut usize,
-    _tags: *mut c_int,
-    mh: *mut *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || usize_size(sizes), mh, req)
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn irecv_v10(
-    comm: *mut c_void,
-    n: c_int,
-    data: *mut *mut c_void,
-    sizes: *mut usize,
-    _tags: *mut c_int,
-    mh: *mut *mut c_void,
-    _phandles: *mut *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("irecv", || unsafe {
-        core_irecv(comm, n, data, || usize_size(sizes), mh, req)
-    })
-}
-
-/// TCPX crashes in `iflush` (contract #9): refused in strict mode. Lenient: host memory needs no
-/// flush, so succeed with a NULL request (NCCL treats NULL as done).
-unsafe extern "C" fn iflush(
-    _comm: *mut c_void,
-    _n: c_int,
-    _data: *mut *mut c_void,
-    _sizes: *mut c_int,
-    _mh: *mut *mut c_void,
-    req: *mut *mut c_void,
-) -> NcclResult {
-    guard("iflush", || {
-        if let Some(r) = unsafe { req.as_mut() } {
-            *r = std::ptr::null_mut();
-        }
-        if strict() {
-            return Err(contracts::iflush());
-        }
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn test(req: *mut c_void, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
-    guard("test", || unsafe { core_test(req, done, sizes) })
-}
-
-unsafe extern "C" fn close_comm(comm: *mut c_void) -> NcclResult {
-    guard("close", || unsafe { core_close_comm(comm) })
-}
-
-unsafe extern "C" fn close_listen(lc: *mut c_void) -> NcclResult {
-    guard("closeListen", || {
-        if !lc.is_null() {
-            // SAFETY: a `Box<ListenComm>` from listen, closed once.
-            drop(unsafe { Box::from_raw(lc.cast::<ListenComm>()) });
-        }
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_device_mr(_comm: *mut c_void, _mh: *mut c_void, dptr: *mut *mut c_void) -> NcclResult {
-    guard("getDeviceMr", || {
-        if let Some(d) = unsafe { dptr.as_mut() } {
-            *d = std::ptr::null_mut();
-        }
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn irecv_consumed(comm: *mut c_void, n: c_int, req: *mut c_void) -> NcclResult {
-    guard("irecvConsumed", || {
-        contracts::irecv_n(n)?;
-        unsafe { comm_ref(comm) }?.irecv_consumed(req)
-    })
-}
-
-fn make_v_device_common(d: *mut c_int, ndevs: c_int, devs: &[c_int]) -> NetResult<()> {
-    let n = plugin()?.devices.len() as c_int;
-    if ndevs != 1 || !(0..n).contains(&devs[0]) {
-        return Err(NetError::invalid_usage(format!(
-            "only single-device virtual devices are supported (ndevs = {ndevs})"
-        )));
-    }
-    *unsafe { out(d, "d") }? = devs[0];
-    Ok(())
-}
-
-unsafe extern "C" fn make_v_device_v9(d: *mut c_int, props: *mut VDevicePropsV9) -> NcclResult {
-    guard("makeVDevice", || {
-        let p = unsafe { props.as_ref() }.ok_or_else(|| NetError::invalid_argument("props is NULL"))?;
-        make_v_device_common(d, p.ndevs, &p.devs)
-    })
-}
-
-unsafe extern "C" fn make_v_device_v12(d: *mut c_int, props: *mut VDevicePropsV12) -> NcclResult {
-    guard("makeVDevice", || {
-        let p = unsafe { props.as_ref() }.ok_or_else(|| NetError::invalid_argument("props is NULL"))?;
-        make_v_device_common(d, p.ndevs, &p.devs)
-    })
-}
-
-/// Hints for the plugin's flow/peer counts: accepted and ignored.
-unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, _attr: *mut NetAttrV11) -> NcclResult {
-    NCCL_SUCCESS
-}
-
-// ---------------------------------------------------------------------------------------------
-// Exported tables.
-// ---------------------------------------------------------------------------------------------
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v7: NetV7 = NetV7 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v7),
-    listen: Some(listen),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v7),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v7),
-    irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v8: NetV8 = NetV8 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v8),
-    listen: Some(listen),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v7),
-    irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v9: NetV9 = NetV9 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v9),
-    listen: Some(listen),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v9),
-    irecv: Some(irecv_v9),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-    make_v_device: Some(make_v_device_v9),
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v10: NetV10 = NetV10 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v10),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v9),
-    listen: Some(listen),
-    connect: Some(connect_v10),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-    make_v_device: Some(make_v_device_v9),
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v11: NetV11 = NetV11 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v11),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v11),
-    listen: Some(listen_v11),
-    connect: Some(connect_v11),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-    make_v_device: Some(make_v_device_v9),
-    finalize: Some(finalize),
-    set_net_attr: Some(set_net_attr),
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v12: NetV12 = NetV12 {
-    name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v11),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v12),
-    listen: Some(listen_v11),
-    connect: Some(connect_v11),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-    make_v_device: Some(make_v_device_v12),
-    finalize: Some(finalize),
-    set_net_attr: Some(set_net_attr),
-};

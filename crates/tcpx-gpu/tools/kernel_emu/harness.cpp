@@ -10,12 +10,16 @@
 #define __device__
 #define __forceinline__ inline
 #define __global__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __restrict__
 // One block runs at a time, so a function-local static is the block's shared memory.
 #define __shared__ static
 struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+  return (unsigned)(((((unsigned long long)hi) << 32) | lo) >> (sh & 31));
+}
 struct Dim { unsigned x, y, z; };
 Dim threadIdx, blockIdx, blockDim, gridDim;
 template <class T> T __ldg(const T* p) { return *p; }
@@ -27,10 +31,17 @@ unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { auto
 static ucontext_t sched_ctx;
 static std::vector<ucontext_t> fib_ctx;
 static std::vector<std::vector<char>> fib_stack;
-static std::vector<int> fib_state;  // 0 running, 1 at barrier, 2 done
+static std::vector<int> fib_state;  // 0 running, 1 at barrier, 2 done, 3 at a warp shuffle
 static unsigned cur_thread;
 static const std::function<void()>* cur_fn;
 static long barrier_errors = 0;
+static long shuffle_errors = 0;
+// Warp shuffles: a lane deposits its value and waits until every lane of its warp has reached
+// the same shuffle (as __shfl_sync with a full mask demands), then reads the source lane's
+// value. Two buffers by shuffle parity: a lane can be one shuffle ahead of a lane that has
+// not read yet, never two (it would wait for that lane at the next one).
+static std::vector<unsigned> shfl_val[2];
+static std::vector<unsigned long> shfl_seq;
 static void fiber_main() {
   (*cur_fn)();
   fib_state[cur_thread] = 2;
@@ -40,6 +51,19 @@ void __syncthreads() {
   fib_state[cur_thread] = 1;
   swapcontext(&fib_ctx[cur_thread], &sched_ctx);
 }
+// Deposits v, waits for the warp, returns the value lane `src` deposited.
+template <class T> static T emu_shuffle(std::vector<T>* slots, T v, unsigned src) {
+  const unsigned t = cur_thread;
+  const unsigned par = shfl_seq[t] & 1;
+  slots[par][t] = v;
+  shfl_seq[t]++;
+  fib_state[t] = 3;
+  swapcontext(&fib_ctx[t], &sched_ctx);
+  return slots[par][(t & ~31u) + (src & 31)];
+}
+static std::vector<uint4> shfl_val16[2];
+unsigned __shfl_sync(unsigned, unsigned v, int src) { return emu_shuffle(shfl_val, v, (unsigned)src); }
+uint4 emu_shfl16(uint4 v, unsigned src) { return emu_shuffle(shfl_val16, v, src); }
 #include "k.cu"
 unsigned BS = 256;
 static std::mt19937_64 order_rng(7);
@@ -47,7 +71,11 @@ template <class F> void launch(unsigned gx, unsigned gy, F f) {
   gridDim = {gx, gy, 1}; blockDim = {BS, 1, 1};
   std::function<void()> fn = f;
   cur_fn = &fn;
-  if (fib_ctx.size() < BS) { fib_ctx.resize(BS); fib_stack.resize(BS); fib_state.resize(BS); }
+  if (fib_ctx.size() < BS) {
+    fib_ctx.resize(BS); fib_stack.resize(BS); fib_state.resize(BS);
+    shfl_val[0].resize(BS); shfl_val[1].resize(BS); shfl_seq.resize(BS);
+    shfl_val16[0].resize(BS); shfl_val16[1].resize(BS);
+  }
   std::vector<unsigned> order(BS);
   for (unsigned by = 0; by < gy; by++) for (unsigned bx = 0; bx < gx; bx++) {
     blockIdx = {bx, by, 0};
@@ -59,18 +87,36 @@ template <class F> void launch(unsigned gx, unsigned gy, F f) {
       fib_ctx[t].uc_link = nullptr;
       makecontext(&fib_ctx[t], fiber_main, 0);
       fib_state[t] = 0;
+      shfl_seq[t] = 0;
       order[t] = t;
     }
     for (;;) {
-      // One phase: every live thread runs to its next barrier or to its end, random order.
+      // One pass: every runnable thread runs to its next barrier, shuffle or end, in a
+      // random order.
       std::shuffle(order.begin(), order.end(), order_rng);
       for (unsigned t : order) {
-        if (fib_state[t] == 2) continue;
-        fib_state[t] = 0;
+        if (fib_state[t] != 0) continue;
         cur_thread = t;
         threadIdx = {t, 0, 0};
         swapcontext(&sched_ctx, &fib_ctx[t]);
       }
+      // Warps whose 32 lanes all reached the same shuffle go on; a warp with some lanes at a
+      // shuffle and none runnable is divergent (reported, then released to finish).
+      bool released = false;
+      for (unsigned w = 0; w < BS; w += 32) {
+        unsigned at_shfl = 0;
+        bool same = true;
+        for (unsigned t = w; t < w + 32; t++) {
+          if (fib_state[t] != 3) continue;
+          at_shfl++;
+          same &= shfl_seq[t] == shfl_seq[w];
+        }
+        if (at_shfl == 0) continue;
+        if (at_shfl != 32 || !same) shuffle_errors++;
+        for (unsigned t = w; t < w + 32; t++) if (fib_state[t] == 3) fib_state[t] = 0;
+        released = true;
+      }
+      if (released) continue;
       unsigned at_bar = 0, done = 0;
       for (unsigned t = 0; t < BS; t++) { at_bar += fib_state[t] == 1; done += fib_state[t] == 2; }
       if (done == BS) break;
@@ -78,6 +124,7 @@ template <class F> void launch(unsigned gx, unsigned gy, F f) {
         barrier_errors++;
         if (at_bar == 0) break;
       }
+      for (unsigned t = 0; t < BS; t++) if (fib_state[t] == 1) fib_state[t] = 0;
     }
   }
 }
@@ -206,6 +253,7 @@ int main() {
     if (errs != expect_err) { fails++; printf("unpack case %d errs %llu want %llu\n", t, (unsigned long long)errs, (unsigned long long)expect_err); }
   }
   if (barrier_errors) { fails++; printf("divergent barriers: %ld\n", barrier_errors); }
+  if (shuffle_errors) { fails++; printf("divergent shuffles: %ld\n", shuffle_errors); }
   printf("unpack: %d cases\n", unpack_cases);
   printf("emulation: %d failures\n", fails);
   return fails != 0;

@@ -324,3 +324,110 @@ fn v9_v10_v12_properties() {
     assert!(!name.to_bytes().is_empty());
     assert_eq!(call!(t12, finalize(ctx)), NCCL_SUCCESS);
 }
+
+// ------------------------------------------------------------------------------------------------
+// Process-wide knobs (read once, at the first `init`) run in a child process: this test binary
+// running the ignored helper below with its own environment.
+// ------------------------------------------------------------------------------------------------
+
+const LENIENT_CHILD_VAR: &str = "TCPXEMU_TEST_LENIENT_CHILD";
+
+/// With `TCPXEMU_STRICT=0` and `TCPXEMU_HOST_DEVICE_TYPE=unpack`, and no
+/// `NCCL_DYNAMIC_CHUNK_SIZE`: init works (512 KiB chunks), host mode reports UNPACK v7 and fills
+/// a device handle as TCPX would (with no device memory behind it), accept takes a NULL device
+/// handle, a listen comm serves two accepts, and iflush succeeds with a NULL request.
+#[test]
+#[ignore = "helper process for lenient_mode_and_host_as_unpack_in_a_child"]
+fn lenient_child_helper() {
+    if std::env::var_os(LENIENT_CHILD_VAR).is_none() {
+        return;
+    }
+    let t = &crate::ncclNetPlugin_v7;
+    assert_eq!(
+        call!(t, init(None)),
+        NCCL_SUCCESS,
+        "lenient init without NCCL_DYNAMIC_CHUNK_SIZE"
+    );
+    // SAFETY: all-zero is a valid properties value.
+    let mut p: PropertiesV7 = unsafe { std::mem::zeroed() };
+    assert_eq!(call!(t, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(p.ptr_support, NCCL_PTR_HOST);
+    assert_eq!((p.net_device_type, p.net_device_version), (NCCL_NET_DEVICE_UNPACK, 7));
+    let mut handle = [0u8; NET_HANDLE_MAXSIZE];
+    let mut lc = std::ptr::null_mut();
+    assert_eq!(call!(t, listen(0, handle.as_mut_ptr().cast(), &mut lc)), NCCL_SUCCESS);
+    let mut second = handle;
+    let (sc1, rc1) = ffi_connect(
+        |h, sc| call!(t, connect(0, h, sc, std::ptr::null_mut())),
+        |rc| call!(t, accept(lc, rc, std::ptr::null_mut())),
+        &mut handle,
+    );
+    let mut dh = DeviceHandleV7::zeroed();
+    let mut dhp: *mut DeviceHandleV7 = &mut dh;
+    let (sc2, rc2) = ffi_connect(
+        |h, sc| call!(t, connect(0, h, sc, std::ptr::null_mut())),
+        |rc| call!(t, accept(lc, rc, &mut dhp)),
+        &mut second,
+    );
+    assert_eq!(
+        (
+            dh.net_device_type,
+            dh.net_device_version,
+            dh.size,
+            dh.needs_proxy_progress
+        ),
+        (NCCL_NET_DEVICE_UNPACK, 7, 24, 1)
+    );
+    assert!(dh.handle.is_null(), "host mode has no device memory behind the handle");
+    let mut req = std::ptr::dangling_mut::<c_void>();
+    let mut data = [std::ptr::null_mut::<c_void>()];
+    let mut sizes = [0 as c_int];
+    let mut mhs = [std::ptr::null_mut::<c_void>()];
+    assert_eq!(
+        call!(
+            t,
+            iflush(
+                rc1,
+                1,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut req
+            )
+        ),
+        NCCL_SUCCESS
+    );
+    assert!(req.is_null());
+    for c in [sc1, sc2] {
+        assert_eq!(call!(t, close_send(c)), NCCL_SUCCESS);
+    }
+    for c in [rc1, rc2] {
+        assert_eq!(call!(t, close_recv(c)), NCCL_SUCCESS);
+    }
+    assert_eq!(call!(t, close_listen(lc)), NCCL_SUCCESS);
+    println!("LENIENT-CHILD-OK");
+}
+
+#[test]
+fn lenient_mode_and_host_as_unpack_in_a_child() {
+    let out = std::process::Command::new(std::env::current_exe().expect("current_exe"))
+        .args([
+            "--exact",
+            "tests::ffi::lenient_child_helper",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(LENIENT_CHILD_VAR, "1")
+        .env("TCPXEMU_STRICT", "0")
+        .env("TCPXEMU_HOST_DEVICE_TYPE", "unpack")
+        .env("TCPXEMU_MODE", "host")
+        .env_remove("NCCL_DYNAMIC_CHUNK_SIZE")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("LENIENT-CHILD-OK"),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

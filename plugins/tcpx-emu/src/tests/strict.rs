@@ -233,20 +233,24 @@ fn contract_6_sends_move_only_once_tested() {
         // SAFETY: buffers outlive the comms.
         let sq = unsafe { s.isend(src.as_ptr(), src.len()) }.expect("isend");
         let rq = unsafe { r.irecv(dst.as_mut_ptr(), dst.len()) }.expect("irecv");
-        // The sender never tests: strict, nothing moves (not even the control message).
-        let arrived = completes_within(&r, rq, 200);
+        // The sender never tests: strict, nothing moves (not even the control message) in 200 ms;
+        // lenient, the receive completes (given up to the deadline: this host may be loaded).
+        let window = if strict { 200 } else { DEADLINE.as_millis() as u64 };
+        let arrived = completes_within(&r, rq, window);
         assert_eq!(
             arrived, !strict,
             "strict {strict}: receive completed without a sender test"
         );
+        let mut sent = None;
         if strict {
             assert!(dst.iter().all(|&b| b == 0xee));
-            // One test releases the send.
-            let _ = s.test(sq).expect("test send");
+            // One test releases the send (it may even report it done already).
+            sent = s.test(sq).expect("test send");
             assert!(completes_within(&r, rq, 10_000), "released by the sender's test");
         }
         assert_eq!(dst, src);
-        assert_eq!(wait(&s, sq), Ok(src.len()));
+        let sent = sent.map_or_else(|| wait(&s, sq), Ok);
+        assert_eq!(sent, Ok(src.len()));
     }
 }
 
@@ -261,10 +265,16 @@ fn contract_6_receives_move_only_once_tested() {
         // Copied sends complete once the socket took them: the bytes wait at the receiver.
         assert!(completes_within(&s, sq, 10_000), "send");
         let rq = unsafe { r.irecv(dst.as_mut_ptr(), dst.len()) }.expect("irecv");
-        std::thread::sleep(Duration::from_millis(100));
-        let untouched = dst.iter().all(|&b| b == 0xee);
+        // Strict: 100 ms without a test leave the buffer untouched. Lenient: irecv matched the
+        // waiting control message, so the bytes land without a test (up to the deadline).
+        let end = Instant::now() + if strict { Duration::from_millis(100) } else { DEADLINE };
+        let landed = |d: &[u8]| d.iter().all(|&b| b == 3);
+        while Instant::now() < end && !landed(&dst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(
-            untouched, strict,
+            landed(&dst),
+            !strict,
             "strict {strict}: bytes landed before the receiver tested"
         );
         assert_eq!(wait(&r, rq), Ok(src.len()));

@@ -347,7 +347,10 @@ fn report_sizes_writes_the_senders_size() {
     loop {
         let mut done = 0;
         // SAFETY: the exported `test` entry with a live request and valid out-pointers.
-        assert_eq!(unsafe { crate::test(rq, &mut done, &mut size) }, NCCL_SUCCESS);
+        assert_eq!(
+            unsafe { (crate::ncclNetPlugin_v7.test.expect("test"))(rq, &mut done, &mut size) },
+            NCCL_SUCCESS
+        );
         if done == 1 {
             break;
         }

@@ -1,0 +1,161 @@
+//! One group becomes one comparison: each run's log performance over the group's sizes (see
+//! [`crate::decision`]), and the per-size diagnostics.
+
+use super::groups::{Figures, Group, GroupRef};
+use super::{Combine, Comparison, Settings, SizeRow, NEAR_ZERO_GBPS};
+use crate::decision::{self, Outcome, RefLogs, Rule};
+use crate::model::{fmt_size, Metric};
+use crate::stats;
+
+/// Performance (higher is better) of a figure.
+fn perf(m: Metric, x: f64) -> f64 {
+    if m.higher_is_better() {
+        x
+    } else {
+        1.0 / x
+    }
+}
+
+fn near_zero(m: Metric, x: f64) -> bool {
+    !x.is_finite() || x <= 0.0 || (m.higher_is_better() && x < NEAR_ZERO_GBPS)
+}
+
+/// Log performance of one run over `sizes`, relative to per-size denominators.
+fn run_log(g: &Group, fig: &Figures, sizes: &[u64], den: Option<&Figures>) -> f64 {
+    let rel = |z: &u64| {
+        let p = perf(g.metric, fig[z]);
+        let d = den.map_or(1.0, |d| perf(g.metric, d[z]));
+        (p / d).ln()
+    };
+    match g.combine {
+        Combine::GeometricMean => sizes.iter().map(rel).sum::<f64>() / sizes.len() as f64,
+        Combine::Minimum => sizes.iter().map(rel).fold(f64::INFINITY, f64::min),
+        Combine::ArithmeticMean => {
+            let m: Vec<f64> = sizes.iter().map(|z| perf(g.metric, fig[z])).collect();
+            stats::mean(&m).ln()
+        }
+    }
+}
+
+fn log_spread(x: &[f64]) -> Option<f64> {
+    (x.len() >= 2).then(|| {
+        let l: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+        stats::var(&l).sqrt()
+    })
+}
+
+fn geomean(x: &[f64]) -> f64 {
+    (x.iter().map(|v| v.ln()).sum::<f64>() / x.len() as f64).exp()
+}
+
+/// Evaluates one group: the comparison and its per-size rows.
+pub(super) fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
+    let m = g.metric;
+    let ref_figs: Vec<&Figures> = match &g.refr {
+        GroupRef::Runs(r) => r.iter().collect(),
+        GroupRef::Constants(c) => vec![c],
+        _ => Vec::new(),
+    };
+    let zero = |z: &u64| {
+        g.cand
+            .iter()
+            .chain(ref_figs.iter().copied())
+            .any(|f| near_zero(m, f[z]))
+    };
+    let (excluded, used): (Vec<u64>, Vec<u64>) = if g.combine == Combine::ArithmeticMean {
+        (Vec::new(), g.sizes.clone())
+    } else {
+        g.sizes.iter().partition(|z| zero(z))
+    };
+    let rule = Rule {
+        threshold: s.threshold,
+        alpha: s.alpha,
+        pass_alpha: s.pass_alpha,
+        constant_is_exact: s.allow_point_estimates,
+    };
+    let den = match &g.refr {
+        GroupRef::Constants(c) => Some(c),
+        _ => None,
+    };
+    let cand: Vec<f64> = g.cand.iter().map(|f| run_log(g, f, &used, den)).collect();
+    let refs: Vec<f64> = match &g.refr {
+        GroupRef::Runs(r) => r.iter().map(|f| run_log(g, f, &used, None)).collect(),
+        GroupRef::MeanRuns(v) => v.iter().map(|x| x.ln()).collect(),
+        _ => Vec::new(),
+    };
+    let reference = match &g.refr {
+        GroupRef::Runs(_) | GroupRef::MeanRuns(_) => RefLogs::Runs(&refs),
+        GroupRef::Constants(_) => RefLogs::Constant(0.0),
+        GroupRef::MeanConstant(k) => RefLogs::Constant(k.ln()),
+    };
+    let mut outcome = if used.is_empty() {
+        Outcome {
+            reason: "every size has a (near) zero bandwidth: nothing to compare".into(),
+            ..decision::decide(&[], RefLogs::Constant(0.0), &rule)
+        }
+    } else {
+        decision::decide(&cand, reference, &rule)
+    };
+    if g.spread_unknown && matches!(reference, RefLogs::Runs(_)) {
+        outcome.reason.push_str(" [reference values of unknown run count]");
+    }
+    let metric_ratio = if m.higher_is_better() {
+        outcome.ratio
+    } else {
+        1.0 / outcome.ratio
+    };
+    let mut rows = Vec::new();
+    if g.combine != Combine::ArithmeticMean {
+        for &z in &g.sizes {
+            let c: Vec<f64> = g.cand.iter().map(|f| f[&z]).collect();
+            let r: Vec<f64> = ref_figs.iter().map(|f| f[&z]).collect();
+            let note = if excluded.contains(&z) {
+                format!("excluded: bandwidth < {NEAR_ZERO_GBPS} GB/s")
+            } else {
+                String::new()
+            };
+            let (cg, rg) = if note.is_empty() {
+                (geomean(&c), geomean(&r))
+            } else {
+                (stats::mean(&c), stats::mean(&r))
+            };
+            rows.push(SizeRow {
+                pattern: g.pattern.clone(),
+                size: z,
+                label: match g.combine {
+                    Combine::Minimum => format!("{} (floor)", fmt_size(z)),
+                    _ => fmt_size(z),
+                },
+                metric: m,
+                n_candidate: c.len(),
+                n_reference: matches!(g.refr, GroupRef::Runs(_)).then_some(r.len()),
+                candidate: cg,
+                reference: rg,
+                ratio: cg / rg,
+                spread_candidate: log_spread(&c),
+                spread_reference: if matches!(g.refr, GroupRef::Runs(_)) {
+                    log_spread(&r)
+                } else {
+                    None
+                },
+                note,
+                compared_with: g.reference.clone(),
+            });
+        }
+    }
+    let c = Comparison {
+        pattern: g.pattern.clone(),
+        label: g.label.clone(),
+        reference: g.reference.clone(),
+        metric: m,
+        unit: m.unit(),
+        higher_is_better: m.higher_is_better(),
+        combine: g.combine,
+        sizes: used,
+        excluded_sizes: excluded,
+        metric_ratio,
+        outcome,
+        p_adjusted: None,
+    };
+    (c, rows)
+}

@@ -1,0 +1,312 @@
+//! Bytes moved, measured: what every source that can see the payload says it was.
+//!
+//! Completions only prove that requests completed. Per size, three measurements can see more:
+//! - the sizes a plugin reports in `test` (TCPX never reports them);
+//! - the device-unpack descriptors of each receive (GPU memory on an UNPACK plugin);
+//! - the kernel's counters of the interfaces the plugin's devices name ([`crate::wire`]), read
+//!   on every host before and after the timed iterations and exchanged over MPI. They bound the
+//!   payload from below: bytes that must have crossed an interface and did not show up there
+//!   were never sent.
+//!
+//! Where no source sees the bytes, the result says "unverified" rather than copying the plan.
+
+use crate::engine::progress::Delivered;
+use crate::engine::Collectives;
+use crate::plan::Plan;
+use crate::topology::Topology;
+use crate::wire::{self, IfaceCounters};
+use serde::Serialize;
+
+/// Which hosts read which interfaces, decided once per run.
+pub struct WireProbe {
+    /// The interfaces the plugin's devices name, in device order, deduplicated; those this host's
+    /// kernel has no counters for are kept (with `None`) so every rank sends the same layout.
+    ifaces: Vec<String>,
+    /// Whether this rank reads its host's counters (the lowest rank on each host).
+    leader: bool,
+}
+
+/// One interface of one host over the timed iterations of one size.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WireBytes {
+    pub host: String,
+    pub iface: String,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    /// Driver devmem packet counters (`rx_devmem_pkts`, ...), where the driver has them.
+    pub devmem_pkts: Option<u64>,
+}
+
+/// The byte accounting of one size, per timed iteration where it says so.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ByteCheck {
+    /// Payload bytes per iteration measured by a source that sees payload exactly (plugin sizes,
+    /// unpack descriptors); `None`: unverified by those sources.
+    pub measured: Option<u64>,
+    /// The sources that checked this size: `plugin`, `unpack`, `wire`.
+    pub sources: Vec<&'static str>,
+    /// Interface receive bytes per iteration, summed over every host that could read its
+    /// interfaces; `None` when no host could.
+    pub wire_rx_bytes: Option<u64>,
+    /// Payload bytes per iteration that had to cross the counted interfaces (the lower bound the
+    /// wire bytes are checked against).
+    pub wire_payload_bytes: u64,
+    /// Per host and interface, totals over the timed iterations.
+    pub wire: Vec<WireBytes>,
+}
+
+impl ByteCheck {
+    /// `wire_rx_bytes / wire_payload_bytes`: at least 1 for a run that delivered everything.
+    pub fn wire_ratio(&self) -> Option<f64> {
+        let rx = self.wire_rx_bytes?;
+        (self.wire_payload_bytes > 0).then(|| rx as f64 / self.wire_payload_bytes as f64)
+    }
+
+    /// The CSV cell for the per-interface bytes: `host:iface=rx/tx` joined by `;`.
+    pub fn wire_cell(&self) -> String {
+        self.wire
+            .iter()
+            .map(|w| format!("{}:{}={}/{}", w.host, w.iface, w.rx_bytes, w.tx_bytes))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+}
+
+/// A snapshot of this host's interfaces (empty on non-leaders).
+pub struct Snapshot(Vec<Option<IfaceCounters>>);
+
+impl WireProbe {
+    /// `device_names`: every plugin device's name (interfaces for socket plugins).
+    pub fn new(device_names: &[String], topo: &Topology, rank: usize) -> WireProbe {
+        let mut ifaces: Vec<String> = Vec::new();
+        for name in device_names {
+            if !ifaces.contains(name) {
+                ifaces.push(name.clone());
+            }
+        }
+        let host = &topo.hostnames[rank];
+        let leader = topo.hostnames.iter().position(|h| h == host) == Some(rank);
+        WireProbe { ifaces, leader }
+    }
+
+    /// The interfaces this rank counts, for the header ("lo on 1 host").
+    pub fn ifaces(&self) -> &[String] {
+        &self.ifaces
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(if self.leader {
+            self.ifaces.iter().map(|i| wire::read(i)).collect()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Exchanges every host's counter deltas (a collective: every rank calls it) and returns
+    /// them as [`WireBytes`], one per host and readable interface.
+    pub fn exchange(
+        &self,
+        coll: &dyn Collectives,
+        topo: &Topology,
+        before: &Snapshot,
+        after: &Snapshot,
+    ) -> Vec<WireBytes> {
+        // Per interface: rx, tx, devmem (-1 = none); -1 rx = no reading. f64 is exact below 2^53.
+        let n = self.ifaces.len();
+        let mut mine = vec![-1.0; 3 * n];
+        if self.leader {
+            for (i, (b, a)) in before.0.iter().zip(&after.0).enumerate() {
+                if let (Some(b), Some(a)) = (b, a) {
+                    let d = b.delta(a);
+                    mine[3 * i] = d.rx_bytes as f64;
+                    mine[3 * i + 1] = d.tx_bytes as f64;
+                    mine[3 * i + 2] = d.devmem_pkts.map_or(-1.0, |v| v as f64);
+                }
+            }
+        }
+        let all = coll.gather_f64(&mine);
+        let mut out = Vec::new();
+        for (rank, row) in all.chunks(3 * n.max(1)).enumerate().take(topo.ranks()) {
+            for (i, iface) in self.ifaces.iter().enumerate() {
+                let Some(v) = row.get(3 * i..3 * i + 3) else { continue };
+                if v[0] < 0.0 {
+                    continue;
+                }
+                out.push(WireBytes {
+                    host: topo.hostnames[rank].clone(),
+                    iface: iface.clone(),
+                    rx_bytes: v[0] as u64,
+                    tx_bytes: v[1] as u64,
+                    devmem_pkts: (v[2] >= 0.0).then_some(v[2] as u64),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Payload bytes per iteration that must arrive at `host` through the counted interfaces: every
+/// network flow into the host from another host, and with a loopback interface counted, the
+/// host's own flows too (the kernel routes them over `lo`).
+fn payload_into(plan: &Plan, topo: &Topology, host: &str, loopback: bool) -> u64 {
+    let host_of = |endpoint: usize| topo.hostnames[topo.endpoints[endpoint].rank].as_str();
+    plan.flows
+        .iter()
+        .filter(|f| !f.is_local() && host_of(f.dst) == host && (loopback || host_of(f.src) != host))
+        .map(|f| f.len)
+        .sum()
+}
+
+/// Checks one size: `delivered` summed over all ranks and timed iterations, `wire` from
+/// [`WireProbe::exchange`]. An error names the numbers of the first shortfall found.
+pub fn check(
+    plan: &Plan,
+    topo: &Topology,
+    iters: u64,
+    delivered: &Delivered,
+    wire: Vec<WireBytes>,
+) -> Result<ByteCheck, String> {
+    let planned = plan.network_bytes() * iters;
+    if delivered.planned != planned {
+        return Err(format!(
+            "size {}: receives for {} bytes completed, {planned} planned over {iters} iterations: the result is invalid",
+            plan.size, delivered.planned
+        ));
+    }
+    let mut sources = Vec::new();
+    let mut measured = None;
+    if delivered.reported_missed == 0 && delivered.receives > 0 {
+        // Each reported size was already compared with its receive's plan as it completed.
+        sources.push("plugin");
+        measured = Some(delivered.reported / iters);
+    }
+    if delivered.unpacked_missed == 0 && delivered.receives > 0 {
+        sources.push("unpack");
+        measured = Some(delivered.unpacked / iters);
+    }
+
+    let mut hosts: Vec<&str> = Vec::new();
+    for w in &wire {
+        if !hosts.contains(&w.host.as_str()) {
+            hosts.push(&w.host);
+        }
+    }
+    let (mut rx_total, mut payload_total) = (0u64, 0u64);
+    for host in &hosts {
+        let counted: Vec<&WireBytes> = wire.iter().filter(|w| w.host == *host).collect();
+        let loopback = counted.iter().any(|w| wire::is_loopback(&w.iface));
+        let payload = payload_into(plan, topo, host, loopback) * iters;
+        let rx: u64 = counted.iter().map(|w| w.rx_bytes).sum();
+        if rx < payload {
+            let names: Vec<&str> = counted.iter().map(|w| w.iface.as_str()).collect();
+            return Err(format!(
+                "size {}: host {host} received {rx} bytes on {} over {iters} timed iterations, less than the {payload} bytes of payload that had to arrive there: the plugin did not put the data on the wire",
+                plan.size,
+                names.join(",")
+            ));
+        }
+        rx_total += rx;
+        payload_total += payload;
+    }
+    let wire_seen = !hosts.is_empty() && payload_total > 0;
+    if wire_seen {
+        sources.push("wire");
+    }
+    Ok(ByteCheck {
+        measured,
+        sources,
+        wire_rx_bytes: wire_seen.then(|| rx_total / iters),
+        wire_payload_bytes: payload_total / iters,
+        wire,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Direction, Pattern, Scope};
+
+    fn setup(n: usize, hosts: usize) -> (Plan, Topology) {
+        let names = (0..n).map(|r| format!("h{}", r * hosts / n)).collect();
+        let t = Topology::with_ranks_per_node(n, n, 1, names);
+        let p = Plan::build(Pattern::Sendrecv, Scope::All, Direction::Bi, &t, 1 << 20, None).unwrap();
+        (p, t)
+    }
+
+    fn delivered(p: &Plan, iters: u64) -> Delivered {
+        Delivered {
+            receives: 4,
+            planned: p.network_bytes() * iters,
+            reported_missed: 4,
+            unpacked_missed: 4,
+            ..Delivered::default()
+        }
+    }
+
+    fn lo(host: &str, rx: u64) -> WireBytes {
+        WireBytes {
+            host: host.into(),
+            iface: "lo".into(),
+            rx_bytes: rx,
+            tx_bytes: rx,
+            devmem_pkts: None,
+        }
+    }
+
+    #[test]
+    fn loopback_counts_must_cover_the_payload() {
+        let (p, t) = setup(2, 1);
+        let payload = p.network_bytes() * 3;
+        let ok = check(&p, &t, 3, &delivered(&p, 3), vec![lo("h0", payload + 100)]).unwrap();
+        assert_eq!(ok.sources, vec!["wire"]);
+        assert_eq!(
+            ok.measured, None,
+            "wire bytes bound the payload; they do not measure it"
+        );
+        assert!(ok.wire_ratio().unwrap() >= 1.0);
+        let err = check(&p, &t, 3, &delivered(&p, 3), vec![lo("h0", payload / 2)]).unwrap_err();
+        assert!(
+            err.contains("did not put the data on the wire") && err.contains(&(payload / 2).to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_nic_only_owes_the_bytes_from_other_hosts() {
+        // 4 ranks on 2 hosts; sendrecv's ring shift: 0->1 and 2->3 stay on their host.
+        let (p, t) = setup(4, 2);
+        let from_other_hosts = payload_into(&p, &t, "h0", false);
+        assert!(from_other_hosts < payload_into(&p, &t, "h0", true));
+        let eth = |host: &str, rx| WireBytes {
+            iface: "eth1".into(),
+            ..lo(host, rx)
+        };
+        let wire = vec![
+            eth("h0", from_other_hosts),
+            eth("h1", payload_into(&p, &t, "h1", false)),
+        ];
+        assert!(check(&p, &t, 1, &delivered(&p, 1), wire).is_ok());
+    }
+
+    #[test]
+    fn nothing_seen_is_unverified_and_completions_must_match_the_plan() {
+        let (p, t) = setup(2, 1);
+        let none = check(&p, &t, 2, &delivered(&p, 2), Vec::new()).unwrap();
+        assert!(none.sources.is_empty() && none.measured.is_none() && none.wire_rx_bytes.is_none());
+        let mut short = delivered(&p, 2);
+        short.planned -= 1;
+        assert!(check(&p, &t, 2, &short, Vec::new())
+            .unwrap_err()
+            .contains("the result is invalid"));
+        let reported = Delivered {
+            reported: p.network_bytes() * 2,
+            reported_missed: 0,
+            ..delivered(&p, 2)
+        };
+        let c = check(&p, &t, 2, &reported, Vec::new()).unwrap();
+        assert_eq!(
+            (c.sources.clone(), c.measured),
+            (vec!["plugin"], Some(p.network_bytes()))
+        );
+    }
+}
