@@ -3,6 +3,8 @@
 #   launch/a3-high.sh --pattern fullmesh -b 1M -e 1G
 # The environment is the one NCCL's TCPX baseline ran with (seed documents, 19.2 GB/s busbw):
 # data NICs eth1..eth4, control on eth0, RxDM sockets in /run/tcpx, helper threads bound per NUMA node.
+# tcpx-perf picks each GPU's NIC by PCIe topology and pins its threads (--cpu-bind auto); check first with
+#   launch/a3-high.sh --dry-run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOSTFILE=${HOSTFILE:-hostfiles/tcpx.txt}

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser, ValueEnum};
 use serde::Serialize;
 
+use crate::placement::{CpuBind, NetDevSpec};
+
 /// `--pattern` and `--dir` parse straight into the plan's types (one definition, no
 /// conversion); `Dir` is the plan's `Direction`.
 pub use crate::plan::{Direction as Dir, Pattern};
@@ -165,9 +167,42 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u32).range(7..=12))]
     pub abi: Option<u32>,
 
-    /// Plugin device index; default: the endpoint's local GPU index modulo the device count
-    #[arg(long = "net-dev")]
-    pub net_dev: Option<usize>,
+    /// Plugin device per GPU: one index or name for every GPU, or one per GPU index on the node
+    ///
+    /// E.g. `--net-dev 1`, `--net-dev eth2`, `--net-dev 0,0,1,1,2,2,3,3`. Default: the device
+    /// closest to the GPU by PCIe topology (PIX < PXB < PHB < SYS, as NCCL), GPUs that tie spread
+    /// evenly over the devices at their distance; where PCI paths are unknown (tcpx-emu on lo),
+    /// GPU i of n on the node uses device i * devices / n, with a note in the header.
+    #[arg(long = "net-dev", value_parser = parse_net_dev)]
+    pub net_dev: Option<NetDevSpec>,
+
+    /// With --channels > 1: spread each endpoint's channels over the devices as close to its GPU
+    /// as its own (round robin, starting from its own)
+    #[arg(long = "spread-channels")]
+    pub spread_channels: bool,
+
+    /// CPUs each endpoint's thread (and the threads it starts) runs on: auto, none, or a cpulist
+    ///
+    /// auto: the GPU's local CPUs from sysfs (the NIC's where the GPU has none), less the CPUs of
+    /// TCPX's helper threads in NCCL_GPUDIRECTTCPX_TX_BINDINGS / _RX_BINDINGS; unpinned where
+    /// sysfs says nothing. A cpulist applies to every endpoint; `LIST;LIST;...` gives one per GPU
+    /// index on the node (e.g. `0-7;52-59`). The binding is in the header and summary.json.
+    #[arg(long = "cpu-bind", default_value = "auto", value_parser = parse_cpu_bind)]
+    pub cpu_bind: CpuBind,
+
+    /// Most connection-setup threads per endpoint (default: 64 for TCPX and tcpx-emu, 1 for other plugins)
+    ///
+    /// Setup starts with one thread polling every connect and accept; another is added whenever
+    /// all of them have been blocked inside a plugin call for 50 ms, so plugins whose calls block
+    /// still set up all comms at once. More than one needs a plugin that takes calls on distinct
+    /// comms from several threads (TCPX and tcpx-emu do).
+    #[arg(long = "setup-threads")]
+    pub setup_threads: Option<usize>,
+
+    /// Stop before moving data: MPI, plugin, placement, CPU bindings and preflight checks on
+    /// every node, then a per-node table and one line per finding; exit 0 if no error
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
 
     /// Result directory; default: results/<UTC timestamp>-<pattern>
     #[arg(long, conflicts_with = "no_out")]
@@ -511,6 +546,9 @@ impl Cli {
         if self.ranks_per_node == Some(0) {
             return Err("--ranks-per-node 0 is impossible: use 1 or more, or drop the flag".into());
         }
+        if self.setup_threads == Some(0) {
+            return Err("--setup-threads 0 cannot set anything up: use 1 or more, or drop the flag".into());
+        }
         if self.max_peers == Some(0) {
             return Err("--max-peers 0 allows no traffic: use 1 or more, or drop the flag".into());
         }
@@ -522,6 +560,14 @@ impl Cli {
         }
         Ok(())
     }
+}
+
+fn parse_net_dev(s: &str) -> Result<NetDevSpec, String> {
+    s.parse()
+}
+
+fn parse_cpu_bind(s: &str) -> Result<CpuBind, String> {
+    s.parse()
 }
 
 /// Parses `-a`: nccl-tests' numbers 0..=3, or the names rank0, avg, min, max.
@@ -791,5 +837,41 @@ mod tests {
         assert!(help.contains("busbw = algbw * (n-1)/n"));
         assert!(help.contains("network bytes sent per endpoint / time"));
         assert!(help.contains("--warmup_iters"));
+        for flag in [
+            "--net-dev",
+            "--spread-channels",
+            "--cpu-bind",
+            "--setup-threads",
+            "--dry-run",
+        ] {
+            assert!(help.contains(flag), "{flag} is documented");
+        }
+    }
+
+    #[test]
+    fn placement_flags() {
+        let c = cli(&[
+            "--net-dev",
+            "eth1,eth1,2,2",
+            "--cpu-bind",
+            "0-7;52-59",
+            "--dry-run",
+            "--setup-threads",
+            "8",
+        ]);
+        assert_eq!(
+            c.net_dev.as_ref().map(ToString::to_string).as_deref(),
+            Some("eth1,eth1,2,2")
+        );
+        assert!(matches!(&c.cpu_bind, CpuBind::Lists(l) if l.len() == 2));
+        assert!(c.dry_run && c.setup_threads == Some(8));
+        assert_eq!(cli(&[]).cpu_bind, CpuBind::Auto);
+        assert!(Cli::try_parse_from(["tcpx-perf", "--cpu-bind", "x"]).is_err());
+        assert!(Cli::try_parse_from(["tcpx-perf", "--net-dev", "0,,1"]).is_err());
+        assert!(cli(&["--setup-threads", "0"])
+            .validate()
+            .unwrap_err()
+            .contains("--setup-threads"));
+        assert_eq!(cli(&["--cpu-bind", "none"]).config_json()["cpu_bind"], "None");
     }
 }

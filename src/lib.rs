@@ -7,6 +7,7 @@
 //! - [`engine`]: connections, the progress loop and the timed iterations.
 //! - [`check`], [`stats`]: data validation and per-iteration statistics.
 //! - [`report`], [`export`]: the result model and one module per output format.
+//! - [`placement`]: which NIC and CPUs each endpoint uses, preflight checks, `--dry-run`.
 //! - [`mpi_boot`], [`topology`]: MPI, nodes and endpoints at the edges.
 //! - [`run`]: one benchmark run from parsed flags to the result directory.
 
@@ -17,6 +18,7 @@ pub mod delivery;
 pub mod engine;
 pub mod export;
 pub mod mpi_boot;
+pub mod placement;
 pub mod plan;
 pub mod report;
 pub mod run;

@@ -131,6 +131,41 @@ impl Mpi {
 }
 
 impl Mpi {
+    /// Every rank's `mine` on rank 0 (in rank order); None on the other ranks. Setup only.
+    pub fn gather_to_root(&self, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let root = self.world.process_at_rank(0);
+        let len = mine.len() as mpi::Count;
+        if self.world.rank() != 0 {
+            root.gather_into(&len);
+            root.gather_varcount_into(mine);
+            return None;
+        }
+        let mut counts = vec![0 as mpi::Count; self.world.size() as usize];
+        root.gather_into_root(&len, &mut counts[..]);
+        let displs: Vec<mpi::Count> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        {
+            let mut partition = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            root.gather_varcount_into_root(mine, &mut partition);
+        }
+        Some(
+            displs
+                .iter()
+                .zip(&counts)
+                .map(|(&d, &c)| all[d as usize..(d + c) as usize].to_vec())
+                .collect(),
+        )
+    }
+}
+
+impl Mpi {
     /// `buf` <- reduction of every rank's `buf` (setup and per-size reductions, not the hot path).
     fn all_reduce_in_place<T: Equivalence + Copy>(&self, buf: &mut [T], op: SystemOperation) {
         let send = buf.to_vec();
@@ -174,6 +209,31 @@ impl Collectives for Mpi {
         let mut all = vec![0.0; local.len() * self.size()];
         self.world.all_gather_into(local, &mut all[..]);
         all
+    }
+
+    fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>> {
+        let mut inbox: Vec<Vec<u8>> = recvs.iter().map(|&(_, len)| vec![0u8; len]).collect();
+        mpi::request::scope(|scope| {
+            let mut pending = Vec::with_capacity(sends.len() + recvs.len());
+            for (buf, &(rank, _)) in inbox.iter_mut().zip(recvs) {
+                pending.push(
+                    self.world
+                        .process_at_rank(rank as i32)
+                        .immediate_receive_into(scope, &mut buf[..]),
+                );
+            }
+            for (rank, bytes) in sends {
+                pending.push(
+                    self.world
+                        .process_at_rank(*rank as i32)
+                        .immediate_send(scope, &bytes[..]),
+                );
+            }
+            for request in pending {
+                request.wait();
+            }
+        });
+        inbox
     }
 
     fn abort(&self, code: i32) -> ! {

@@ -72,6 +72,8 @@ pub struct RunInfo {
     pub window: usize,
     /// Choices tcpx-perf made for the user and limits it warns about (one line each).
     pub notes: Vec<String>,
+    /// NIC and CPUs per endpoint, preflight findings, connection setup time.
+    pub placement: crate::placement::dry_run::PlacementReport,
 }
 
 /// Where one rank ran.

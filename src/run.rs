@@ -15,6 +15,7 @@ use crate::engine::watchdog::{self, Watchdog};
 use crate::engine::{Collectives, Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
+use crate::placement::{self, dry_run::PlacementReport, preflight::Finding};
 use crate::plan::{Direction, Pattern, Plan, Scope};
 use crate::report::{self, HostInfo, PairResult, PluginInfo, RunInfo, SizeResult};
 use crate::stats;
@@ -334,7 +335,36 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         ("plugin ABI", plugin.abi().to_string()),
         ("plugin sha256", sha.clone()),
     ];
-    mpi.check_same_plan(&fields).map_err(Fatal::Everywhere)?;
+    // Placement and preflight: every rank places its endpoints, rank 0 gathers the report.
+    let rank_plan = agree(
+        mpi,
+        place_rank(
+            cli,
+            &topo,
+            rank,
+            &connections,
+            &plugin,
+            &sha,
+            mem == MemKind::Cuda(CudaPath::Direct),
+        ),
+    )?;
+    notes.extend(rank_plan.notes.iter().cloned());
+    let same_plan = mpi.check_same_plan(&fields);
+    let mut placement = gather_placement(mpi, &rank_plan.report);
+    if cli.dry_run {
+        if let Err(e) = same_plan {
+            placement.findings.insert(
+                0,
+                placement::dry_run::NodeFinding {
+                    level: placement::preflight::Level::Error,
+                    text: e,
+                    hosts: vec![topo.hostnames[0].clone()],
+                },
+            );
+        }
+        return Ok(dry_run_report(mpi, &topo, &plugin, &sha, &placement, &notes));
+    }
+    same_plan.map_err(Fatal::Everywhere)?;
 
     let mut info = run_info(
         cli,
@@ -347,6 +377,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         start_time,
     );
     info.notes = notes;
+    info.placement = placement;
     let out_dir = (!cli.no_out).then(|| {
         cli.out
             .clone()
@@ -368,15 +399,43 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         window: cli.window,
         chunk: cli.chunk,
         timeout: Duration::from_secs(cli.timeout),
-        net_dev: cli.net_dev,
+        setup_threads: cli
+            .setup_threads
+            .unwrap_or(if contracts::is_tcpx_like(plugin.name()) { 64 } else { 1 }),
         reg_segment,
     };
     setup.disarm();
+    let setup_start = std::time::Instant::now();
     let engine = agree(
         mpi,
-        Engine::start(plugin.clone(), topo.clone(), connections, config, rank),
+        Engine::start(
+            plugin.clone(),
+            topo.clone(),
+            connections,
+            config,
+            rank,
+            rank_plan.endpoints,
+        ),
     )?;
-    engine.connect(mpi, buffer_len).map_err(Fatal::Here)?;
+    let timing = engine.connect(mpi, buffer_len).map_err(Fatal::Here)?;
+    // The slowest rank's setup, from starting its workers to its last comm.
+    let all = mpi.gather_f64(&[
+        setup_start.elapsed().as_secs_f64(),
+        timing.connect.as_secs_f64(),
+        timing.threads as f64,
+    ]);
+    let max = |i: usize| all.iter().skip(i).step_by(3).copied().fold(0.0, f64::max);
+    let setup_report = placement::dry_run::SetupReport {
+        seconds: max(0),
+        connect_seconds: max(1),
+        comms: info.placement.comms,
+        sockets_per_node: std::mem::take(&mut info.placement.sockets_per_node),
+        max_setup_threads: max(2) as usize,
+    };
+    if rank == 0 {
+        print!("{}", setup_report.line());
+    }
+    info.placement.setup = Some(setup_report);
 
     let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
     let mut results = Vec::new();
@@ -440,6 +499,119 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         }
     }
     Ok(if wrong > 0 { EXIT_WRONG_DATA } else { EXIT_OK })
+}
+
+/// This rank's placement: its endpoints' NICs and CPUs, and its preflight findings.
+fn place_rank(
+    cli: &Cli,
+    topo: &Topology,
+    rank: usize,
+    connections: &[(usize, usize)],
+    plugin: &Plugin,
+    sha: &str,
+    cuda: bool,
+) -> Result<placement::rank::RankPlan, String> {
+    let devices = plugin.device_count().map_err(|e| e.to_string())?;
+    let props = (0..devices)
+        .map(|d| plugin.properties(d).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    placement::rank::plan(&placement::rank::RankInput {
+        topo,
+        rank,
+        connections,
+        channels: cli.channels,
+        spread_channels: cli.spread_channels,
+        net_dev: cli.net_dev.as_ref(),
+        cpu_bind: &cli.cpu_bind,
+        props: &props,
+        plugin_name: plugin.name(),
+        plugin_sha256: sha,
+        cuda,
+    })
+}
+
+/// Every rank's placement report, merged on rank 0 (empty elsewhere).
+fn gather_placement(mpi: &Mpi, mine: &placement::dry_run::RankReport) -> PlacementReport {
+    let bytes = serde_json::to_vec(mine).unwrap_or_default();
+    let Some(all) = mpi.gather_to_root(&bytes) else {
+        return PlacementReport::default();
+    };
+    let mut broken = Vec::new();
+    let reports = all
+        .iter()
+        .enumerate()
+        .filter_map(|(r, b)| {
+            serde_json::from_slice(b)
+                .map_err(|e| {
+                    broken.push(Finding::error(format!(
+                        "rank {r}'s placement report is unreadable: {e}"
+                    )))
+                })
+                .ok()
+        })
+        .collect();
+    let mut merged = PlacementReport::merge(reports);
+    for f in broken {
+        merged.findings.insert(
+            0,
+            placement::dry_run::NodeFinding {
+                level: f.level,
+                text: f.text,
+                hosts: Vec::new(),
+            },
+        );
+    }
+    merged
+}
+
+/// `--dry-run`: rank 0 prints the plan, the placement tables and every finding; the job ends
+/// before any comm exists. Exit 0 without error findings.
+fn dry_run_report(
+    mpi: &Mpi,
+    topo: &Topology,
+    plugin: &Plugin,
+    sha: &str,
+    placement: &PlacementReport,
+    notes: &[String],
+) -> i32 {
+    let mut errors = [placement.errors() as u64];
+    // Only rank 0 holds the merged report: every rank learns the verdict.
+    mpi.sum_u64(&mut errors);
+    if mpi.rank() == 0 {
+        println!(
+            "# tcpx-perf {} --dry-run: plugin {} ({}, ABI v{}, sha256 {})",
+            report::TOOL_VERSION,
+            plugin.path().display(),
+            plugin.name(),
+            plugin.abi(),
+            sha
+        );
+        println!(
+            "# ranks: {} endpoints: {} nodes: {}",
+            topo.ranks(),
+            topo.len(),
+            topo.nodes
+        );
+        for note in notes {
+            println!("# note: {note}");
+        }
+        print!("{}", placement.table());
+        print!("{}", placement.finding_lines(placement::preflight::Level::Ok));
+        let warnings = placement
+            .findings
+            .iter()
+            .filter(|f| f.level == placement::preflight::Level::Warning)
+            .count();
+        println!(
+            "# dry run: {} error(s), {warnings} warning(s), {} comms planned; no comm opened, no data moved",
+            errors[0], placement.comms
+        );
+    }
+    if errors[0] > 0 {
+        EXIT_ERROR
+    } else {
+        EXIT_OK
+    }
 }
 
 /// Picks host or CUDA memory (`--mem`) and, for CUDA, how buffers reach the plugin.
@@ -554,6 +726,7 @@ fn run_info(
         channels: cli.channels,
         window: cli.window,
         notes: Vec::new(),
+        placement: PlacementReport::default(),
     }
 }
 

@@ -490,3 +490,79 @@ fn bad_input_is_one_clear_line() {
         assert!(!err.contains("panicked"), "{flags}: {}", show(&o));
     }
 }
+
+#[test]
+fn dry_run_prints_the_placement_and_moves_no_data() {
+    let dir = scratch("dry-run");
+    let o = run(2, "--dry-run --pattern fullmesh", &dir, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "--dry-run: plugin",
+        "# placement on ",
+        "lo[0]",
+        "# ok: plugin sha256 identical on all 2 ranks",
+        "# ok: open files limit",
+        "# dry run: 0 error(s)",
+        "no comm opened, no data moved",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in\n{stdout}");
+    }
+    // One table row per endpoint, with its CPUs.
+    assert_eq!(stdout.lines().filter(|l| l.contains("lo[0]")).count(), 2, "{stdout}");
+    assert!(!stdout.contains("# Avg bus bandwidth"), "{stdout}");
+    assert!(!dir.exists(), "a dry run writes no result directory");
+}
+
+#[test]
+fn dry_run_fails_on_an_error_finding() {
+    let dir = scratch("dry-run-error");
+    // 16 sockets per comm: TCPX's MAX_SOCKETS is 8 (tcpx-emu clamps and loads anyway).
+    let o = run(2, "--dry-run", &dir, &[("NCCL_NSOCKS_PERTHREAD", "16")]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("# error: NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = 16"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("# dry run: 1 error(s)"), "{stdout}");
+}
+
+/// Setup time of an 8-rank fullmesh whose plugin blocks in connect/accept for 200 ms
+/// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms): serial with one setup thread, about one
+/// latency with the default pool. Compared within the test, as ratios.
+#[test]
+fn blocking_connects_are_set_up_concurrently() {
+    let env = [("TCPXEMU_CONNECT_MS", "100"), ("TCPXEMU_SETUP_BLOCKING", "1")];
+    let setup = |threads: &str| {
+        let dir = scratch(&format!("setup-{}", threads.len()));
+        let o = run(
+            8,
+            &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 {threads}"),
+            &dir,
+            &env,
+        );
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("# connection setup: "),
+            "{}",
+            show(&o)
+        );
+        let s = summary(&dir)["placement"].clone();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(s["comms"], 8 * 7 * 2, "{s}");
+        assert_eq!(s["rows"].as_array().map(Vec::len), Some(8), "{s}");
+        assert!(s["rows"][0]["cpus"].is_string(), "{s}");
+        (
+            s["setup"]["seconds"].as_f64().unwrap(),
+            s["setup"]["max_setup_threads"].as_u64().unwrap(),
+        )
+    };
+    let (serial, one) = setup("--setup-threads 1");
+    let (pooled, many) = setup("");
+    assert_eq!(one, 1);
+    assert!(many > 1, "the pool grew while calls blocked");
+    // 14 blocking calls of 0.2 s in a row on each endpoint.
+    assert!(serial > 14.0 * 0.2 * 0.8, "serial setup {serial:.3} s");
+    assert!(pooled < serial / 4.0, "pooled {pooled:.3} s vs serial {serial:.3} s");
+}

@@ -12,20 +12,26 @@ pub mod copier;
 pub mod gpu;
 pub mod progress;
 pub mod schedule;
+pub mod setup;
 pub mod watchdog;
 mod worker;
 
+use crate::placement::rank::EndpointPlace;
 use crate::plan::Plan;
 use crate::topology::Topology;
 use nccl_net::{NetHandle, Plugin};
 use progress::{IterationError, IterationTiming, LaneStats};
 use schedule::Lanes;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
 pub use worker::SizeTotals;
+
+/// A connection's handle: (sending endpoint, receiving endpoint, channel).
+pub type HandleKey = (usize, usize, usize);
 
 /// The collective operations the engine needs from the launcher (MPI in production).
 pub trait Collectives {
@@ -38,6 +44,9 @@ pub trait Collectives {
     fn sum_f64(&self, buf: &mut [f64]);
     /// Every rank's `local` (all the same length), concatenated in rank order.
     fn gather_f64(&self, local: &[f64]) -> Vec<f64>;
+    /// Point-to-point exchange with the listed ranks only: `sends` (rank, bytes) go out, and one
+    /// message of the given length comes in from each rank of `recvs`, returned in that order.
+    fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;
     /// Ends the whole job now (after this rank printed why).
     fn abort(&self, code: i32) -> !;
 }
@@ -57,7 +66,8 @@ pub struct EngineConfig {
     pub window: usize,
     pub chunk: u64,
     pub timeout: Duration,
-    pub net_dev: Option<usize>,
+    /// Most setup threads per endpoint ([`setup`]).
+    pub setup_threads: usize,
     /// Largest single registration: the buffer is registered in segments of this size.
     pub reg_segment: u64,
 }
@@ -75,15 +85,6 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Index of the handle of connection (src -> dst, channel) in the global handle table.
-    pub fn handle_slot(&self, src: usize, dst: usize, channel: usize) -> usize {
-        let conn = self
-            .connections
-            .binary_search(&(src, dst))
-            .expect("connection is in the plan");
-        conn * self.channels + channel
-    }
-
     fn watch(&self, lane: (&'static str, String, Arc<LaneStats>)) {
         self.watched.lock().unwrap_or_else(|p| p.into_inner()).push(lane);
     }
@@ -97,7 +98,7 @@ impl Shared {
 
 enum Command {
     Listen(u64),
-    Connect(Arc<Vec<NetHandle>>),
+    Connect(Arc<HashMap<HandleKey, NetHandle>>),
     Prepare(Arc<Plan>),
     Fill(u32),
     Run { timed: bool },
@@ -108,7 +109,8 @@ enum Command {
 }
 
 enum Reply {
-    Handles(Vec<(usize, NetHandle)>),
+    Handles(Vec<(HandleKey, NetHandle)>),
+    Setup(Duration, usize),
     Timing(IterationTiming),
     Wrong(u64),
     Totals(SizeTotals),
@@ -130,6 +132,15 @@ pub struct RankIteration {
     pub delivered: progress::Delivered,
 }
 
+/// This rank's connection setup.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetupTiming {
+    /// The slowest endpoint's connect/accept phase.
+    pub connect: Duration,
+    /// The most setup threads an endpoint used.
+    pub threads: usize,
+}
+
 /// The engine of one rank.
 pub struct Engine {
     shared: Arc<Shared>,
@@ -140,28 +151,16 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Starts one worker thread per endpoint of `rank`.
+    /// Starts one worker thread per endpoint of `rank`, each on the NICs and CPUs `places`
+    /// gives it (one entry per local endpoint).
     pub fn start(
         plugin: Arc<Plugin>,
         topology: Topology,
         connections: Vec<(usize, usize)>,
         config: EngineConfig,
         rank: usize,
+        places: Vec<EndpointPlace>,
     ) -> Result<Engine, String> {
-        let devices = plugin.device_count().map_err(|e| e.to_string())?;
-        if devices == 0 {
-            return Err(format!(
-                "net plugin '{}' reports no devices; check its interface settings",
-                plugin.name()
-            ));
-        }
-        if let Some(dev) = config.net_dev {
-            if dev >= devices {
-                return Err(format!(
-                    "--net-dev {dev} does not exist: the plugin has {devices} device(s)"
-                ));
-            }
-        }
         let shared = Arc::new(Shared {
             topology,
             connections,
@@ -172,15 +171,14 @@ impl Engine {
             watched: Mutex::new(Vec::new()),
         });
         let endpoints = shared.topology.endpoints_of(rank);
-        let net_devs: Vec<usize> = endpoints
-            .clone()
-            .map(|e| {
-                config
-                    .net_dev
-                    .unwrap_or_else(|| default_net_dev(&shared.topology, e, devices))
-            })
-            .collect();
-        check_max_comms(&plugin, &shared, endpoints.clone(), &net_devs, config.channels)?;
+        if places.len() != endpoints.len() {
+            return Err(format!(
+                "placement covers {} of {} endpoints",
+                places.len(),
+                endpoints.len()
+            ));
+        }
+        check_max_comms(&plugin, &shared, endpoints.clone(), &places, config.channels)?;
         let crew = Arc::new(Crew {
             barrier: Barrier::new(endpoints.len() + 1),
             command: Mutex::new(None),
@@ -189,13 +187,28 @@ impl Engine {
         let dumped = shared.clone();
         let watchdog = watchdog::Watchdog::start(move || dumped.dump(), rank);
         let mut threads = Vec::new();
-        for (slot, (endpoint, &net_dev)) in endpoints.zip(&net_devs).enumerate() {
+        for (slot, (endpoint, place)) in endpoints.zip(places).enumerate() {
             let lanes = Lanes::of(endpoint, &shared.connections, config.channels);
-            let worker = Worker::new(endpoint, plugin.clone(), config.clone(), shared.clone(), lanes, net_dev);
+            let worker = Worker::new(
+                endpoint,
+                plugin.clone(),
+                config.clone(),
+                shared.clone(),
+                lanes,
+                place.net_devs,
+            );
             let crew = crew.clone();
+            let cpus = place.cpus;
             let thread = std::thread::Builder::new()
                 .name(format!("endpoint-{endpoint}"))
-                .spawn(move || crew_loop(worker, &crew, slot))
+                .spawn(move || {
+                    // Before anything else: the plugin's and the copier's threads started from here
+                    // inherit the binding.
+                    if let Some(Err(e)) = cpus.map(|c| c.pin_current_thread()) {
+                        eprintln!("tcpx-perf: endpoint {endpoint}: warning: left unpinned: {e}");
+                    }
+                    crew_loop(worker, &crew, slot)
+                })
                 .map_err(|e| format!("cannot start a worker thread: {e}"))?;
             threads.push(thread);
         }
@@ -243,28 +256,63 @@ impl Engine {
     }
 
     /// Listens, exchanges handles through `coll`, connects and accepts: all comms of the run.
-    pub fn connect(&self, coll: &dyn Collectives, buffer_len: u64) -> Result<(), String> {
+    ///
+    /// Each handle goes from the rank that listens to the rank that connects, point to point:
+    /// memory per rank grows with its own connections, not with the job's.
+    pub fn connect(&self, coll: &dyn Collectives, buffer_len: u64) -> Result<SetupTiming, String> {
         self.phase("listen");
         let replies = self.broadcast(Command::Listen(buffer_len))?;
-        let slots = self.shared.connections.len() * self.shared.channels;
-        let mut table = vec![0u8; slots * nccl_net::abi::NET_HANDLE_MAXSIZE];
+        let topo = &self.shared.topology;
+        let rank_of = |e: usize| topo.endpoints[e].rank;
+        let mut outgoing: BTreeMap<usize, Vec<(HandleKey, NetHandle)>> = BTreeMap::new();
         for reply in replies {
             if let Reply::Handles(handles) = reply {
-                for (slot, handle) in handles {
-                    let at = slot * handle.len();
-                    table[at..at + handle.len()].copy_from_slice(&handle);
+                for (key, handle) in handles {
+                    outgoing.entry(rank_of(key.0)).or_default().push((key, handle));
                 }
             }
         }
-        self.phase("handle exchange (MPI)");
-        coll.or_bytes(&mut table);
-        let handles: Vec<NetHandle> = table
-            .chunks_exact(nccl_net::abi::NET_HANDLE_MAXSIZE)
-            .map(|c| c.try_into().expect("exact chunk"))
+        let sends: Vec<(usize, Vec<u8>)> = outgoing
+            .into_iter()
+            .map(|(rank, mut list)| {
+                list.sort_unstable_by_key(|(k, _)| *k);
+                (rank, list.iter().flat_map(|(_, h)| h.iter().copied()).collect())
+            })
             .collect();
+        let mut incoming: BTreeMap<usize, Vec<HandleKey>> = BTreeMap::new();
+        for e in topo.endpoints_of(coll.rank()) {
+            let lanes = Lanes::of(e, &self.shared.connections, self.shared.channels);
+            for &peer in &lanes.send_peers {
+                for ch in 0..self.shared.channels {
+                    incoming.entry(rank_of(peer)).or_default().push((e, peer, ch));
+                }
+            }
+        }
+        let size = nccl_net::abi::NET_HANDLE_MAXSIZE;
+        let recvs: Vec<(usize, usize)> = incoming
+            .iter_mut()
+            .map(|(&rank, keys)| {
+                keys.sort_unstable();
+                (rank, keys.len() * size)
+            })
+            .collect();
+        self.phase("handle exchange (MPI)");
+        let messages = coll.exchange(&sends, &recvs);
+        let mut handles = HashMap::new();
+        for (keys, bytes) in incoming.values().zip(&messages) {
+            for (key, chunk) in keys.iter().zip(bytes.chunks_exact(size)) {
+                handles.insert(*key, chunk.try_into().expect("exact chunk"));
+            }
+        }
         self.phase("connect/accept");
-        self.broadcast(Command::Connect(Arc::new(handles)))?;
-        Ok(())
+        let mut timing = SetupTiming::default();
+        for reply in self.broadcast(Command::Connect(Arc::new(handles)))? {
+            if let Reply::Setup(elapsed, threads) = reply {
+                timing.connect = timing.connect.max(elapsed);
+                timing.threads = timing.threads.max(threads);
+            }
+        }
+        Ok(timing)
     }
 
     pub fn prepare(&self, plan: Arc<Plan>) -> Result<(), String> {
@@ -351,33 +399,19 @@ impl Drop for Engine {
     }
 }
 
-/// The NIC an endpoint uses by default: GPUs spread evenly over the plugin's devices in order, as
-/// on A3-high where GPUs 0-1 sit next to eth1, 2-3 next to eth2, and so on.
-fn default_net_dev(topology: &Topology, endpoint: usize, devices: usize) -> usize {
-    let e = &topology.endpoints[endpoint];
-    let gpus_on_node = topology.endpoints.iter().filter(|x| x.node == e.node).count().max(1);
-    if gpus_on_node >= devices {
-        e.gpu * devices / gpus_on_node
-    } else {
-        e.gpu % devices
-    }
-}
-
 /// The plugin's `maxComms` per device against the send and receive comms this rank opens there.
 fn check_max_comms(
     plugin: &Plugin,
     shared: &Shared,
     endpoints: std::ops::Range<usize>,
-    net_devs: &[usize],
+    places: &[EndpointPlace],
     channels: usize,
 ) -> Result<(), String> {
-    let mut per_device: Vec<(usize, usize)> = Vec::new();
-    for (endpoint, &dev) in endpoints.zip(net_devs) {
+    let mut per_device: BTreeMap<usize, usize> = BTreeMap::new();
+    for (endpoint, place) in endpoints.zip(places) {
         let lanes = Lanes::of(endpoint, &shared.connections, channels);
-        let comms = (lanes.send_peers.len() + lanes.recv_peers.len()) * channels;
-        match per_device.iter_mut().find(|(d, _)| *d == dev) {
-            Some((_, n)) => *n += comms,
-            None => per_device.push((dev, comms)),
+        for &dev in &place.net_devs {
+            *per_device.entry(dev).or_default() += lanes.send_peers.len() + lanes.recv_peers.len();
         }
     }
     for (dev, needed) in per_device {
@@ -422,7 +456,9 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
 fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
     match command {
         Command::Listen(len) => worker.listen(*len).map(Reply::Handles),
-        Command::Connect(handles) => worker.connect(handles).map(|()| Reply::Done),
+        Command::Connect(handles) => worker
+            .connect(handles)
+            .map(|(elapsed, threads)| Reply::Setup(elapsed, threads)),
         Command::Prepare(plan) => {
             worker.prepare(plan.clone());
             Ok(Reply::Done)

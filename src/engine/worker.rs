@@ -10,10 +10,13 @@ use super::progress::{
     run_iteration, IterationError, IterationState, IterationTiming, LoopContext, RecvLane, SendLane,
 };
 use super::schedule::{Lanes, Schedule};
+use super::setup::{self, Task};
+use super::HandleKey;
 use super::{EngineConfig, MemKind, Shared};
 use crate::check;
 use crate::plan::Plan;
-use nccl_net::{ListenComm, MemType, NetHandle, PendingConnect, Plugin, RecvComm, SendComm};
+use nccl_net::{ListenComm, MemType, NetHandle, Plugin};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +53,8 @@ pub struct Worker {
     config: EngineConfig,
     shared: Arc<Shared>,
     lanes: Lanes,
-    net_dev: usize,
+    /// Plugin device per channel (placement).
+    net_devs: Vec<usize>,
     /// Host memory with local copies: their threads (started at the first iteration). Declared
     /// before `memory` so that it is dropped (its threads joined) first.
     copier: Option<Copier>,
@@ -107,7 +111,7 @@ impl Worker {
         config: EngineConfig,
         shared: Arc<Shared>,
         lanes: Lanes,
-        net_dev: usize,
+        net_devs: Vec<usize>,
     ) -> Self {
         Self {
             endpoint,
@@ -115,7 +119,7 @@ impl Worker {
             config,
             shared,
             lanes,
-            net_dev,
+            net_devs,
             memory: None,
             context: None,
             listens: Vec::new(),
@@ -135,8 +139,8 @@ impl Worker {
     }
 
     /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
-    /// (global handle slot, handle) pairs for the MPI exchange.
-    pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(usize, NetHandle)>, String> {
+    /// ((sender, this endpoint, channel), handle) pairs for the MPI exchange.
+    pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(HandleKey, NetHandle)>, String> {
         // Registrations cover whole pages (NCCL rounds registration sizes up to the page; TCPX
         // imports CUDA ranges page by page), so the buffer has the slack.
         let buffer_len = buffer_len.max(1).div_ceil(PAGE as u64) * PAGE as u64;
@@ -163,10 +167,10 @@ impl Worker {
             for ch in 0..self.lanes.channels {
                 let (comm, handle) = self
                     .plugin
-                    .listen(self.net_dev, &self.label(peer))
+                    .listen(self.net_devs[ch], &self.label(peer))
                     .map_err(|e| e.to_string())?;
                 self.listens.push(comm);
-                handles.push((self.shared.handle_slot(peer, self.endpoint, ch), handle));
+                handles.push(((peer, self.endpoint, ch), handle));
             }
         }
         Ok(handles)
@@ -176,78 +180,62 @@ impl Worker {
     /// the CUDA path opens the GPU with its buffer). Without CUDA there is nothing to bind.
     fn bind_gpu_context(&mut self) -> Result<(), String> {
         let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
-        match tcpx_gpu::Gpu::probe() {
-            Ok(Some(info)) if gpu < info.count() => {
-                let device = tcpx_gpu::Device::open(gpu)
-                    .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
-                device
-                    .make_current()
-                    .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
-                self.context = Some(device);
-                Ok(())
-            }
-            _ => Ok(()),
-        }
+        self.context = bind_gpu(gpu).map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
+        Ok(())
     }
 
-    /// Connects to every outgoing peer and accepts every incoming one, polling all of them in one
-    /// loop (both sides of every pair must make progress at once) until the deadline.
-    pub fn connect(&mut self, handles: &[NetHandle]) -> Result<(), String> {
+    /// Connects to every outgoing peer and accepts every incoming one, all at once (both sides
+    /// of every pair must make progress together), on setup threads ([`setup`]) until the
+    /// deadline. Returns the setup time and the setup threads used.
+    pub fn connect(&mut self, handles: &HashMap<HandleKey, NetHandle>) -> Result<(Duration, usize), String> {
         let deadline = Instant::now() + self.config.timeout;
-        let mut pending: Vec<(usize, Option<PendingConnect>)> = Vec::new();
+        let mut tasks = Vec::new();
+        let mut send_peers = Vec::new();
         for &peer in &self.lanes.send_peers {
             for ch in 0..self.lanes.channels {
-                let slot = self.shared.handle_slot(self.endpoint, peer, ch);
-                let connect = self.plugin.connect(self.net_dev, handles[slot], &self.label(peer));
-                pending.push((peer, Some(connect)));
+                let handle = handles
+                    .get(&(self.endpoint, peer, ch))
+                    .ok_or_else(|| format!("no handle from {} arrived in the exchange", self.label(peer)))?;
+                let connect = self.plugin.connect(self.net_devs[ch], *handle, &self.label(peer));
+                tasks.push(Task::Connect(send_peers.len(), connect));
+                send_peers.push(peer);
             }
         }
-        let mut sends: Vec<Option<SendComm>> = (0..pending.len()).map(|_| None).collect();
-        let mut recvs: Vec<Option<RecvComm>> = (0..self.listens.len()).map(|_| None).collect();
-        loop {
-            let mut waiting = false;
-            for (i, (_, p)) in pending.iter_mut().enumerate() {
-                if let Some(connect) = p.as_mut() {
-                    match connect.poll().map_err(|e| e.to_string())? {
-                        Some(comm) => {
-                            sends[i] = Some(comm);
-                            *p = None;
-                        }
-                        None => waiting = true,
-                    }
-                }
-            }
-            for (i, listen) in self.listens.iter_mut().enumerate() {
-                if recvs[i].is_none() {
-                    match listen.poll_accept().map_err(|e| e.to_string())? {
-                        Some(comm) => recvs[i] = Some(comm),
-                        None => waiting = true,
-                    }
-                }
-            }
-            if !waiting {
-                break;
-            }
-            if Instant::now() > deadline {
-                let missing: Vec<String> = pending
-                    .iter()
-                    .filter(|(_, p)| p.is_some())
-                    .map(|(peer, _)| format!("connect to {}", self.label(*peer)))
-                    .chain(recvs.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| {
-                        format!(
-                            "accept from {}",
-                            self.label(self.lanes.recv_peers[i / self.lanes.channels])
-                        )
-                    }))
-                    .collect();
-                return Err(format!(
-                    "connection setup did not finish within -T {} s: still waiting for {}",
-                    self.config.timeout.as_secs(),
-                    missing.join(", ")
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        let accepts = self.listens.len();
+        tasks.extend(
+            std::mem::take(&mut self.listens)
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| Task::Accept(i, l)),
+        );
+        let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
+        let init = move || -> Result<Box<dyn std::any::Any>, String> {
+            let device = bind_gpu(gpu).map_err(|e| format!("GPU {gpu} on a setup thread: {e}"))?;
+            Ok(Box::new(device))
+        };
+        let describe = |t: &Task| match t {
+            Task::Connect(i, _) => format!("connect to {}", self.label(send_peers[*i])),
+            Task::Accept(i, _) => format!(
+                "accept from {}",
+                self.label(self.lanes.recv_peers[i / self.lanes.channels])
+            ),
+        };
+        let mut done = setup::establish(
+            tasks,
+            send_peers.len(),
+            accepts,
+            self.config.setup_threads,
+            deadline,
+            &init,
+            &describe,
+        )
+        .map_err(|e| {
+            format!(
+                "connection setup did not finish within -T {} s: {e}",
+                self.config.timeout.as_secs()
+            )
+        })?;
+        let (sends, recvs) = (std::mem::take(&mut done.sends), std::mem::take(&mut done.recvs));
         self.listens.clear();
         let memory = self.memory.as_mut().expect("listen allocated the buffer");
         let (base, len, mem) = memory.net_view();
@@ -258,18 +246,16 @@ impl Worker {
         }
         let segment = self.config.reg_segment;
         let window = self.config.window;
-        for (i, comm) in sends.into_iter().enumerate() {
-            let mut comm = comm.expect("all connects completed");
+        for (i, mut comm) in sends.into_iter().enumerate() {
             // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
             // in `close`).
             let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
-            let peer = self.label(pending[i].0);
+            let peer = self.label(send_peers[i]);
             let lane = SendLane::new(comm, mrs, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
             self.send.push(lane);
         }
-        for (i, comm) in recvs.into_iter().enumerate() {
-            let mut comm = comm.expect("all accepts completed");
+        for (i, mut comm) in recvs.into_iter().enumerate() {
             // SAFETY: as above.
             let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
             let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
@@ -281,14 +267,17 @@ impl Worker {
             };
             let mut lane = RecvLane::new(comm, mrs, peer, window, unpack);
             if let Some(Memory::Gpu(g)) = self.memory.as_ref() {
-                let props = self.plugin.properties(self.net_dev).map_err(|e| e.to_string())?;
+                let props = self
+                    .plugin
+                    .properties(self.net_devs[i % self.lanes.channels])
+                    .map_err(|e| e.to_string())?;
                 let gpudirect = g.path == CudaPath::Direct && lane.unpack.is_none();
                 lane.flush = crate::contracts::needs_flush(&props, gpudirect, g.device.info().compute_capability.0);
             }
             self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
             self.recv.push(lane);
         }
-        Ok(())
+        Ok((done.elapsed, done.threads))
     }
 
     /// Builds this endpoint's post sequences for a new size (before any clock runs).
@@ -422,5 +411,19 @@ impl Worker {
         self.recv.clear();
         self.listens.clear();
         self.memory = None;
+    }
+}
+
+/// Makes GPU `gpu`'s context current on the calling thread where CUDA has that GPU: TCPX takes
+/// the GPU from the calling thread in listen, connect, accept and regMr. The device is returned
+/// so the caller keeps the context alive.
+fn bind_gpu(gpu: usize) -> Result<Option<tcpx_gpu::Device>, String> {
+    match tcpx_gpu::Gpu::probe() {
+        Ok(Some(info)) if gpu < info.count() => {
+            let device = tcpx_gpu::Device::open(gpu).map_err(|e| e.to_string())?;
+            device.make_current().map_err(|e| e.to_string())?;
+            Ok(Some(device))
+        }
+        _ => Ok(None),
     }
 }

@@ -110,6 +110,8 @@ struct Summary<'a> {
     mpi: &'a str,
     hosts: &'a [HostInfo],
     env: BTreeMap<&'a str, &'a str>,
+    /// NIC and CPUs per endpoint, preflight findings, connection setup.
+    placement: &'a crate::placement::dry_run::PlacementReport,
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
     results: Vec<SizeSummary<'a>>,
@@ -162,6 +164,7 @@ pub fn write_summary(
         mpi: &info.mpi_library,
         hosts: &info.hosts,
         env: info.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+        placement: &info.placement,
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
         results: results.iter().map(size_summary).collect(),

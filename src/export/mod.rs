@@ -136,6 +136,7 @@ pub(crate) mod fixtures {
             channels: 1,
             window: 8,
             notes: vec!["a note".into()],
+            placement: Default::default(),
         }
     }
 

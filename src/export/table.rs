@@ -76,6 +76,12 @@ pub fn header(info: &RunInfo) -> String {
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");
     }
+    s.push_str(&info.placement.table());
+    s.push_str(
+        &info
+            .placement
+            .finding_lines(crate::placement::preflight::Level::Warning),
+    );
     s.push_str("#\n");
     for line in COLUMNS {
         s.push_str(line);

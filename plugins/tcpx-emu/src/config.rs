@@ -10,6 +10,7 @@
 //! | `TCPXEMU_STRICT` | 1 | 1: every TCPX contract is enforced ([`crate::contracts`]); 0: the lenient behaviour of old |
 //! | `NCCL_DYNAMIC_CHUNK_SIZE` | none (strict: init refuses unset or 0); 524288 with `TCPXEMU_STRICT=0` | bytes per chunk striped over the data sockets |
 //! | `TCPXEMU_CONNECT_MS` | 0 | setup cost model: connect and accept take at least (nsocks+1) x this many ms (TCPX: 100) |
+//! | `TCPXEMU_SETUP_BLOCKING` | 0 | setup cost model: 1 = `connect` and `accept` block until the comm exists (plugins with synchronous setup), instead of returning NULL meanwhile (TCPX 3.1.9, whose setup runs on detached threads) |
 //! | `TCPXEMU_FLOW_STEERING_MS` | 0 | setup cost model: accept takes this much longer (TCPX's `PROGRAM_FLOW_STEERING_WAIT_MICROS`, GKE 1000 ms) |
 //! | `TCPXEMU_MTU` | the interface's | MTU that sizes a devmem fragment, hence the largest CUDA receive (contract #2) |
 //! | `TCPXEMU_HOST_DEVICE_TYPE` | `host` | host mode's `netDeviceType`: `host`, or `unpack` to present itself as TCPX does |
@@ -96,6 +97,9 @@ pub struct Config {
     pub connect_ms: u64,
     /// Setup cost model: extra milliseconds in accept (the flow-steering wait).
     pub flow_steering_ms: u64,
+    /// Setup cost model: `connect`/`accept` return only with a comm (or an error), as plugins
+    /// with synchronous setup do, instead of NULL while the work runs in the background.
+    pub setup_blocking: bool,
     /// MTU override for the fragment size (None: the interface's MTU, else 4 KiB fragments).
     pub mtu: Option<u32>,
     /// Host mode reports `netDeviceType` UNPACK (v7) as TCPX does.
@@ -120,6 +124,7 @@ impl Default for Config {
             chunk_size_raw: None,
             connect_ms: 0,
             flow_steering_ms: 0,
+            setup_blocking: false,
             mtu: None,
             host_as_unpack: false,
         }
@@ -219,6 +224,7 @@ impl Config {
         }
         cfg.connect_ms = number(&get, "TCPXEMU_CONNECT_MS", 0, &mut warns);
         cfg.flow_steering_ms = number(&get, "TCPXEMU_FLOW_STEERING_MS", 0, &mut warns);
+        cfg.setup_blocking = flag(&get, "TCPXEMU_SETUP_BLOCKING", false, &mut warns);
         if let Some(v) = get("TCPXEMU_MTU").filter(|v| !v.trim().is_empty()) {
             match v.trim().parse::<u32>() {
                 Ok(n) if (576..=65536).contains(&n) => cfg.mtu = Some(n),

@@ -364,10 +364,32 @@ unsafe fn core_connect(dev: c_int, handle: *mut c_void, sc: *mut *mut c_void) ->
     let handle = unsafe { out(handle.cast::<NetHandle>(), "handle") }?;
     let sc = unsafe { out(sc, "sendComm") }?;
     *sc = std::ptr::null_mut();
-    if let Some(comm) = conn::connect(handle, &p.cfg)? {
+    if let Some(comm) = until_ready(p.cfg.setup_blocking, || conn::connect(handle, &p.cfg))? {
         *sc = Box::into_raw(comm).cast();
     }
     Ok(())
+}
+
+/// How long a blocking `connect`/`accept` (`TCPXEMU_SETUP_BLOCKING=1`) waits for its comm.
+const BLOCKING_SETUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Polls `step` until it yields a comm when `blocking`, else once.
+fn until_ready<T>(blocking: bool, mut step: impl FnMut() -> NetResult<Option<T>>) -> NetResult<Option<T>> {
+    let deadline = std::time::Instant::now() + BLOCKING_SETUP_LIMIT;
+    loop {
+        let comm = step()?;
+        if comm.is_some() || !blocking {
+            return Ok(comm);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(NetError::system(format!(
+                "TCPXEMU_SETUP_BLOCKING: no comm after {} s; is the peer connecting?",
+                BLOCKING_SETUP_LIMIT.as_secs()
+            )));
+        }
+        // A blocked thread should cost no CPU: other setup threads run meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// `accept`. The device handle must point to a caller-owned struct (contract #10; with
@@ -389,7 +411,8 @@ unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *m
             Some(_) => {}
         }
     }
-    if let Some(comm) = lc.accept()? {
+    let blocking = plugin()?.cfg.setup_blocking;
+    if let Some(comm) = until_ready(blocking, || lc.accept())? {
         if comm.unpack_handle().is_none() && host_as_unpack() {
             // SAFETY: as above; the inner pointer is the caller's struct.
             if let Some(dh) = unsafe { dev_handle.as_ref() }.and_then(|p| unsafe { p.as_mut() }) {

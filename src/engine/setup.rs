@@ -1,0 +1,205 @@
+//! Connection setup of one endpoint: every connect and accept polled until done, on a pool of
+//! setup threads that grows while the plugin blocks.
+//!
+//! NCCL's connect/accept are non-blocking by contract (NULL comm = call again), and TCPX 3.1.9
+//! and tcpx-emu honour it: the first call starts a detached thread that dials (or accepts) the
+//! sockets and sleeps TCPX's 100 ms per socket plus the flow-steering wait, and later calls
+//! poll. One thread polling every comm then sets all of them up in about one connect latency.
+//! A plugin whose calls block instead would serialize them: n peers, n latencies, and a
+//! deadlock when two ranks block in accepts whose connects are queued behind them. So setup
+//! starts with one thread and, whenever every thread has been inside a plugin call for longer
+//! than [`BLOCKED`], adds one per comm still waiting (up to `max_threads`); the plugin must then
+//! take calls on distinct
+//! comms from several threads at once (TCPX: `connect.cc` guards its shared state, the
+//! per-device stride counters, with `tx_stride_mu`/`rx_stride_mu`; everything else a call
+//! touches is its own comm's).
+
+use nccl_net::{ListenComm, PendingConnect, RecvComm, SendComm};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A call that has not returned after this long is blocking.
+pub const BLOCKED: Duration = Duration::from_millis(50);
+/// Pause between passes over comms that are not ready yet (NCCL's own setup polls about as often).
+const IDLE: Duration = Duration::from_millis(1);
+
+/// One comm still being set up.
+pub enum Task {
+    Connect(usize, PendingConnect),
+    Accept(usize, ListenComm),
+}
+
+/// What setup produced: send comms in connect order, receive comms in listen order.
+pub struct Established {
+    pub sends: Vec<SendComm>,
+    pub recvs: Vec<RecvComm>,
+    /// Setup threads used at most.
+    pub threads: usize,
+    pub elapsed: Duration,
+}
+
+struct Pool {
+    queue: Mutex<VecDeque<Task>>,
+    sends: Mutex<Vec<Option<SendComm>>>,
+    recvs: Mutex<Vec<Option<RecvComm>>>,
+    remaining: AtomicUsize,
+    failed: Mutex<Option<String>>,
+    stop: AtomicBool,
+    /// Per thread: nanoseconds since `epoch` when its current plugin call began, 0 = none.
+    in_call: Vec<AtomicU64>,
+    epoch: Instant,
+}
+
+impl Pool {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, msg: String) {
+        Self::lock(&self.failed).get_or_insert(msg);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// One setup thread: takes a comm, polls it once, puts it back if not ready.
+    fn serve(&self, me: usize, init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync)) {
+        // Held for the thread's life (the GPU context the plugin's calls read).
+        let _guard = match init() {
+            Ok(guard) => guard,
+            Err(e) => return self.fail(e),
+        };
+        let mut misses = 0usize;
+        while !self.stop.load(Ordering::Relaxed) && self.remaining.load(Ordering::Acquire) > 0 {
+            let Some(mut task) = Self::lock(&self.queue).pop_front() else {
+                // The rest are in other threads' calls.
+                std::thread::sleep(IDLE * 5);
+                continue;
+            };
+            self.in_call[me].store(self.now(), Ordering::Release);
+            let polled = match &mut task {
+                Task::Connect(i, pending) => pending.poll().map(|c| c.map(|c| Self::lock(&self.sends)[*i] = Some(c))),
+                Task::Accept(i, listen) => listen
+                    .poll_accept()
+                    .map(|c| c.map(|c| Self::lock(&self.recvs)[*i] = Some(c))),
+            };
+            self.in_call[me].store(0, Ordering::Release);
+            match polled {
+                Ok(Some(())) => {
+                    misses = 0;
+                    // A finished accept drops its listen comm here, as NCCL closes it.
+                    drop(task);
+                    self.remaining.fetch_sub(1, Ordering::AcqRel);
+                }
+                Ok(None) => {
+                    let waiting = {
+                        let mut q = Self::lock(&self.queue);
+                        q.push_back(task);
+                        q.len()
+                    };
+                    misses += 1;
+                    if misses >= waiting {
+                        misses = 0;
+                        std::thread::sleep(IDLE);
+                    }
+                }
+                Err(e) => return self.fail(e.to_string()),
+            }
+        }
+    }
+
+    /// Whether every started thread is inside a call that has lasted longer than [`BLOCKED`].
+    fn all_blocked(&self, started: usize) -> bool {
+        let now = self.now();
+        let blocked = BLOCKED.as_nanos() as u64;
+        self.in_call[..started].iter().all(|t| {
+            let since = t.load(Ordering::Acquire);
+            since != 0 && now.saturating_sub(since) > blocked
+        })
+    }
+}
+
+/// Sets up every comm of `tasks` (connect indices `0..connects`, accept indices
+/// `0..accepts`) before `deadline`; `init` runs first on every setup thread (the GPU context the
+/// plugin reads in connect). `describe` names a comm that did not finish, for the error.
+pub fn establish(
+    tasks: Vec<Task>,
+    connects: usize,
+    accepts: usize,
+    max_threads: usize,
+    deadline: Instant,
+    init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync),
+    describe: &dyn Fn(&Task) -> String,
+) -> Result<Established, String> {
+    let start = Instant::now();
+    let max_threads = max_threads.clamp(1, tasks.len().max(1));
+    let pool = Pool {
+        remaining: AtomicUsize::new(tasks.len()),
+        queue: Mutex::new(tasks.into()),
+        sends: Mutex::new((0..connects).map(|_| None).collect()),
+        recvs: Mutex::new((0..accepts).map(|_| None).collect()),
+        failed: Mutex::new(None),
+        stop: AtomicBool::new(false),
+        in_call: (0..max_threads).map(|_| AtomicU64::new(0)).collect(),
+        epoch: start,
+    };
+    let mut started = 0;
+    std::thread::scope(|scope| {
+        let pool = &pool;
+        let spawn = |me: usize| {
+            std::thread::Builder::new()
+                .name(format!("setup-{me}"))
+                .spawn_scoped(scope, move || pool.serve(me, init))
+                .map(drop)
+                .map_err(|e| format!("cannot start a setup thread: {e}"))
+        };
+        if let Err(e) = spawn(0) {
+            return pool.fail(e);
+        }
+        started = 1;
+        while pool.remaining.load(Ordering::Acquire) > 0 && !pool.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(2));
+            if Instant::now() > deadline {
+                let missing: Vec<String> = Pool::lock(&pool.queue).iter().map(describe).collect();
+                let busy = started
+                    - pool.in_call[..started]
+                        .iter()
+                        .filter(|t| t.load(Ordering::Acquire) == 0)
+                        .count();
+                let blocked = if busy > 0 {
+                    format!(" ({busy} inside a plugin call)")
+                } else {
+                    String::new()
+                };
+                return pool.fail(format!("still waiting for {}{blocked}", missing.join(", ")));
+            }
+            // All threads stuck in calls: one more for every comm waiting, so that a plugin
+            // whose calls block still has all of them in flight at once.
+            let waiting = Pool::lock(&pool.queue).len();
+            if started < max_threads && waiting > 0 && pool.all_blocked(started) {
+                for _ in 0..waiting.min(max_threads - started) {
+                    match spawn(started) {
+                        Ok(()) => started += 1,
+                        Err(e) => return pool.fail(e),
+                    }
+                }
+            }
+        }
+        // Setup threads still inside a blocking call are waited for here (scope end).
+    });
+    if let Some(e) = Pool::lock(&pool.failed).take() {
+        return Err(e);
+    }
+    let sends = pool.sends.into_inner().unwrap_or_else(|p| p.into_inner());
+    let recvs = pool.recvs.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ok(Established {
+        sends: sends.into_iter().map(|c| c.expect("every connect completed")).collect(),
+        recvs: recvs.into_iter().map(|c| c.expect("every accept completed")).collect(),
+        threads: started,
+        elapsed: start.elapsed(),
+    })
+}

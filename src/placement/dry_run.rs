@@ -1,0 +1,287 @@
+//! The placement report: every rank's rows and findings gathered on rank 0, the checks that
+//! compare ranks, and the per-node table that `--dry-run` prints (and every run's header).
+
+use super::preflight::{Finding, Level};
+use super::Choice;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// One endpoint's placement, ready to print.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub endpoint: usize,
+    pub rank: usize,
+    pub host: String,
+    pub gpu: usize,
+    pub gpu_pci: String,
+    pub gpu_numa: String,
+    /// Device name(s), `+`-joined when channels are spread.
+    pub nic: String,
+    pub nic_dev: usize,
+    pub nic_pci: String,
+    pub nic_numa: String,
+    pub speed_gbps: f64,
+    pub mtu: Option<u32>,
+    pub distance: String,
+    pub choice: Choice,
+    /// The CPUs the endpoint's thread runs on.
+    pub cpus: String,
+    pub cpus_why: String,
+}
+
+/// What one rank sends to rank 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub host: String,
+    pub node: usize,
+    pub plugin_sha256: String,
+    pub tcpx_env: Vec<(String, String)>,
+    pub rows: Vec<Row>,
+    pub findings: Vec<Finding>,
+    /// Comms this rank opens and their sockets (data + ctrl).
+    pub comms: usize,
+    pub sockets: usize,
+}
+
+/// A finding with the hosts that reported it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeFinding {
+    pub level: Level,
+    pub text: String,
+    pub hosts: Vec<String>,
+}
+
+/// How long connection setup took (rank 0's view of the slowest rank).
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupReport {
+    /// Listen, handle exchange and every connect/accept, to the last rank's last comm.
+    pub seconds: f64,
+    /// Of which the slowest endpoint's connect/accept phase.
+    pub connect_seconds: f64,
+    pub comms: usize,
+    /// Sockets (data + ctrl) per node, by host.
+    pub sockets_per_node: BTreeMap<String, usize>,
+    /// The most setup threads one endpoint used.
+    pub max_setup_threads: usize,
+}
+
+impl SetupReport {
+    /// The header line.
+    pub fn line(&self) -> String {
+        let busiest = self.sockets_per_node.iter().max_by_key(|(_, n)| **n);
+        let per_node = busiest.map_or(String::new(), |(h, n)| {
+            format!(", at most {n} sockets on one node ({h})")
+        });
+        format!(
+            "# connection setup: {:.3} s for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint\n",
+            self.seconds, self.comms, self.connect_seconds, self.max_setup_threads
+        )
+    }
+}
+
+/// The whole job's placement: `summary.json`'s `placement`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PlacementReport {
+    pub rows: Vec<Row>,
+    pub findings: Vec<NodeFinding>,
+    pub comms: usize,
+    pub setup: Option<SetupReport>,
+    #[serde(skip)]
+    pub sockets_per_node: BTreeMap<String, usize>,
+}
+
+impl PlacementReport {
+    /// Rank 0 merges every rank's report and adds the checks that compare ranks.
+    pub fn merge(mut reports: Vec<RankReport>) -> PlacementReport {
+        reports.sort_by_key(|r| r.rank);
+        let mut out = PlacementReport::default();
+        let mut findings: Vec<NodeFinding> = Vec::new();
+        let mut add =
+            |f: Finding, host: &str| match findings.iter_mut().find(|x| x.level == f.level && x.text == f.text) {
+                Some(x) if !x.hosts.iter().any(|h| h == host) => x.hosts.push(host.to_string()),
+                Some(_) => {}
+                None => findings.push(NodeFinding {
+                    level: f.level,
+                    text: f.text,
+                    hosts: vec![host.to_string()],
+                }),
+            };
+        if let Some(first) = reports.first() {
+            for (what, differs) in [
+                (
+                    "plugin sha256",
+                    reports.iter().any(|r| r.plugin_sha256 != first.plugin_sha256),
+                ),
+                (
+                    "TCPX settings (NCCL_GPUDIRECTTCPX_*, socket and chunk variables)",
+                    reports.iter().any(|r| r.tcpx_env != first.tcpx_env),
+                ),
+            ] {
+                let f = if differs {
+                    Finding::error(format!("{what} differ between ranks: {}", differences(&reports, what)))
+                } else {
+                    Finding::ok(format!("{what} identical on all {} ranks", reports.len()))
+                };
+                add(f, &first.host);
+            }
+        }
+        for r in reports {
+            for f in r.findings {
+                add(f, &r.host);
+            }
+            *out.sockets_per_node.entry(r.host.clone()).or_default() += r.sockets;
+            out.comms += r.comms;
+            out.rows.extend(r.rows);
+        }
+        findings.sort_by_key(|f| f.level);
+        out.findings = findings;
+        out
+    }
+
+    pub fn errors(&self) -> usize {
+        self.findings.iter().filter(|f| f.level == Level::Error).count()
+    }
+
+    /// The per-node table, each line starting with `# `.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let mut host = None;
+        for r in &self.rows {
+            if host != Some(&r.host) {
+                host = Some(&r.host);
+                let _ = writeln!(s, "# placement on {}:", r.host);
+                let _ = writeln!(
+                    s,
+                    "#   {:>4} {:>4} {:>3} {:>12} {:>4}  {:<10} {:>12} {:>4} {:>6} {:>5} {:<7} {:<10} cpus",
+                    "ep",
+                    "rank",
+                    "gpu",
+                    "gpu pci",
+                    "numa",
+                    "nic",
+                    "nic pci",
+                    "numa",
+                    "Gb/s",
+                    "mtu",
+                    "dist",
+                    "chosen by"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "#   {:>4} {:>4} {:>3} {:>12} {:>4}  {:<10} {:>12} {:>4} {:>6} {:>5} {:<7} {:<10} {} ({})",
+                r.endpoint,
+                r.rank,
+                r.gpu,
+                r.gpu_pci,
+                r.gpu_numa,
+                format!("{}[{}]", r.nic, r.nic_dev),
+                r.nic_pci,
+                r.nic_numa,
+                format!("{:.0}", r.speed_gbps),
+                r.mtu.map_or("-".into(), |m| m.to_string()),
+                r.distance,
+                format!("{:?}", r.choice).to_lowercase(),
+                r.cpus,
+                r.cpus_why
+            );
+        }
+        s
+    }
+
+    /// One line per finding at `min` level or worse.
+    pub fn finding_lines(&self, min: Level) -> String {
+        let mut s = String::new();
+        for f in self.findings.iter().filter(|f| f.level <= min) {
+            let level = match f.level {
+                Level::Error => "error",
+                Level::Warning => "warning",
+                Level::Ok => "ok",
+            };
+            let _ = writeln!(s, "# {level}: {} [{}]", f.text, hosts(&f.hosts));
+        }
+        s
+    }
+}
+
+fn hosts(list: &[String]) -> String {
+    if list.len() <= 4 {
+        list.join(",")
+    } else {
+        format!("{},... ({} hosts)", list[..3].join(","), list.len())
+    }
+}
+
+fn differences(reports: &[RankReport], what: &str) -> String {
+    let first = &reports[0];
+    let odd: Vec<String> = reports
+        .iter()
+        .filter(|r| {
+            if what.starts_with("plugin") {
+                r.plugin_sha256 != first.plugin_sha256
+            } else {
+                r.tcpx_env != first.tcpx_env
+            }
+        })
+        .map(|r| {
+            let detail = if what.starts_with("plugin") {
+                r.plugin_sha256.chars().take(12).collect::<String>()
+            } else {
+                let diff: std::collections::BTreeSet<String> = r
+                    .tcpx_env
+                    .iter()
+                    .filter(|kv| !first.tcpx_env.contains(kv))
+                    .chain(first.tcpx_env.iter().filter(|kv| !r.tcpx_env.contains(kv)))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                diff.into_iter().collect::<Vec<_>>().join(",")
+            };
+            format!("rank {} on {} ({detail})", r.rank, r.host)
+        })
+        .collect();
+    format!("{} vs rank 0", odd.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(rank: usize, host: &str, sha: &str, env: &[(&str, &str)]) -> RankReport {
+        RankReport {
+            rank,
+            host: host.into(),
+            node: rank,
+            plugin_sha256: sha.into(),
+            tcpx_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            rows: Vec::new(),
+            findings: vec![Finding::ok("eth1 MTU 8244"), Finding::warning("w")],
+            comms: 3,
+            sockets: 6,
+        }
+    }
+
+    #[test]
+    fn ranks_that_disagree_are_named() {
+        let env = [("NCCL_DYNAMIC_CHUNK_SIZE", "524288")];
+        let merged = PlacementReport::merge(vec![
+            report(1, "b", "abc", &[("NCCL_DYNAMIC_CHUNK_SIZE", "1048576")]),
+            report(0, "a", "abc", &env),
+            report(2, "c", "def", &env),
+        ]);
+        assert_eq!(merged.errors(), 2, "{:?}", merged.findings);
+        let text = merged.finding_lines(Level::Ok);
+        assert!(
+            text.contains("plugin sha256 differ between ranks: rank 2 on c (def)"),
+            "{text}"
+        );
+        assert!(text.contains("rank 1 on b (NCCL_DYNAMIC_CHUNK_SIZE)"), "{text}");
+        assert!(text.contains("# ok: eth1 MTU 8244 [a,b,c]"), "{text}");
+        assert!(text.find("# error").unwrap() < text.find("# warning").unwrap());
+        assert!(!merged.finding_lines(Level::Warning).contains("# ok"));
+        assert_eq!((merged.comms, merged.sockets_per_node["a"]), (9, 6));
+        let same = PlacementReport::merge(vec![report(0, "a", "x", &env), report(1, "b", "x", &env)]);
+        assert_eq!(same.errors(), 0);
+    }
+}

@@ -1,0 +1,438 @@
+//! Preflight checks: what would make TCPX fail or run slow, found before any data moves.
+//!
+//! Each check yields findings (error / warning / ok, one line each). The checks here are local
+//! to a rank and cheap (environment, sysfs, a few `stat`s and ioctls): every run does them and
+//! prints what is not ok in the header; `--dry-run` prints all of them. Checks that compare
+//! ranks (same plugin, same TCPX settings everywhere) are in [`super::dry_run`].
+
+use super::pci::Distance;
+use super::{Gpu, Nic};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Error,
+    Warning,
+    Ok,
+}
+
+/// One line of the preflight report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub level: Level,
+    pub text: String,
+}
+
+impl Finding {
+    pub fn error(text: impl Into<String>) -> Finding {
+        Finding {
+            level: Level::Error,
+            text: text.into(),
+        }
+    }
+    pub fn warning(text: impl Into<String>) -> Finding {
+        Finding {
+            level: Level::Warning,
+            text: text.into(),
+        }
+    }
+    pub fn ok(text: impl Into<String>) -> Finding {
+        Finding {
+            level: Level::Ok,
+            text: text.into(),
+        }
+    }
+}
+
+/// Google's GPUDirect-TCPX by the name it reports (`GPUDirectTCPX_v7`); tcpx-emu is not.
+pub fn is_real_tcpx(plugin_name: &str) -> bool {
+    plugin_name.to_ascii_lowercase().contains("gpudirecttcpx")
+}
+
+/// Sockets per comm as TCPX and tcpx-emu compute them (data sockets; the ctrl socket is extra).
+pub fn data_sockets(env: &dyn Fn(&str) -> Option<String>) -> Result<usize, String> {
+    let get = |k: &str| -> Result<usize, String> {
+        match env(k) {
+            None => Ok(1),
+            Some(v) => v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{k}={v} is not a number")),
+        }
+    };
+    let n = get("NCCL_NSOCKS_PERTHREAD")? * get("NCCL_SOCKET_NTHREADS")?;
+    if (1..=8).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = {n}: TCPX allows 1 to 8 sockets per comm (MAX_SOCKETS)"
+        ))
+    }
+}
+
+/// What the checks look at on this rank.
+pub struct Local<'a> {
+    pub plugin_name: &'a str,
+    /// This rank's endpoints: (GPU, its first channel's NIC, their distance).
+    pub endpoints: Vec<(&'a Gpu, &'a Nic, Distance)>,
+    /// Comms this rank opens (send + receive) and listen comms open at once during setup.
+    pub comms: usize,
+    pub listens: usize,
+    /// GPU memory receives (TCPX's devmem path).
+    pub cuda: bool,
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Every local check.
+pub fn local(ctx: &Local) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let real = is_real_tcpx(ctx.plugin_name);
+    let tcpx_like = crate::contracts::is_tcpx_like(ctx.plugin_name);
+    placement(ctx, real, &mut out);
+    if tcpx_like {
+        tcpx_settings(ctx, real, &mut out);
+    }
+    if real {
+        rxdm(ctx, &mut out);
+        let mut seen = Vec::new();
+        for (_, nic, _) in &ctx.endpoints {
+            if !seen.contains(&nic.dev) {
+                seen.push(nic.dev);
+                devmem_counter(nic, &mut out);
+            }
+        }
+    }
+    let mut seen = Vec::new();
+    for (_, nic, _) in &ctx.endpoints {
+        if !seen.contains(&nic.dev) {
+            seen.push(nic.dev);
+            mtu(nic, real, &mut out);
+        }
+    }
+    ulimits(ctx, &mut out);
+    out
+}
+
+fn numa(n: Option<u32>) -> String {
+    n.map_or("?".into(), |n| n.to_string())
+}
+
+fn placement(ctx: &Local, real: bool, out: &mut Vec<Finding>) {
+    for (gpu, nic, distance) in &ctx.endpoints {
+        let pci = gpu.pci.as_deref().unwrap_or("bus id unknown");
+        let gpu_numa = gpu.place.as_ref().and_then(|p| p.numa);
+        let nic_numa = nic.place.as_ref().and_then(|p| p.numa);
+        let line = format!(
+            "GPU {} ({pci}, NUMA {}) uses {} (NUMA {}): {distance}",
+            gpu.index,
+            numa(gpu_numa),
+            nic.name,
+            numa(nic_numa)
+        );
+        out.push(match distance {
+            Distance::Pix | Distance::Pxb => Finding::ok(line),
+            Distance::Sys if real => Finding::error(format!(
+                "{line}: the NIC is on the other NUMA node, where TCPX's devmem receive cannot reach the GPU (\"rx no cmsg\"); drop --net-dev or pick the GPU's NIC"
+            )),
+            Distance::Phb if real => Finding::warning(format!(
+                "{line}: through the host bridge; TCPX's flow steering expects the NIC on the GPU's PCIe switch"
+            )),
+            Distance::Unknown if real => {
+                Finding::warning(format!("{line}: PCI paths unknown, so the NIC's reach is unverified"))
+            }
+            Distance::Sys if gpu_numa.is_some() && gpu_numa != nic_numa => {
+                Finding::warning(format!("{line}: GPU and NIC are on different NUMA nodes"))
+            }
+            _ => Finding::ok(line),
+        });
+    }
+}
+
+fn tcpx_settings(ctx: &Local, real: bool, out: &mut Vec<Finding>) {
+    let env = ctx.env;
+    match crate::contracts::dynamic_chunk_problem(env(crate::contracts::DYNAMIC_CHUNK_ENV).as_deref()) {
+        Some(problem) => out.push(Finding::error(problem)),
+        None => out.push(Finding::ok(format!(
+            "{}={}",
+            crate::contracts::DYNAMIC_CHUNK_ENV,
+            env(crate::contracts::DYNAMIC_CHUNK_ENV).unwrap_or_default()
+        ))),
+    }
+    match data_sockets(env) {
+        Ok(n) => out.push(Finding::ok(format!("{n} data socket(s) per comm"))),
+        Err(e) => out.push(Finding::error(e)),
+    }
+    if !real {
+        return;
+    }
+    match env("NCCL_GPUDIRECTTCPX_FLOW_STEERING_STRATEGY").as_deref().map(str::trim) {
+        None | Some("3") => {}
+        Some(v) => out.push(Finding::error(format!(
+            "NCCL_GPUDIRECTTCPX_FLOW_STEERING_STRATEGY={v}: TCPX's init refuses every strategy but 3 (UNIX_CLIENT); unset it"
+        ))),
+    }
+    if env("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME").is_none() {
+        out.push(Finding::warning(
+            "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME is unset: TCPX picks interfaces itself (GKE: eth1,eth2,eth3,eth4)",
+        ));
+    }
+    if env("NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS").is_none() {
+        out.push(Finding::warning(
+            "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS is unset: every accept sleeps 5 s (GKE: 50000 or 1000000)",
+        ));
+    }
+    for var in super::cpus::BINDING_VARS {
+        match env(var) {
+            None => out.push(Finding::warning(format!(
+                "{var} is unset: TCPX's helper threads may run on any CPU of the NIC's NUMA node, the endpoint threads' too"
+            ))),
+            Some(text) => match super::cpus::parse_bindings(&text) {
+                Err(e) => out.push(Finding::error(format!("{var}: {e}"))),
+                Ok(entries) => {
+                    for (_, nic, _) in &ctx.endpoints {
+                        if !entries.iter().any(|(n, _)| *n == nic.name) {
+                            out.push(Finding::warning(format!("{var} has no entry for {}", nic.name)));
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// RxDM's Unix sockets (tcpx-contracts.md #14): without them TCPX `exit(1)`s inside accept.
+fn rxdm(ctx: &Local, out: &mut Vec<Finding>) {
+    let prefix = (ctx.env)("NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX").unwrap_or_else(|| "/tmp".into());
+    let rule = Path::new(&prefix).join("rx_rule_manager");
+    out.push(if is_socket(&rule) {
+        Finding::ok(format!("RxDM socket {}", rule.display()))
+    } else {
+        Finding::error(format!(
+            "RxDM socket {} is missing: TCPX cannot program flow steering and exits inside accept; start the receive-datapath-manager (tcpgpudmarxd) or fix NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX",
+            rule.display()
+        ))
+    });
+    if (ctx.env)("NCCL_TCPX_RXMEM_IMPORT_USE_GPU_PCI_CLIENT").is_some_and(|v| v.trim() == "0") {
+        return;
+    }
+    for (gpu, _, _) in &ctx.endpoints {
+        let Some(pci) = &gpu.pci else { continue };
+        let fd = Path::new(&prefix).join(format!("get_gpu_fd_{pci}"));
+        if !is_socket(&fd) {
+            out.push(Finding::error(format!(
+                "RxDM socket {} is missing: TCPX cannot import GPU {}'s receive buffer and exits inside accept",
+                fd.display(),
+                gpu.index
+            )));
+        }
+    }
+}
+
+fn devmem_counter(nic: &Nic, out: &mut Vec<Finding>) {
+    out.push(match super::devmem::devmem_packets(&nic.name) {
+        Ok(Some(n)) => Finding::ok(format!("{}: devmem counter readable ({n} packets so far)", nic.name)),
+        Ok(None) => Finding::warning(format!(
+            "{}: the driver has no rx_devmem_pkts counter, so devmem delivery cannot be verified after the run",
+            nic.name
+        )),
+        Err(e) => Finding::warning(format!("devmem counter unreadable: {e}")),
+    });
+}
+
+fn mtu(nic: &Nic, real: bool, out: &mut Vec<Finding>) {
+    match nic.mtu {
+        Some(m) if real && m < 8244 => out.push(Finding::warning(format!(
+            "{} MTU {m}: devmem fragments are smaller than 4 KiB (TCPX's 2048 fragments per receive then hold less than 4 MiB; GCP's data NICs use 8244)",
+            nic.name
+        ))),
+        Some(m) => out.push(Finding::ok(format!("{} MTU {m}", nic.name))),
+        None => {}
+    }
+}
+
+fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
+    // SAFETY: getrlimit fills the struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(resource, &mut r) == 0).then_some(r.rlim_cur)
+    }
+}
+
+/// File descriptors the plan needs: every comm's sockets (data + ctrl), every listen comm's
+/// two listening sockets, and a margin for MPI, CUDA and the plugin's own files.
+pub fn fds_needed(comms: usize, listens: usize, data_sockets: usize) -> u64 {
+    (comms * (data_sockets + 1) + listens * 2 + 256) as u64
+}
+
+fn ulimits(ctx: &Local, out: &mut Vec<Finding>) {
+    let sockets = data_sockets(ctx.env).unwrap_or(1);
+    let need = fds_needed(ctx.comms, ctx.listens, sockets);
+    match rlimit(libc::RLIMIT_NOFILE) {
+        Some(have) if have < need => out.push(Finding::error(format!(
+            "open files limit {have} is below the {need} this rank needs ({} comms x {} sockets + listens + margin): raise `ulimit -n` (mpirun inherits it)",
+            ctx.comms,
+            sockets + 1
+        ))),
+        Some(have) => out.push(Finding::ok(format!("open files limit {have} >= {need} needed"))),
+        None => {}
+    }
+    if is_real_tcpx(ctx.plugin_name) {
+        // MSG_ZEROCOPY sends of host memory pin pages against RLIMIT_MEMLOCK.
+        match rlimit(libc::RLIMIT_MEMLOCK) {
+            Some(u64::MAX) => out.push(Finding::ok("locked memory unlimited")),
+            Some(have) if !ctx.cuda && have < 64 << 20 => out.push(Finding::warning(format!(
+                "locked memory limit {have} B: MSG_ZEROCOPY host sends pin their pages against it; raise `ulimit -l`"
+            ))),
+            Some(have) => out.push(Finding::ok(format!("locked memory limit {have} B"))),
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::pci::PciPlace;
+
+    fn gpu() -> Gpu {
+        Gpu {
+            index: 0,
+            pci: Some("0000:04:00.0".into()),
+            place: PciPlace::from_sysfs_path(
+                "pci0000:01/0000:01:00.0/0000:02:00.0/0000:03:00.0/0000:04:00.0",
+                Some(0),
+            ),
+            cpus: None,
+        }
+    }
+
+    fn nic(name: &str, numa: u32) -> Nic {
+        Nic {
+            name: name.into(),
+            place: PciPlace::from_sysfs_path("pci0000:81/0000:81:00.0/0000:86:00.0", Some(numa)),
+            mtu: Some(1460),
+            ..Nic::default()
+        }
+    }
+
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    fn errors(f: &[Finding]) -> Vec<&str> {
+        f.iter()
+            .filter(|f| f.level == Level::Error)
+            .map(|f| f.text.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn missing_rxdm_socket_is_an_error_for_tcpx_only() {
+        let dir = std::env::temp_dir().join(format!("tcpx-perf-rxdm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let prefix = dir.display().to_string();
+        let env = move |k: &str| match k {
+            "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX" => Some(prefix.clone()),
+            "NCCL_DYNAMIC_CHUNK_SIZE" => Some("524288".into()),
+            _ => None,
+        };
+        let (g, n) = (gpu(), nic("eth1", 0));
+        let ctx = |name| Local {
+            plugin_name: name,
+            endpoints: vec![(&g, &n, Distance::Pix)],
+            comms: 2,
+            listens: 1,
+            cuda: true,
+            env: &env,
+        };
+        let f = local(&ctx("GPUDirectTCPX_v7"));
+        let errs = errors(&f);
+        assert!(errs.iter().any(|e| e.contains("rx_rule_manager is missing")), "{f:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("get_gpu_fd_0000:04:00.0 is missing")),
+            "{f:?}"
+        );
+        // With the sockets present (real Unix sockets), no RxDM error remains.
+        let _l1 = std::os::unix::net::UnixListener::bind(dir.join("rx_rule_manager")).unwrap();
+        let _l2 = std::os::unix::net::UnixListener::bind(dir.join("get_gpu_fd_0000:04:00.0")).unwrap();
+        let f = local(&ctx("GPUDirectTCPX_v7"));
+        assert!(errors(&f).iter().all(|e| !e.contains("RxDM")), "{f:?}");
+        assert!(f.iter().any(|x| x.level == Level::Ok && x.text.contains("RxDM socket")));
+        // tcpx-emu needs no RxDM.
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(local(&ctx("tcpx-emu")).iter().all(|x| !x.text.contains("RxDM")));
+    }
+
+    #[test]
+    fn tcpx_settings_and_cross_numa_nics() {
+        let env = env_of(&[("NCCL_NSOCKS_PERTHREAD", "4"), ("NCCL_SOCKET_NTHREADS", "4")]);
+        let (g, far) = (gpu(), nic("eth3", 1));
+        let ctx = Local {
+            plugin_name: "GPUDirectTCPX_v7",
+            endpoints: vec![(&g, &far, Distance::Sys)],
+            comms: 0,
+            listens: 0,
+            cuda: true,
+            env: &env,
+        };
+        let f = local(&ctx);
+        let errs = errors(&f);
+        assert!(
+            errs.iter().any(|e| e.contains("NCCL_DYNAMIC_CHUNK_SIZE is unset")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("= 16") && e.contains("1 to 8")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("uses eth3 (NUMA 1): SYS") && e.contains("rx no cmsg")),
+            "{errs:?}"
+        );
+        assert!(f
+            .iter()
+            .any(|x| x.level == Level::Warning && x.text.contains("eth3 MTU 1460")));
+        // The same placement over tcpx-emu is only a NUMA warning.
+        let emu = Local {
+            plugin_name: "tcpx-emu",
+            ..ctx
+        };
+        let f = local(&emu);
+        assert!(
+            f.iter()
+                .any(|x| x.level == Level::Warning && x.text.contains("different NUMA nodes")),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn file_limits_against_the_plan() {
+        let env = env_of(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
+        let (g, n) = (gpu(), nic("lo", 0));
+        let huge = Local {
+            plugin_name: "tcpx-emu",
+            endpoints: vec![(&g, &n, Distance::Unknown)],
+            comms: 10_000_000,
+            listens: 0,
+            cuda: false,
+            env: &env,
+        };
+        let f = local(&huge);
+        assert!(
+            errors(&f)
+                .iter()
+                .any(|e| e.contains("open files limit") && e.contains("ulimit -n")),
+            "{f:?}"
+        );
+        assert_eq!(fds_needed(10, 5, 4), 10 * 5 + 10 + 256);
+    }
+}

@@ -1,0 +1,158 @@
+//! One rank's placement: its endpoints' NICs and CPUs, its preflight findings, and the report
+//! rows it contributes to the node tables.
+
+use super::cpus::{self, CpuSet};
+use super::dry_run::{RankReport, Row};
+use super::preflight::{self, Finding, Local};
+use super::sysfs::Sysfs;
+use super::{choose_cpus, choose_nics, locate_gpus, locate_nics, CpuBind, NetDevSpec};
+use crate::engine::schedule::Lanes;
+use crate::topology::Topology;
+
+/// What the engine needs per local endpoint.
+#[derive(Debug, Clone)]
+pub struct EndpointPlace {
+    /// Plugin device per channel.
+    pub net_devs: Vec<usize>,
+    /// CPUs to pin the endpoint's thread to; None = unpinned.
+    pub cpus: Option<CpuSet>,
+}
+
+/// The inputs of [`plan`].
+pub struct RankInput<'a> {
+    pub topo: &'a Topology,
+    pub rank: usize,
+    pub connections: &'a [(usize, usize)],
+    pub channels: usize,
+    pub spread_channels: bool,
+    pub net_dev: Option<&'a NetDevSpec>,
+    pub cpu_bind: &'a CpuBind,
+    pub props: &'a [nccl_net::Properties],
+    pub plugin_name: &'a str,
+    pub plugin_sha256: &'a str,
+    pub cuda: bool,
+}
+
+/// This rank's placement and report.
+pub struct RankPlan {
+    pub endpoints: Vec<EndpointPlace>,
+    pub report: RankReport,
+    pub notes: Vec<String>,
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok()
+}
+
+/// Places this rank's endpoints and runs the local preflight checks.
+pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
+    let topo = input.topo;
+    let sys = Sysfs::from_env();
+    let mine = topo.endpoints_of(input.rank);
+    let node = topo.endpoints[mine.start].node;
+    // Every GPU of the node, so that ties spread the same way on each of its ranks.
+    let mut node_gpus: Vec<usize> = topo
+        .endpoints
+        .iter()
+        .filter(|e| e.node == node)
+        .map(|e| e.gpu)
+        .collect();
+    node_gpus.sort_unstable();
+    node_gpus.dedup();
+    let gpus = locate_gpus(&sys, &node_gpus, &super::gpu_bus_ids());
+    let nics = locate_nics(&sys, input.props);
+    let (choice, notes) = choose_nics(&gpus, &nics, input.net_dev, input.channels, input.spread_channels)?;
+    let (helpers, binding_problems) = cpus::helper_cpus(env);
+    let allowed = CpuSet::allowed();
+
+    let mut endpoints = Vec::new();
+    let mut rows = Vec::new();
+    let mut checked = Vec::new();
+    let (mut comms, mut listens) = (0, 0);
+    for e in mine {
+        let ep = &topo.endpoints[e];
+        let at = node_gpus
+            .binary_search(&ep.gpu)
+            .map_err(|_| "GPU of an endpoint is not on its node")?;
+        let (gpu, chosen) = (&gpus[at], &choice[at]);
+        let nic = &nics[chosen.nics[0]];
+        let binding = choose_cpus(input.cpu_bind, gpu, nic, &helpers, &allowed)?;
+        let lanes = Lanes::of(e, input.connections, input.channels);
+        comms += (lanes.send_peers.len() + lanes.recv_peers.len()) * input.channels;
+        listens += lanes.recv_peers.len() * input.channels;
+        let mut names: Vec<&str> = chosen.nics.iter().map(|&d| nics[d].name.as_str()).collect();
+        names.dedup();
+        rows.push(Row {
+            endpoint: e,
+            rank: ep.rank,
+            host: topo.hostnames[ep.rank].clone(),
+            gpu: ep.gpu,
+            gpu_pci: gpu.pci.clone().unwrap_or_else(|| "-".into()),
+            gpu_numa: numa(gpu.place.as_ref().and_then(|p| p.numa)),
+            nic: names.join("+"),
+            nic_dev: chosen.nics[0],
+            nic_pci: nic.place.as_ref().map_or("-".into(), |p| p.bdf().to_string()),
+            nic_numa: numa(nic.place.as_ref().and_then(|p| p.numa)),
+            speed_gbps: f64::from(nic.speed_mbps.max(0)) / 1000.0,
+            mtu: nic.mtu,
+            distance: chosen.distance.to_string(),
+            choice: chosen.choice,
+            cpus: binding.cpus.as_ref().unwrap_or(&allowed).to_string(),
+            cpus_why: binding.why.clone(),
+        });
+        checked.push((gpu, nic, chosen.distance));
+        endpoints.push(EndpointPlace {
+            net_devs: chosen.nics.clone(),
+            cpus: binding.cpus,
+        });
+    }
+    let mut findings: Vec<Finding> = binding_problems.into_iter().map(Finding::error).collect();
+    findings.extend(preflight::local(&Local {
+        plugin_name: input.plugin_name,
+        endpoints: checked,
+        comms,
+        listens,
+        cuda: input.cuda,
+        env: &env,
+    }));
+    let sockets = preflight::data_sockets(&env).unwrap_or(1);
+    let report = RankReport {
+        rank: input.rank,
+        host: topo.hostnames[input.rank].clone(),
+        node,
+        plugin_sha256: input.plugin_sha256.to_string(),
+        tcpx_env: tcpx_env(),
+        rows,
+        findings,
+        comms,
+        sockets: comms * (sockets + 1),
+    };
+    Ok(RankPlan {
+        endpoints,
+        report,
+        notes,
+    })
+}
+
+fn numa(n: Option<u32>) -> String {
+    n.map_or("-".into(), |n| n.to_string())
+}
+
+/// The settings TCPX reads, which must agree across nodes.
+fn tcpx_env() -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| {
+            k.starts_with("NCCL_GPUDIRECTTCPX_")
+                || k.starts_with("NCCL_TCPX_")
+                || matches!(
+                    k.as_str(),
+                    "NCCL_DYNAMIC_CHUNK_SIZE"
+                        | "NCCL_NSOCKS_PERTHREAD"
+                        | "NCCL_SOCKET_NTHREADS"
+                        | "NCCL_MIN_ZCOPY_SIZE"
+                )
+        })
+        .collect();
+    vars.sort();
+    vars
+}
