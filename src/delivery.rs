@@ -24,6 +24,9 @@ pub struct WireProbe {
     ifaces: Vec<String>,
     /// Whether this rank reads its host's counters (the lowest rank on each host).
     leader: bool,
+    /// GPUDirect-TCPX receiving into GPU memory: devmem counters must move (see
+    /// [`ByteCheck::devmem_errors`]).
+    pub devmem_required: bool,
 }
 
 /// One interface of one host over the timed iterations of one size.
@@ -56,6 +59,27 @@ pub struct ByteCheck {
 }
 
 impl ByteCheck {
+    /// GPUDirect-TCPX with GPU memory: every interface that received payload must have counted
+    /// devmem packets, or the bytes went through the host path (contract #15). One line per
+    /// interface that did not.
+    pub fn devmem_errors(&self) -> Vec<String> {
+        use crate::placement::devmem::{devmem_findings, NicTraffic};
+        let traffic: Vec<NicTraffic> = self
+            .wire
+            .iter()
+            .map(|w| NicTraffic {
+                nic: format!("{}:{}", w.host, w.iface),
+                gpu_payload_bytes: w.rx_bytes,
+                devmem_delta: w.devmem_pkts,
+            })
+            .collect();
+        devmem_findings(&traffic)
+            .into_iter()
+            .filter(|f| f.level == crate::placement::preflight::Level::Error)
+            .map(|f| f.text)
+            .collect()
+    }
+
     /// `wire_rx_bytes / wire_payload_bytes`: at least 1 for a run that delivered everything.
     pub fn wire_ratio(&self) -> Option<f64> {
         let rx = self.wire_rx_bytes?;
@@ -86,7 +110,11 @@ impl WireProbe {
         }
         let host = &topo.hostnames[rank];
         let leader = topo.hostnames.iter().position(|h| h == host) == Some(rank);
-        WireProbe { ifaces, leader }
+        WireProbe {
+            ifaces,
+            leader,
+            devmem_required: false,
+        }
     }
 
     /// The interfaces this rank counts, for the header ("lo on 1 host").
@@ -286,6 +314,25 @@ mod tests {
             eth("h1", payload_into(&p, &t, "h1", false)),
         ];
         assert!(check(&p, &t, 1, &delivered(&p, 1), wire).is_ok());
+    }
+
+    #[test]
+    fn devmem_counters_that_did_not_move_are_errors() {
+        let (p, t) = setup(2, 1);
+        let nic = |devmem| WireBytes {
+            iface: "eth2".into(),
+            devmem_pkts: devmem,
+            ..lo("h0", 4_300_000_000)
+        };
+        let c = check(&p, &t, 1, &delivered(&p, 1), vec![nic(Some(0))]).unwrap();
+        let errors = c.devmem_errors();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("h0:eth2: 0 devmem packets for 4.3 GB"),
+            "{errors:?}"
+        );
+        let c = check(&p, &t, 1, &delivered(&p, 1), vec![nic(Some(1_000_000))]).unwrap();
+        assert!(c.devmem_errors().is_empty());
     }
 
     #[test]

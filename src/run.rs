@@ -295,7 +295,8 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
         .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
         .collect();
-    let probe = WireProbe::new(&device_names, &topo, rank);
+    let mut probe = WireProbe::new(&device_names, &topo, rank);
+    probe.devmem_required = cuda_unpack && crate::placement::preflight::is_real_tcpx(plugin.name());
     notes.push(format!(
         "bytes checked by: interface counters of {} on every host (a lower bound), unpack descriptor totals{}, plugin-reported sizes where the plugin reports them",
         probe.ifaces().join(","),
@@ -822,6 +823,12 @@ fn measure(
     mpi.sum_f64(&mut flow_sums);
 
     let bytes = delivery::check(plan, topo, cli.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
+    if probe.devmem_required {
+        let errors = bytes.devmem_errors();
+        if !errors.is_empty() {
+            return Err(Fatal::Everywhere(format!("size {}: {}", plan.size, errors.join("; "))));
+        }
+    }
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
     let rank_means: Vec<f64> = all

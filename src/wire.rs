@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub struct IfaceCounters {
     pub rx_bytes: u64,
     pub tx_bytes: u64,
-    /// Sum of the driver's statistics whose name contains `devmem` (e.g. `rx_devmem_pkts`);
+    /// Sum of the driver's devmem packet counters (e.g. `rx_devmem_pkts`; drops and errors left out);
     /// `None` where the driver has none (or no ethtool statistics at all, as `lo`).
     pub devmem_pkts: Option<u64>,
 }
@@ -69,9 +69,10 @@ pub fn is_loopback(name: &str) -> bool {
 /// The driver's devmem packet counters (`ethtool -S <if>` names containing "devmem"), summed.
 fn devmem_packets(name: &str) -> Option<u64> {
     let stats = ethtool::stats(name)?;
+    // Delivered packets only: drivers also count devmem drops and errors under similar names.
     let devmem: Vec<u64> = stats
         .iter()
-        .filter(|(n, _)| n.contains("devmem"))
+        .filter(|(n, _)| n.contains("devmem") && n.contains("pkts") && !n.contains("drop") && !n.contains("err"))
         .map(|(_, v)| *v)
         .collect();
     (!devmem.is_empty()).then(|| devmem.iter().sum())
