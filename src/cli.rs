@@ -38,8 +38,10 @@ size = the -b..-e size; time = per-iteration time reduced over ranks with -a):
 
 SCOPE:
   With --scope inter-node, same-node pairs are dropped (pairs, fullmesh), or the ring and
-  sendrecv order interleaves nodes so that every hop crosses nodes; busbw then counts
-  network bytes only: busbw = network bytes sent per endpoint / time.
+  sendrecv order interleaves nodes so that every hop crosses nodes. size, algbw and busbw keep
+  the definitions above, so fullmesh compares with nccl-tests' alltoall on the same nodes (where
+  NCCL moves same-node blocks over NVLink beside the network); results.csv's netbw counts the
+  network alone: netbw = network bytes sent per sending endpoint / time (= busbw with scope all).
   --scope auto is inter-node when the job spans several nodes, else all.
 
 SIZES:

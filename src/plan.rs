@@ -278,10 +278,26 @@ impl Plan {
         seen.iter().filter(|&&s| s).count()
     }
 
-    /// busbw / algbw: network bytes sent per sending endpoint, relative to the size. This equals
-    /// nccl-tests' factors (sendrecv 1, all-reduce 2(n-1)/n, alltoall (n-1)/n) with scope `all`,
-    /// and counts network bytes only with scope `inter-node`.
+    /// busbw / algbw: nccl-tests' factor for the operation the pattern stands for, with n the
+    /// endpoints (sendrecv and pairs 1, ring = all-reduce 2(n-1)/n, fullmesh = alltoall (n-1)/n),
+    /// whatever the scope, so busbw compares with nccl-tests' on the same job. With scope
+    /// `inter-node`, fullmesh leaves same-node blocks out (NCCL moves them over NVLink, beside
+    /// the network); [`Self::netbw_factor`] says what crossed the network.
     pub fn busbw_factor(&self) -> f64 {
+        let n = self.buffer_len.len() as f64;
+        if self.size == 0 || n < 2.0 {
+            return 0.0;
+        }
+        match self.pattern {
+            Pattern::Sendrecv | Pattern::Pairs => 1.0,
+            Pattern::Ring => 2.0 * (n - 1.0) / n,
+            Pattern::Fullmesh => (n - 1.0) / n,
+        }
+    }
+
+    /// netbw / algbw: network bytes sent per sending endpoint, relative to the size. Equal to
+    /// [`Self::busbw_factor`] with scope `all`; smaller for fullmesh with scope `inter-node`.
+    pub fn netbw_factor(&self) -> f64 {
         let senders = self.senders();
         if senders == 0 || self.size == 0 {
             return 0.0;
@@ -371,10 +387,21 @@ mod tests {
     }
 
     #[test]
-    fn inter_node_scope_counts_network_bytes_only() {
+    fn inter_node_scope_keeps_nccl_tests_busbw_and_counts_network_bytes_apart() {
         let plan = build(Pattern::Fullmesh, Scope::InterNode, &topo(4, 2), 4000);
         assert!(plan.flows.iter().all(|f| f.src / 2 != f.dst / 2));
-        assert!((plan.busbw_factor() - 0.5).abs() < 1e-12);
+        assert!((plan.busbw_factor() - 0.75).abs() < 1e-12, "alltoall's (n-1)/n");
+        assert!(
+            (plan.netbw_factor() - 0.5).abs() < 1e-12,
+            "2 of 4 blocks cross the network"
+        );
+        for p in [Pattern::Sendrecv, Pattern::Ring, Pattern::Fullmesh] {
+            let all = build(p, Scope::All, &topo(4, 2), 4000);
+            assert!(
+                (all.busbw_factor() - all.netbw_factor()).abs() < 1e-12,
+                "{p}: equal with scope all"
+            );
+        }
         let ring = build(Pattern::Ring, Scope::InterNode, &topo(4, 2), 4000);
         assert!(ring.flows.iter().all(|f| f.src / 2 != f.dst / 2));
     }

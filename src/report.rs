@@ -124,6 +124,9 @@ pub struct SizeResult {
     pub algbw_gbps: f64,
     /// `algbw * busbw_factor`, GB/s.
     pub busbw_gbps: f64,
+    /// Network bytes sent per sending endpoint / time (`algbw * netbw_factor`), GB/s: busbw
+    /// except for fullmesh with `--scope inter-node`, where same-node blocks stay off the network.
+    pub netbw_gbps: f64,
     /// Wrong bytes over all timed iterations and ranks; `None` when unchecked.
     pub wrong: Option<u64>,
     /// Statistics of `samples_us`.
@@ -135,8 +138,11 @@ pub struct SizeResult {
     /// Per-iteration times (each iteration reduced over ranks with `-a`), microseconds: the
     /// spread columns (t_min, t_med, t_p99, cv%) describe these.
     pub samples_us: Vec<f64>,
-    /// busbw / algbw for this pattern, scope and n.
+    /// busbw / algbw for this pattern and n (nccl-tests' factor).
     pub busbw_factor: f64,
+    /// Per-rank times of every timed iteration (rank-major: rank r's iterations are
+    /// `[r * iters, (r + 1) * iters)`), microseconds: what `-a` reduces.
+    pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
 }

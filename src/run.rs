@@ -295,6 +295,12 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
         .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
         .collect();
+    if (first.netbw_factor() - first.busbw_factor()).abs() > 1e-9 {
+        notes.push(format!(
+            "--scope {scope}: same-node blocks stay off the network; busbw uses alltoall's (n-1)/n as nccl-tests does, results.csv's netbw_gbps counts network bytes alone ({:.3} x algbw)",
+            first.netbw_factor()
+        ));
+    }
     let mut probe = WireProbe::new(&device_names, &topo, rank);
     probe.devmem_required = cuda_unpack && crate::placement::preflight::is_real_tcpx(plugin.name());
     notes.push(format!(
@@ -838,6 +844,7 @@ fn measure(
     let time_us = stats::reduce(&rank_means, cli.average);
     let algbw = report::gbps(plan.size, time_us);
     let factor = plan.busbw_factor();
+    let netbw = algbw * plan.netbw_factor();
     let pairs = pair_results(plan, topo, &flow_sums, cli.iters);
     Ok(SizeResult {
         size_bytes: plan.size,
@@ -852,6 +859,8 @@ fn measure(
         bytes,
         samples_us,
         busbw_factor: factor,
+        netbw_gbps: netbw,
+        rank_samples_us: all,
         pairs,
     })
 }

@@ -144,6 +144,68 @@ fn pattern_run(pattern: &str, np: usize) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every figure recomputed from the run's own files, as nccl-tests defines it: time = each rank's
+/// mean over the timed iterations (rank_samples.csv), reduced over ranks by -a; algbw = size /
+/// time; busbw = algbw x the operation's factor; netbw = network bytes per sender / time; and
+/// samples.csv = each iteration reduced over ranks by -a.
+#[test]
+fn figures_recompute_from_the_runs_own_files() {
+    let reduce = |v: &[f64], a: u32| match a {
+        0 => v[0],
+        1 => v.iter().sum::<f64>() / v.len() as f64,
+        2 => v.iter().copied().fold(f64::INFINITY, f64::min),
+        _ => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    let f = |r: &std::collections::HashMap<String, String>, k: &str| -> f64 { r[k].parse().unwrap() };
+    // (pattern, -a, extra flags, busbw factor, netbw factor) for 4 endpoints.
+    let cases = [
+        ("sendrecv", 0, "", 1.0, 1.0),
+        ("pairs", 1, "", 1.0, 1.0),
+        ("ring", 2, "", 1.5, 1.5),
+        ("fullmesh", 3, "", 0.75, 0.75),
+        // Two "nodes" of two: same-node blocks stay off the network.
+        ("fullmesh", 1, "--ranks-per-node 2", 0.75, 0.5),
+    ];
+    for (pattern, a, extra, busbw_factor, netbw_factor) in cases {
+        let dir = scratch(&format!("figures-{pattern}-{a}"));
+        let o = run(
+            4,
+            &format!("--pattern {pattern} -a {a} {extra} -b 64K -e 1M -f 4 -n 4 -w 1 --progress never"),
+            &dir,
+            &[],
+        );
+        assert_clean(&o, &dir, 3, 4);
+        let ranks = rows(&dir, "rank_samples.csv");
+        let samples = rows(&dir, "samples.csv");
+        for r in rows(&dir, "results.csv") {
+            let size = r["size_bytes"].clone();
+            let mine: Vec<_> = ranks.iter().filter(|x| x["size_bytes"] == size).collect();
+            assert_eq!(mine.len(), 4 * 4, "4 ranks x 4 iterations");
+            let time = |rank: usize, iter: usize| {
+                let x = mine
+                    .iter()
+                    .find(|x| x["rank"] == rank.to_string() && x["iter"] == iter.to_string())
+                    .expect("every rank and iteration");
+                f(x, "time_us")
+            };
+            let means: Vec<f64> = (0..4).map(|k| (0..4).map(|i| time(k, i)).sum::<f64>() / 4.0).collect();
+            let t = reduce(&means, a);
+            let what = format!("{pattern} -a {a} {extra} size {size}");
+            assert!(close(f(&r, "time_us"), t), "{what}: time {} vs {t}", r["time_us"]);
+            let algbw = f(&r, "size_bytes") / t / 1e3;
+            assert!(close(f(&r, "algbw_gbps"), algbw), "{what}: algbw");
+            assert!(close(f(&r, "busbw_gbps"), algbw * busbw_factor), "{what}: busbw");
+            assert!(close(f(&r, "netbw_gbps"), algbw * netbw_factor), "{what}: netbw");
+            for (i, s) in samples.iter().filter(|x| x["size_bytes"] == size).enumerate() {
+                let per_rank: Vec<f64> = (0..4).map(|k| time(k, i)).collect();
+                assert!(close(f(s, "time_us"), reduce(&per_rank, a)), "{what}: sample {i}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn sendrecv_2_and_4_ranks() {
     pattern_run("sendrecv", 2);

@@ -17,6 +17,8 @@ pub const RESULTS_CSV: &str = "results.csv";
 pub const SAMPLES_CSV: &str = "samples.csv";
 /// See [`RESULTS_CSV`].
 pub const PAIRS_CSV: &str = "pairs.csv";
+/// Every rank's time of every timed iteration: what `-a` reduces.
+pub const RANK_SAMPLES_CSV: &str = "rank_samples.csv";
 
 /// One row of `results.csv`.
 #[derive(Serialize)]
@@ -34,6 +36,7 @@ struct ResultRow<'a> {
     time_us: f64,
     algbw_gbps: f64,
     busbw_gbps: f64,
+    netbw_gbps: f64,
     wrong: Option<u64>,
     time_min_us: f64,
     time_median_us: f64,
@@ -66,6 +69,17 @@ struct SampleRow<'a> {
     busbw_gbps: f64,
 }
 
+/// One row of `rank_samples.csv`.
+#[derive(Serialize)]
+struct RankSampleRow<'a> {
+    schema_version: u32,
+    pattern: &'a str,
+    size_bytes: u64,
+    iter: usize,
+    rank: usize,
+    time_us: f64,
+}
+
 /// One row of `pairs.csv`.
 #[derive(Serialize)]
 struct PairRow<'a> {
@@ -89,6 +103,7 @@ struct PairRow<'a> {
 pub fn write_all(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
     write_results_csv(dir, info, results)?;
     write_samples_csv(dir, info, results)?;
+    write_rank_samples_csv(dir, info, results)?;
     write_pairs_csv(dir, info, results)
 }
 
@@ -114,6 +129,7 @@ fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
         time_us: r.time_us,
         algbw_gbps: r.algbw_gbps,
         busbw_gbps: r.busbw_gbps,
+        netbw_gbps: r.netbw_gbps,
         wrong: r.wrong,
         time_min_us: r.stats.min,
         time_median_us: r.stats.median,
@@ -165,6 +181,24 @@ fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
     write_rows(&dir.join(SAMPLES_CSV), rows)
 }
 
+fn write_rank_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    let rows = results.iter().flat_map(|r| {
+        let iters = r.iters.max(1);
+        r.rank_samples_us.iter().enumerate().map(move |(i, &t)| RankSampleRow {
+            schema_version: SCHEMA_VERSION,
+            pattern: &info.pattern,
+            size_bytes: r.size_bytes,
+            iter: i % iters,
+            rank: i / iters,
+            time_us: t,
+        })
+    });
+    if results.iter().all(|r| r.rank_samples_us.is_empty()) {
+        return write_header_only(&dir.join(RANK_SAMPLES_CSV), RANK_SAMPLE_COLUMNS);
+    }
+    write_rows(&dir.join(RANK_SAMPLES_CSV), rows)
+}
+
 fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
     let rows = results.iter().flat_map(|r| {
         r.pairs.iter().map(move |p| PairRow {
@@ -203,6 +237,7 @@ const RESULT_COLUMNS: &[&str] = &[
     "time_us",
     "algbw_gbps",
     "busbw_gbps",
+    "netbw_gbps",
     "wrong",
     "time_min_us",
     "time_median_us",
@@ -229,6 +264,7 @@ const SAMPLE_COLUMNS: &[&str] = &[
     "algbw_gbps",
     "busbw_gbps",
 ];
+const RANK_SAMPLE_COLUMNS: &[&str] = &["schema_version", "pattern", "size_bytes", "iter", "rank", "time_us"];
 const PAIR_COLUMNS: &[&str] = &[
     "schema_version",
     "pattern",
@@ -329,6 +365,7 @@ mod tests {
         for (name, cols) in [
             (RESULTS_CSV, RESULT_COLUMNS),
             (SAMPLES_CSV, SAMPLE_COLUMNS),
+            (RANK_SAMPLES_CSV, RANK_SAMPLE_COLUMNS),
             (PAIRS_CSV, PAIR_COLUMNS),
         ] {
             let (h, rows) = read(&tmp.path().join(name));

@@ -168,6 +168,15 @@ pub(crate) mod fixtures {
             },
             samples_us: samples,
             busbw_factor: 1.0,
+            netbw_gbps: algbw,
+            rank_samples_us: vec![
+                time_us * 0.9,
+                time_us,
+                time_us * 1.1,
+                time_us * 0.8,
+                time_us,
+                time_us * 1.2,
+            ],
             pairs: vec![
                 PairResult {
                     src_rank: 0,
@@ -239,7 +248,16 @@ mod tests {
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, ["pairs.csv", "results.csv", "samples.csv", "summary.json"]);
+        assert_eq!(
+            names,
+            [
+                "pairs.csv",
+                "rank_samples.csv",
+                "results.csv",
+                "samples.csv",
+                "summary.json"
+            ]
+        );
     }
 
     #[test]
