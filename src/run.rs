@@ -768,6 +768,7 @@ fn measure(
     }
     let mut times = Vec::with_capacity(cli.iters);
     let mut delivered = Delivered::default();
+    let mut peers_in_flight = [0.0f64; 2];
     let mut wire_before = None;
     let mut wrong = 0u64;
     for i in 0..cli.warmup_iters + cli.iters {
@@ -789,6 +790,8 @@ fn measure(
         if timed {
             times.push(it.elapsed.as_secs_f64() * 1e6);
             delivered.add(&it.delivered);
+            peers_in_flight[0] = peers_in_flight[0].max(it.peers_in_flight.0 as f64);
+            peers_in_flight[1] = peers_in_flight[1].max(it.peers_in_flight.1 as f64);
             if check {
                 wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
@@ -808,6 +811,9 @@ fn measure(
         })
         .collect();
     let wire_after = probe.snapshot();
+    let everyone = mpi.gather_f64(&peers_in_flight);
+    let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
+    let peers_in_flight = (peer_max(0), peer_max(1));
     let mut counters = [wrong];
     mpi.sum_u64(&mut counters);
     let [wrong] = counters;
@@ -860,6 +866,7 @@ fn measure(
         samples_us,
         busbw_factor: factor,
         netbw_gbps: netbw,
+        peers_in_flight,
         rank_samples_us: all,
         pairs,
     })

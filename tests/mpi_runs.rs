@@ -305,6 +305,36 @@ fn small_registration_segments_cut_requests() {
     }
 }
 
+/// `--max-peers P` bounds how many peers an endpoint has requests posted to at once; without it
+/// a fullmesh endpoint talks to all its peers at once. Observed by the engine, per size.
+#[test]
+fn max_peers_bounds_the_peers_in_flight() {
+    for (flag, bound) in [("--max-peers 1", 1u32), ("--max-peers 2", 2), ("", 4)] {
+        let dir = scratch(&format!("maxpeers-{bound}"));
+        let o = run(
+            5,
+            &format!("--pattern fullmesh {flag} -b 640K -e 5M -f 8 -n 3 -w 1 --chunk 64K --progress never"),
+            &dir,
+            &[],
+        );
+        assert_clean(&o, &dir, 2, 5);
+        for r in rows(&dir, "results.csv") {
+            let send: u32 = r["send_peers_in_flight"].parse().unwrap();
+            let recv: u32 = r["recv_peers_in_flight"].parse().unwrap();
+            assert!(
+                send <= bound && recv <= bound,
+                "{flag}: {send}/{recv} peers in flight: {r:?}"
+            );
+            assert!(send >= 1 && recv >= 1, "{r:?}");
+            if flag.is_empty() {
+                // Without a bound, endpoints post to several peers at once (4 is the most).
+                assert!(send >= 2, "no concurrency without --max-peers: {r:?}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn one_rank_drives_two_endpoints() {
     let dir = scratch("g2");

@@ -251,7 +251,7 @@ impl Worker {
             // in `close`).
             let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
             let peer = self.label(send_peers[i]);
-            let lane = SendLane::new(comm, mrs, peer, window);
+            let lane = SendLane::new(comm, i / self.lanes.channels, mrs, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
             self.send.push(lane);
         }
@@ -265,7 +265,7 @@ impl Worker {
                 }
                 _ => None,
             };
-            let mut lane = RecvLane::new(comm, mrs, peer, window, unpack);
+            let mut lane = RecvLane::new(comm, i / self.lanes.channels, mrs, peer, window, unpack);
             if let Some(Memory::Gpu(g)) = self.memory.as_ref() {
                 let props = self
                     .plugin
@@ -289,7 +289,12 @@ impl Worker {
             self.config.chunk,
             self.config.reg_segment,
         );
-        self.state = Some(IterationState::new(&self.schedule, plan.flows.len()));
+        self.state = Some(IterationState::new(
+            &self.schedule,
+            plan.flows.len(),
+            self.lanes.send_peers.len(),
+            self.lanes.recv_peers.len(),
+        ));
         self.flow_time_sum = vec![0.0; plan.flows.len()];
         self.wrong = 0;
         self.plan = Some(plan);
