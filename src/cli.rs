@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser, ValueEnum};
 use serde::Serialize;
 
+use crate::engine::backoff::PollMode;
 use crate::placement::{CpuBind, NetDevSpec};
 
 /// `--pattern` and `--dir` parse straight into the plan's types (one definition, no
@@ -191,6 +192,15 @@ pub struct Cli {
     /// index on the node (e.g. `0-7;52-59`). The binding is in the header and summary.json.
     #[arg(long = "cpu-bind", default_value = "auto", value_parser = parse_cpu_bind)]
     pub cpu_bind: CpuBind,
+
+    /// How each endpoint's progress loop waits when a pass over its comms found nothing to do
+    ///
+    /// adaptive: test back to back for 20 us after progress, then sleep, each pause twice the
+    /// last, at most 1 ms and at most 1/64 of the time since the endpoint's last completion (the
+    /// clock stops at most that late). spin: test continuously, yielding every 64 empty passes
+    /// (one core per endpoint, taken from the plugin's helper threads).
+    #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
+    pub poll: PollMode,
 
     /// Most connection-setup threads per endpoint (default: 64 for TCPX and tcpx-emu, 1 for other plugins)
     ///

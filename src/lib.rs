@@ -14,6 +14,7 @@
 pub mod check;
 pub mod cli;
 pub mod contracts;
+pub mod cputime;
 pub mod delivery;
 pub mod engine;
 pub mod export;

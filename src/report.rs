@@ -74,6 +74,9 @@ pub struct RunInfo {
     pub notes: Vec<String>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup time.
     pub placement: crate::placement::dry_run::PlacementReport,
+    /// The whole run's CPU cost (every thread of every rank, from MPI up to the end); set once
+    /// the sweep completed.
+    pub cpu: Option<crate::cputime::CpuCost>,
 }
 
 /// Where one rank ran.
@@ -130,6 +133,9 @@ pub struct SizeResult {
     /// The most distinct peers any endpoint had sends (receives) posted to at once during the
     /// timed iterations: bounded by `--max-peers`.
     pub peers_in_flight: (u32, u32),
+    /// CPU time of the timed iterations (start signal to last completion, every thread of each
+    /// rank), per rank and per GB of network bytes moved.
+    pub cpu: crate::cputime::CpuCost,
     /// Wrong bytes over all timed iterations and ranks; `None` when unchecked.
     pub wrong: Option<u64>,
     /// Statistics of `samples_us`.

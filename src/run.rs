@@ -8,6 +8,7 @@
 
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
 use crate::contracts;
+use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::gpu::CudaPath;
 use crate::engine::progress::Delivered;
@@ -211,6 +212,7 @@ fn ptr_support_str(bits: i32) -> String {
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
+    let run_start = (CpuTime::now(), std::time::Instant::now());
     // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
     // -T too; the engine arms its own watchdog per phase.
     let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
@@ -410,6 +412,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
             .setup_threads
             .unwrap_or(if contracts::is_tcpx_like(plugin.name()) { 64 } else { 1 }),
         reg_segment,
+        poll: cli.poll,
     };
     setup.disarm();
     let setup_start = std::time::Instant::now();
@@ -495,11 +498,20 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         return Err(fatal);
     }
     engine.close(mpi).map_err(Fatal::Here)?;
+    // The whole run's CPU cost (setup, warm-up, checks and every size) per every network byte
+    // it moved, warm-up included.
+    let moved = plans
+        .iter()
+        .map(|p| p.network_bytes() * (cli.iters + cli.warmup_iters) as u64)
+        .sum();
+    let mine = CpuCost::local(CpuTime::now().since(run_start.0), run_start.1.elapsed().as_secs_f64());
+    info.cpu = Some(CpuCost::from_ranks(&mpi.gather_f64(&mine), moved));
 
     let wrong = export::wrong_total(&results).unwrap_or(0);
     let status = if wrong > 0 { RunStatus::WrongData } else { RunStatus::Ok };
     if rank == 0 {
         print!("{}", table::footer(&results));
+        print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         if let Some(dir) = &out_dir {
             export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
             println!("# Results written to {}", dir.display());
@@ -734,6 +746,7 @@ fn run_info(
         window: cli.window,
         notes: Vec::new(),
         placement: PlacementReport::default(),
+        cpu: None,
     }
 }
 
@@ -769,6 +782,7 @@ fn measure(
     let mut times = Vec::with_capacity(cli.iters);
     let mut delivered = Delivered::default();
     let mut peers_in_flight = [0.0f64; 2];
+    let (mut cpu, mut cpu_window) = (crate::cputime::CpuTime::default(), 0.0f64);
     let mut wire_before = None;
     let mut wrong = 0u64;
     for i in 0..cli.warmup_iters + cli.iters {
@@ -792,6 +806,8 @@ fn measure(
             delivered.add(&it.delivered);
             peers_in_flight[0] = peers_in_flight[0].max(it.peers_in_flight.0 as f64);
             peers_in_flight[1] = peers_in_flight[1].max(it.peers_in_flight.1 as f64);
+            cpu.add(it.cpu);
+            cpu_window += it.window.as_secs_f64();
             if check {
                 wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
@@ -814,6 +830,10 @@ fn measure(
     let everyone = mpi.gather_f64(&peers_in_flight);
     let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
     let peers_in_flight = (peer_max(0), peer_max(1));
+    let cpu = CpuCost::from_ranks(
+        &mpi.gather_f64(&CpuCost::local(cpu, cpu_window)),
+        plan.network_bytes() * cli.iters as u64,
+    );
     let mut counters = [wrong];
     mpi.sum_u64(&mut counters);
     let [wrong] = counters;
@@ -867,6 +887,7 @@ fn measure(
         busbw_factor: factor,
         netbw_gbps: netbw,
         peers_in_flight,
+        cpu,
         rank_samples_us: all,
         pairs,
     })

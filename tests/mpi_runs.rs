@@ -527,6 +527,56 @@ fn slow_but_steady_iterations_are_not_stalls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A rank whose requests are in flight but whose peer is slow waits without spinning: with
+/// `--poll adaptive` its CPU use during the timed iterations stays small, where `--poll spin` keeps
+/// a core busy per endpoint (the same run shape, one after the other). Every run reports its CPU
+/// cost per size in results.csv, summary.json and the table footer.
+#[test]
+fn waiting_ranks_sleep_instead_of_spinning() {
+    // Rank 0's helper thread sleeps 1 ms per 256 KiB chunk: 128 ms per 32 MiB iteration (one
+    // request), during which both progress loops have nothing to do but wait.
+    let env = [
+        ("TCPXEMU_FAULT", "slow"),
+        ("TCPXEMU_FAULT_RANK", "0"),
+        ("NCCL_DYNAMIC_CHUNK_SIZE", "262144"),
+        ("NCCL_NSOCKS_PERTHREAD", "1"),
+    ];
+    let cores = |poll: &str| {
+        let dir = scratch(&format!("poll-{poll}"));
+        let o = run(
+            2,
+            &format!("--pattern pairs --dir uni -b 32M -e 32M --chunk 32M -n 2 -w 1 --poll {poll} --progress never"),
+            &dir,
+            &env,
+        );
+        assert_clean(&o, &dir, 1, 2);
+        let row = &rows(&dir, "results.csv")[0];
+        let s = summary(&dir);
+        assert!(s["cpu"]["cpu_s_per_gb"].as_f64().is_some_and(|v| v > 0.0), "{s}");
+        assert_eq!(
+            s["results"][0]["cpu"]["cores_per_rank"]
+                .as_f64()
+                .map(|v| format!("{v}")),
+            Some(row["cpu_cores_per_rank"].clone())
+        );
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains("# CPU of the whole run:"), "{stdout}");
+        let _ = std::fs::remove_dir_all(&dir);
+        row["cpu_cores_per_rank"].parse::<f64>().unwrap()
+    };
+    let (adaptive, spin) = (cores("adaptive"), cores("spin"));
+    assert!(
+        adaptive < 0.3,
+        "a waiting rank kept {adaptive:.2} cores busy with --poll adaptive"
+    );
+    // On an idle machine spinning costs about a core per rank; on the loaded 2-core CI machine
+    // the spinners share the cores with everything else, so only a plain margin is asked for.
+    assert!(
+        spin > 1.5 * adaptive,
+        "spinning ({spin:.2} cores per rank) should cost far more than waiting ({adaptive:.2})"
+    );
+}
+
 /// Flags tcpx-perf does not accept: exit 64 (EX_USAGE; 2 means wrong data), one line for the
 /// whole job, from rank 0, prefixed `tcpx-perf:`.
 #[test]

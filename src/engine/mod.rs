@@ -7,6 +7,7 @@
 //! thread ends the process with a state dump if a phase (an MPI barrier, a plugin call that
 //! blocks) outlives it.
 
+pub mod backoff;
 pub mod buffer;
 pub mod copier;
 pub mod gpu;
@@ -70,6 +71,8 @@ pub struct EngineConfig {
     pub setup_threads: usize,
     /// Largest single registration: the buffer is registered in segments of this size.
     pub reg_segment: u64,
+    /// How progress loops wait when nothing completes (`--poll`).
+    pub poll: backoff::PollMode,
 }
 
 /// State shared by the crew and the watchdog.
@@ -132,6 +135,10 @@ pub struct RankIteration {
     pub delivered: progress::Delivered,
     /// The most distinct peers one endpoint of this rank sent to (received from) at once.
     pub peers_in_flight: (u32, u32),
+    /// CPU time of the whole process from the start signal to the last worker's reply.
+    pub cpu: crate::cputime::CpuTime,
+    /// Wall time of the same window.
+    pub window: Duration,
 }
 
 /// This rank's connection setup.
@@ -209,6 +216,7 @@ impl Engine {
                     if let Some(Err(e)) = cpus.map(|c| c.pin_current_thread()) {
                         eprintln!("tcpx-perf: endpoint {endpoint}: warning: left unpinned: {e}");
                     }
+                    backoff::tighten_timer_slack();
                     crew_loop(worker, &crew, slot)
                 })
                 .map_err(|e| format!("cannot start a worker thread: {e}"))?;
@@ -334,12 +342,15 @@ impl Engine {
         coll.barrier();
         self.phase("iteration");
         *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Command::Run { timed }));
+        let (cpu0, t0) = (crate::cputime::CpuTime::now(), Instant::now());
         self.crew.barrier.wait();
         self.crew.barrier.wait();
         let mut result = RankIteration {
             elapsed: Duration::ZERO,
             delivered: progress::Delivered::default(),
             peers_in_flight: (0, 0),
+            cpu: crate::cputime::CpuTime::now().since(cpu0),
+            window: t0.elapsed(),
         };
         for reply in self.collect()? {
             if let Reply::Timing(t) = reply {

@@ -6,6 +6,7 @@
 //! pass. Nothing here allocates or logs: the op vectors were built before the clock started, and
 //! the in-flight queues were sized for the window.
 
+use super::backoff::{Backoff, PollMode};
 use super::copier::Copier;
 use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::schedule::{RecvOp, Schedule, SendOp};
@@ -323,6 +324,8 @@ pub struct LoopContext<'a> {
     pub epoch: Instant,
     pub deadline: Duration,
     pub abort: &'a AtomicBool,
+    /// How to wait between passes that found nothing to do.
+    pub poll: PollMode,
 }
 
 fn ns_since(epoch: Instant, t: Instant) -> u64 {
@@ -363,7 +366,7 @@ fn drive(
         delivered: Delivered::default(),
     };
     let mut local = LocalCursor::default();
-    let mut idle_passes = 0u32;
+    let mut backoff = Backoff::new(ctx.poll);
     loop {
         let round = state.current_round();
         let completed = match gpu.as_deref_mut() {
@@ -388,19 +391,18 @@ fn drive(
             break;
         }
         if progressed {
-            idle_passes = 0;
+            backoff.progressed();
             continue;
         }
-        idle_passes += 1;
-        if idle_passes % 64 == 0 {
-            // Oversubscribed hosts (CI runs 4 ranks on 2 cores) need the core back.
-            std::thread::yield_now();
+        // The stall clock (and the longest sleep) restarts at every completion (the clock's last
+        // one, or the start): a slow but steady iteration is never reported as stalled.
+        let now = Instant::now();
+        let quiet = now.saturating_duration_since(clock.last);
+        let wait = backoff.empty_pass(now, quiet);
+        if backoff.check_due(wait) {
             if ctx.abort.load(Ordering::Relaxed) {
                 return Err(IterationError::Aborted);
             }
-            // The stall clock restarts at every completion (the clock's last one, or the
-            // start): a slow but steady iteration is never reported as stalled.
-            let quiet = clock.last.elapsed();
             if quiet > ctx.deadline {
                 return Err(IterationError::Stalled(format!(
                     "no completion for {:.1} s (-T {} s):\n{}",
@@ -410,6 +412,9 @@ fn drive(
                 )));
             }
         }
+        // Oversubscribed hosts (CI runs 4 ranks on 2 cores) need the core back, and the plugin's
+        // helper threads need it whenever they have the work.
+        Backoff::wait(wait);
     }
     Ok(IterationTiming {
         elapsed: clock.last.saturating_duration_since(start),

@@ -342,6 +342,7 @@ impl Worker {
             epoch: self.shared.epoch,
             deadline: self.config.timeout,
             abort: &self.shared.abort,
+            poll: self.config.poll,
         };
         let state = self.state.as_mut().expect("prepared");
         let unpacking = self.recv.iter().any(|l| l.unpack.is_some());

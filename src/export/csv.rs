@@ -57,6 +57,13 @@ struct ResultRow<'a> {
     nodes: usize,
     plugin: &'a str,
     abi: u32,
+    /// CPU time of the timed iterations per rank (mean over ranks), every thread of the rank.
+    cpu_user_s: f64,
+    cpu_sys_s: f64,
+    cpu_max_rank_s: f64,
+    cpu_cores_per_rank: f64,
+    /// User + system seconds over all ranks per GB of network bytes moved; empty without bytes.
+    cpu_s_per_gb: Option<f64>,
 }
 
 /// One row of `samples.csv`.
@@ -157,6 +164,11 @@ fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
         nodes: info.nodes,
         plugin: &info.plugin.name,
         abi: info.plugin.abi,
+        cpu_user_s: r.cpu.user_s,
+        cpu_sys_s: r.cpu.sys_s,
+        cpu_max_rank_s: r.cpu.max_rank_s,
+        cpu_cores_per_rank: r.cpu.cores_per_rank,
+        cpu_s_per_gb: r.cpu.cpu_s_per_gb,
     });
     if results.is_empty() {
         return write_header_only(&dir.join(RESULTS_CSV), RESULT_COLUMNS);
@@ -260,6 +272,11 @@ const RESULT_COLUMNS: &[&str] = &[
     "nodes",
     "plugin",
     "abi",
+    "cpu_user_s",
+    "cpu_sys_s",
+    "cpu_max_rank_s",
+    "cpu_cores_per_rank",
+    "cpu_s_per_gb",
 ];
 const SAMPLE_COLUMNS: &[&str] = &[
     "schema_version",
@@ -328,6 +345,9 @@ mod tests {
         assert_eq!(get("wrong"), "0");
         assert_eq!(get("plugin"), "tcpx-emu");
         assert_eq!(get("abi"), "8");
+        assert_eq!(get("cpu_user_s"), results[0].cpu.user_s.to_string());
+        assert_eq!(get("cpu_s_per_gb"), "0.5");
+        assert_eq!(get("cpu_cores_per_rank"), results[0].cpu.cores_per_rank.to_string());
         assert_eq!(get("bytes_planned"), "512");
         assert_eq!(
             get("bytes_moved"),

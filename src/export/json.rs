@@ -78,6 +78,8 @@ struct SizeSummary<'a> {
     bytes_moved: Option<u64>,
     /// Every source's view of the bytes (wire counters per host and interface included).
     bytes: &'a crate::delivery::ByteCheck,
+    /// CPU time of the timed iterations.
+    cpu: &'a crate::cputime::CpuCost,
 }
 
 #[derive(Serialize)]
@@ -117,6 +119,8 @@ struct Summary<'a> {
     placement: &'a crate::placement::dry_run::PlacementReport,
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
+    /// The whole run's CPU cost (null for a run that did not complete).
+    cpu: Option<&'a crate::cputime::CpuCost>,
     results: Vec<SizeSummary<'a>>,
 }
 
@@ -170,6 +174,7 @@ pub fn write_summary(
         placement: &info.placement,
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
+        cpu: info.cpu.as_ref(),
         results: results.iter().map(size_summary).collect(),
     };
     write_atomically(&dir.join(SUMMARY_JSON), |w| {
@@ -200,6 +205,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
         bytes_planned: r.bytes_planned,
         bytes_moved: r.bytes.measured,
         bytes: &r.bytes,
+        cpu: &r.cpu,
     }
 }
 
@@ -284,6 +290,9 @@ mod tests {
         assert_eq!(r["bytes"]["sources"][0], "wire");
         assert_eq!(r["bytes"]["wire"][0]["iface"], "lo");
         assert_eq!(v["results"].as_array().map(Vec::len), Some(2));
+        assert_eq!(r["cpu"]["cpu_s_per_gb"], results[1].cpu.cpu_s_per_gb.expect("bytes"));
+        assert_eq!(r["cpu"]["max_rank_s"], results[1].cpu.max_rank_s);
+        assert_eq!(v["cpu"]["user_s"], 2.0);
         // No temporary left behind.
         let names: Vec<_> = fs::read_dir(tmp.path()).expect("ls").collect();
         assert_eq!(names.len(), 1);
@@ -294,6 +303,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut info = fixtures::info();
         info.check = false;
+        info.cpu = None;
         let results = vec![fixtures::size(8, 1.0, None)];
         write_summary(
             tmp.path(),
@@ -309,6 +319,7 @@ mod tests {
         assert_eq!(v["error"], "timeout after 300 s in connect");
         assert!(v["wrong_total"].is_null());
         assert!(v["results"][0]["wrong"].is_null());
+        assert!(v["cpu"].is_null(), "no whole-run figure for a failed run");
         // Overwrites a previous summary atomically.
         write_summary(tmp.path(), &info, &[], RunStatus::Ok, "t2").expect("rewrite");
         let v = read(tmp.path());

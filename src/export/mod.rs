@@ -137,6 +137,10 @@ pub(crate) mod fixtures {
             window: 8,
             notes: vec!["a note".into()],
             placement: Default::default(),
+            cpu: Some(crate::cputime::CpuCost::from_ranks(
+                &[2.0, 1.0, 4.0, 2.0, 3.0, 4.0],
+                10_000_000_000,
+            )),
         }
     }
 
@@ -170,6 +174,8 @@ pub(crate) mod fixtures {
             busbw_factor: 1.0,
             netbw_gbps: algbw,
             peers_in_flight: (1, 1),
+            // Two ranks: 0.25 + 0.5 s user, 0.25 + 0.5 s system over 1 s each; 3 GB moved.
+            cpu: crate::cputime::CpuCost::from_ranks(&[0.25, 0.25, 1.0, 0.5, 0.5, 1.0], 3_000_000_000),
             rank_samples_us: vec![
                 time_us * 0.9,
                 time_us,

@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::cli::format_size;
+use crate::cputime::CpuCost;
 use crate::report::{RunInfo, SizeResult};
 
 use super::{avg_busbw, wrong_total};
@@ -94,6 +95,44 @@ pub fn header(info: &RunInfo) -> String {
 /// columns it shares: `"%12li  %12li  %8s"` (size, count, type), then `"  %7s  %6s  %6s"`
 /// (time, algbw, busbw) and `" %6g"` for `#wrong` (`"    N/A"` when unchecked), as in
 /// nccl-tests' real output (peers.md section 1.7); floats are fitted to their width as
+/// The CPU cost after the footer (every line a `#` comment, so nccl-tests parsers skip it): per
+/// size the timed iterations' user and system seconds per rank, the busiest rank's, the cores a
+/// rank kept busy and the CPU seconds per GB of network bytes; then the whole run's.
+pub fn cpu_footer(results: &[SizeResult], run: Option<&CpuCost>) -> String {
+    let mut s = String::new();
+    let per_gb = |c: &CpuCost| c.cpu_s_per_gb.map_or_else(|| "N/A".to_string(), |v| format!("{v:.4}"));
+    if !results.is_empty() {
+        s.push_str("# CPU of the timed iterations (user + system s per rank, every thread: plugin helpers included; GB = 1e9 network bytes)\n");
+        s.push_str("#        size    user_s     sys_s  max_rank_s  cores/rank  cpu_s/GB\n");
+        for r in results {
+            let c = &r.cpu;
+            let _ = writeln!(
+                s,
+                "# {:>11}  {:>8.4}  {:>8.4}  {:>10.4}  {:>10.2}  {:>8}",
+                r.size_bytes,
+                c.user_s,
+                c.sys_s,
+                c.max_rank_s,
+                c.cores_per_rank,
+                per_gb(c)
+            );
+        }
+    }
+    if let Some(c) = run {
+        let _ = writeln!(
+            s,
+            "# CPU of the whole run: {:.3} s user + {:.3} s system per rank (busiest rank {:.3} s) in {:.2} s, {:.2} cores per rank, {} CPU-s/GB (warm-up included)",
+            c.user_s,
+            c.sys_s,
+            c.max_rank_s,
+            c.wall_s,
+            c.cores_per_rank,
+            per_gb(c)
+        );
+    }
+    s
+}
+
 /// nccl-tests' `getFloatStr`. Then our columns `"   %7s  %7s  %7s  %5s"` (t_min, t_med,
 /// t_p99, cv%).
 ///
@@ -312,6 +351,26 @@ mod tests {
         let ok = footer(&[fixtures::size(8, 1.0, None)]);
         assert!(ok.starts_with("# Out of bounds values : 0 OK\n"));
         assert!(footer(&[]).contains("Avg bus bandwidth    : N/A"));
+    }
+
+    #[test]
+    fn cpu_footer_lines() {
+        let r = fixtures::results();
+        let info = fixtures::info();
+        let f = cpu_footer(&r, info.cpu.as_ref());
+        let lines: Vec<&str> = f.lines().collect();
+        assert!(lines.iter().all(|l| l.starts_with('#')), "{f}");
+        assert_eq!(lines.len(), 2 + r.len() + 1);
+        // Per size: 0.375 s user, 0.375 s system per rank, busiest 1 s, 0.75 cores, 0.5 CPU-s/GB.
+        assert_eq!(
+            lines[2],
+            "#         256    0.3750    0.3750      1.0000        0.75    0.5000"
+        );
+        assert_eq!(
+            lines[4],
+            "# CPU of the whole run: 2.000 s user + 2.000 s system per rank (busiest rank 5.000 s) in 4.00 s, 1.00 cores per rank, 0.8000 CPU-s/GB (warm-up included)"
+        );
+        assert_eq!(cpu_footer(&[], None), "");
     }
 
     #[test]

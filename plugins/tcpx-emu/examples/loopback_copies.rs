@@ -164,7 +164,18 @@ fn receiver(mut s: TcpStream, chunk: usize, splice: bool, bytes: Arc<AtomicU64>)
     }
 }
 
-fn run(streams: usize, chunk: usize, sockbuf: usize, splice: bool, secs: f64) -> f64 {
+/// This process's user + system CPU seconds (every thread).
+fn cpu_s() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// GB/s of payload and CPU seconds (user + system, all threads) per GB over the measured second.
+fn run(streams: usize, chunk: usize, sockbuf: usize, splice: bool, secs: f64) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let bytes = Arc::new(AtomicU64::new(0));
     let mut threads = Vec::new();
@@ -195,16 +206,17 @@ fn run(streams: usize, chunk: usize, sockbuf: usize, splice: bool, secs: f64) ->
         }));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let b0 = bytes.load(Ordering::Relaxed);
+    let (b0, c0) = (bytes.load(Ordering::Relaxed), cpu_s());
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let b1 = bytes.load(Ordering::Relaxed);
+    let (b1, c1) = (bytes.load(Ordering::Relaxed), cpu_s());
     let dt = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
     }
-    (b1 - b0) as f64 / dt / 1e9
+    let gb = (b1 - b0) as f64 / 1e9;
+    (gb / dt, (c1 - c0) / gb.max(1e-9))
 }
 
 fn main() {
@@ -213,10 +225,14 @@ fn main() {
     let streams: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let streams = if streams.is_empty() { vec![1, 4, 16] } else { streams };
     println!("# loopback, chunk {chunk} B, SO_SNDBUF/RCVBUF {sockbuf} B, 1 s per point, GB/s of payload (1e9)");
-    println!("# streams   send   splice  ratio");
+    println!(
+        "# receive ring {} chunk(s) per stream; CPU-s/GB: user + system seconds of every thread per GB",
+        ring()
+    );
+    println!("# streams   send   splice  ratio  send_cpu_s/GB  splice_cpu_s/GB");
     for n in streams {
-        let a = run(n, chunk, sockbuf, false, 1.0);
-        let b = run(n, chunk, sockbuf, true, 1.0);
-        println!("{n:>9} {a:>6.2} {b:>8.2} {:>6.2}x", b / a);
+        let (a, ac) = run(n, chunk, sockbuf, false, 1.0);
+        let (b, bc) = run(n, chunk, sockbuf, true, 1.0);
+        println!("{n:>9} {a:>6.2} {b:>8.2} {:>6.2}x {ac:>14.4} {bc:>16.4}", b / a);
     }
 }
