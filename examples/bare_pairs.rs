@@ -15,7 +15,7 @@
 //!
 //! `--poll`: how a thread waits after a `test` that found its oldest request in flight: `sleep`
 //! 50 us (as `emu_vs_tcp`), `spin`, or tcpx-perf's `adaptive` backoff. Output: one line per size,
-//! `RESULT size time_us algbw_gbps cpu_s_per_gb cores`, GB = 1e9 bytes; CPU is this process's
+//! `RESULT size time_us algbw_gbps cpu_s_per_gb cores t_med_us` (t_med: the median iteration), GB = 1e9 bytes; CPU is this process's
 //! user + system time over the timed iterations (the plugin's helper threads included).
 
 use std::collections::VecDeque;
@@ -28,6 +28,8 @@ use nccl_net::{MemType, MrId, OpenOptions, Plugin, PluginSource, Poll, RecvComm,
 use tcpx_perf::cli::parse_size;
 use tcpx_perf::cputime::CpuTime;
 use tcpx_perf::engine::backoff::{Backoff, PollMode};
+use tcpx_perf::engine::buffer::HostBuffer;
+use tcpx_perf::stats::summarize;
 
 #[derive(Parser)]
 #[command(about = "tcpx-perf's pairs/uni pattern over a bare plugin: one process, two threads")]
@@ -236,10 +238,15 @@ fn main() {
     let connecting = thread::spawn(move || p2.connect(0, handle, "bare sender").wait(deadline));
     let mut rc = lc.accept(deadline).expect("accept");
     let mut sc = connecting.join().expect("connect thread").expect("connect");
-    // Page-aligned, touched once (as tcpx-perf's buffers).
-    let len = args.max.div_ceil(4096) as usize * 4096;
-    let mut sbuf = vec![0x5au8; len];
-    let mut rbuf = vec![0u8; len];
+    // tcpx-perf's own buffers (page-aligned, transparent huge pages, written once up front).
+    let alloc = |len: u64| {
+        HostBuffer::new(len as usize).unwrap_or_else(|e| {
+            eprintln!("bare_pairs: {e}");
+            std::process::exit(1);
+        })
+    };
+    let (mut sbuf, mut rbuf) = (alloc(args.max), alloc(args.max));
+    let len = sbuf.len();
     // SAFETY: both buffers outlive their registrations (deregistered below).
     let smr = unsafe { sc.register(sbuf.as_mut_ptr(), len, MemType::Host) }.expect("register");
     // SAFETY: as above.
@@ -258,42 +265,63 @@ fn main() {
             BarePoll::Adaptive => "adaptive",
         }
     );
-    println!("#      size   time_us  algbw_gbps  cpu_s_per_gb  cores");
+    println!("#      size   time_us  algbw_gbps  cpu_s_per_gb  cores  t_med_us");
     let mut size = args.min;
     while size <= args.max {
         let reqs = pieces(size, args.chunk);
-        let gate = Barrier::new(2);
-        let (mut st, mut rt) = (Duration::ZERO, Duration::ZERO);
-        let (mut cpu, mut wall) = (CpuTime::default(), Duration::ZERO);
-        for i in 0..args.warmup + args.iters {
-            let cpu0 = CpuTime::now();
-            let t0 = Instant::now();
-            let (s, r) = thread::scope(|scope| {
-                let sender = scope.spawn(|| {
-                    let mut w = Waiter::new(args.poll);
-                    gate.wait();
-                    send_iteration(&mut sc, smr, &sbuf, &reqs, args.window, &mut w)
-                });
+        let total = args.warmup + args.iters;
+        // One sending thread for the whole size, as tcpx-perf's endpoint threads: each iteration
+        // starts when both leave `start` and ends at `end`.
+        let (start, end) = (Barrier::new(2), Barrier::new(2));
+        let send_bytes = sbuf.as_slice();
+        let (sends, recvs, cpu, wall) = thread::scope(|scope| {
+            let sender = scope.spawn(|| {
                 let mut w = Waiter::new(args.poll);
-                gate.wait();
-                let r = recv_iteration(&mut rc, rmr, &mut rbuf, &reqs, args.window, &mut w);
-                (sender.join().expect("sender"), r)
+                (0..total)
+                    .map(|_| {
+                        start.wait();
+                        let t = send_iteration(&mut sc, smr, send_bytes, &reqs, args.window, &mut w);
+                        end.wait();
+                        t
+                    })
+                    .collect::<Vec<_>>()
             });
-            if i >= args.warmup {
-                st += s;
-                rt += r;
-                cpu.add(CpuTime::now().since(cpu0));
-                wall += t0.elapsed();
+            let mut w = Waiter::new(args.poll);
+            let (mut cpu, mut wall) = (CpuTime::default(), Duration::ZERO);
+            let mut recvs = Vec::with_capacity(total);
+            for i in 0..total {
+                let (cpu0, t0) = (CpuTime::now(), Instant::now());
+                start.wait();
+                recvs.push(recv_iteration(
+                    &mut rc,
+                    rmr,
+                    rbuf.as_mut_slice(),
+                    &reqs,
+                    args.window,
+                    &mut w,
+                ));
+                end.wait();
+                if i >= args.warmup {
+                    cpu.add(CpuTime::now().since(cpu0));
+                    wall += t0.elapsed();
+                }
             }
-        }
-        let time = st.max(rt).as_secs_f64() / args.iters as f64;
+            (sender.join().expect("sender"), recvs, cpu, wall)
+        });
+        let timed = |v: &[Duration]| v[args.warmup..].iter().map(Duration::as_secs_f64).collect::<Vec<f64>>();
+        let (s, r) = (timed(&sends), timed(&recvs));
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        // tcpx-perf -a 3: each side's mean, then the slower side; per iteration the slower side.
+        let time = mean(&s).max(mean(&r));
+        let per_iter: Vec<f64> = s.iter().zip(&r).map(|(a, b)| a.max(*b) * 1e6).collect();
         let gb = size as f64 * args.iters as f64 / 1e9;
         println!(
-            "RESULT {size} {:.1} {:.3} {:.4} {:.2}",
+            "RESULT {size} {:.1} {:.3} {:.4} {:.2} {:.1}",
             time * 1e6,
             size as f64 / time / 1e9,
             cpu.total_s() / gb,
-            cpu.total_s() / wall.as_secs_f64()
+            cpu.total_s() / wall.as_secs_f64(),
+            summarize(&per_iter).median
         );
         size = size.saturating_mul(args.factor);
     }

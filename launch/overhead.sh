@@ -10,7 +10,7 @@
 #
 # BIN_DIR holds tcpx-perf, bare_pairs and libnccl_net_tcpxemu_v7.so (default: target/release,
 # bare_pairs from target/release/examples). Knobs (environment): SOCKS, SIZES (first and last
-# are -b/-e, -f 2), CHUNK (64M), WINDOW (8), ITERS (8), WARMUP (2), ROUNDS (3), NP (2; NP=1 with
+# are -b/-e, -f FACTOR (2)), CHUNK (64M), WINDOW (8), ITERS (8), WARMUP (2), ROUNDS (3), NP (2; NP=1 with
 # `-g 2` puts both endpoints in one process), BARE_POLL (sleep|spin|adaptive), TCPXEMU_MODE
 # (host), and any NCCL_*/TCPXEMU_* variable, which both sides see.
 set -uo pipefail
@@ -32,7 +32,7 @@ export TCPXEMU_MODE=${TCPXEMU_MODE:-host}
 # What tcpx-perf sets for its built-in tcpx-emu when unset (strict tcpx-emu moves nothing without it).
 export NCCL_DYNAMIC_CHUNK_SIZE=${NCCL_DYNAMIC_CHUNK_SIZE:-524288}
 source launch/mpirun-args.sh
-common=(-b "$MINB" -e "$MAXB" -f 2 --chunk "$CHUNK" --window "$WINDOW" -n "$ITERS" -w "$WARMUP")
+common=(-b "$MINB" -e "$MAXB" -f "${FACTOR:-2}" --chunk "$CHUNK" --window "$WINDOW" -n "$ITERS" -w "$WARMUP")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "# overhead.sh: plugin $PLUGIN, TCPXEMU_MODE=$TCPXEMU_MODE, sizes $MINB..$MAXB, chunk $CHUNK, window $WINDOW, -n $ITERS -w $WARMUP, $ROUNDS rounds, bare --poll $BARE_POLL, tcpx-perf -np $NP $*"
@@ -44,30 +44,35 @@ for k in $SOCKS; do
     # bare: "RESULT size time_us algbw cpu_s_per_gb cores"
     out=$("$BARE" --plugin "$PLUGIN" "${common[@]}" --poll "$BARE_POLL" 2>&1)
     if ! grep -q '^RESULT' <<<"$out"; then echo "bare k=$k round $round FAILED"; tail -5 <<<"$out"; rc=1; continue; fi
-    awk -v k="$k" '/^RESULT/ {print k, $2, $4, $5}' <<<"$out" >>"$tmp/bare"
+    awk -v k="$k" '/^RESULT/ {print k, $2, $4, $5, $2 / $7 / 1e3}' <<<"$out" >>"$tmp/bare"
     echo "bare     k=$k round $round GB/s:" $(awk '/^RESULT/ {printf "%s=%s ", $2, $4}' <<<"$out")
     # tcpx-perf: rows (size ... algbw in column 5), then the CPU footer "# size user sys max cores cpu_s/GB"
     out=$(mpirun "${MPIRUN_ARGS[@]}" -np "$NP" -x NCCL_NSOCKS_PERTHREAD -x TCPXEMU_MODE -x NCCL_DYNAMIC_CHUNK_SIZE \
       "$BIN_DIR/tcpx-perf" --plugin "$PLUGIN" --pattern pairs --dir uni --mem host "${common[@]}" \
       -c 0 -a 3 --no-out --progress never "$@" 2>&1)
     r=$?
-    rows=$(awk '/^ +[0-9]/ {print $1, $5}' <<<"$out")
+    rows=$(awk '/^ +[0-9]/ {print $1, $5, $1 / $9 / 1e3}' <<<"$out")
     if [ $r -ne 0 ] || [ -z "$rows" ]; then echo "tcpx-perf k=$k round $round FAILED ($r)"; grep -v '^#' <<<"$out" | tail -5; rc=1; continue; fi
-    cpu=$(awk '/^# +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.N\/A]+$/ {print $2, $7}' <<<"$out")
-    join <(sort -k1,1 <<<"$rows") <(sort -k1,1 <<<"$cpu") | awk -v k="$k" '{print k, $1, $2, $3}' >>"$tmp/perf"
+    # CPU per size from the footer (nan from a build without it).
+    awk -v k="$k" '/^# +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.N\/A]+$/ {cpu[$2] = $7}
+      /^ +[0-9]/ {size[++n] = $1; bw[n] = $5; med[n] = $1 / $9 / 1e3}
+      END {for (i = 1; i <= n; i++) print k, size[i], bw[i], (size[i] in cpu ? cpu[size[i]] : "nan"), med[i]}' <<<"$out" >>"$tmp/perf"
     echo "tcpx-perf k=$k round $round GB/s:" $(awk '{printf "%s=%s ", $1, $2}' <<<"$rows")
   done
 done
 [ -s "$tmp/bare" ] && [ -s "$tmp/perf" ] || exit 1
 med() { awk -v k="$2" -v s="$3" -v c="$4" '$1 == k && $2 == s {print $c}' "$1" | sort -g |
   awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-echo "# sockets        size   bare_GB/s   perf_GB/s  perf/bare  bare_cpu_s/GB  perf_cpu_s/GB   (medians of $ROUNDS)"
+echo "# GB/s = size / mean iteration time (the headline figure); t_med: size / median iteration time"
+echo "# medians over $ROUNDS rounds of each run's figure"
+echo "# sockets        size   bare_GB/s   perf_GB/s  perf/bare  t_med perf/bare  bare_cpu_s/GB  perf_cpu_s/GB"
 for k in $SOCKS; do
   for s in $(awk -v k="$k" '$1 == k {print $2}' "$tmp/bare" | sort -n -u); do
     b=$(med "$tmp/bare" "$k" "$s" 3); p=$(med "$tmp/perf" "$k" "$s" 3)
     bc=$(med "$tmp/bare" "$k" "$s" 4); pc=$(med "$tmp/perf" "$k" "$s" 4)
-    awk -v k="$k" -v s="$s" -v b="$b" -v p="$p" -v bc="$bc" -v pc="$pc" \
-      'BEGIN {printf "%9s %11s %11.2f %11.2f %10.3f %14.4f %14.4f\n", k, s, b, p, (b > 0 ? p / b : 0), bc, pc}'
+    bm=$(med "$tmp/bare" "$k" "$s" 5); pm=$(med "$tmp/perf" "$k" "$s" 5)
+    awk -v k="$k" -v s="$s" -v b="$b" -v p="$p" -v bc="$bc" -v pc="$pc" -v bm="$bm" -v pm="$pm" \
+      'BEGIN {printf "%9s %11s %11.2f %11.2f %10.3f %16.3f %14.4f %14.4f\n", k, s, b, p, (b > 0 ? p / b : 0), (bm > 0 ? pm / bm : 0), bc, pc}'
   done
 done
 exit $rc

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p tcpx-emu --example loopback_copies -- [streams...]`
 //!
-//! Each stream: a sender thread cycling over 4 page-aligned chunk buffers and a receiver thread
+//! Each stream: a sender thread cycling over 4 page-aligned chunk buffers (`SEND_RING` more) and a receiver thread
 //! reading every chunk into one reused buffer (as the plugin's staging does). With `splice` the
 //! receiver acknowledges each chunk (8 bytes back on the same socket) and the sender reuses a
 //! buffer only after its chunk was acknowledged: until then the socket still references its
@@ -22,6 +22,12 @@ const BUFS: usize = 4;
 /// Receive ring length in chunks (`RING`, default 1: one reused, cache-hot buffer).
 fn ring() -> usize {
     env_usize("RING", 1).max(1)
+}
+
+/// Send ring length in chunks (`SEND_RING`, default [`BUFS`]: cache-hot); a benchmark that sends
+/// from a large buffer (tcpx-perf) reads cold memory, as `SEND_RING=128` (64 MiB per stream) does.
+fn send_ring() -> usize {
+    env_usize("SEND_RING", BUFS).max(BUFS)
 }
 
 fn env_usize(k: &str, d: usize) -> usize {
@@ -68,7 +74,8 @@ fn setbuf(fd: i32, v: usize) {
 }
 
 fn sender(mut s: TcpStream, chunk: usize, splice: bool, stop: Arc<AtomicBool>) {
-    let bufs = Pages::new(chunk * BUFS);
+    let ring = send_ring();
+    let bufs = Pages::new(chunk * ring);
     let fd = s.as_raw_fd();
     let mut pipe = [0i32; 2];
     if splice {
@@ -82,7 +89,7 @@ fn sender(mut s: TcpStream, chunk: usize, splice: bool, stop: Arc<AtomicBool>) {
     let mut sent = 0u64;
     let mut ack = [0u8; 8];
     while !stop.load(Ordering::Relaxed) {
-        let b = (sent as usize) % BUFS;
+        let b = (sent as usize) % ring;
         // SAFETY: inside our mapping.
         let p = unsafe { bufs.0.add(b * chunk) };
         if !splice {
@@ -226,7 +233,8 @@ fn main() {
     let streams = if streams.is_empty() { vec![1, 4, 16] } else { streams };
     println!("# loopback, chunk {chunk} B, SO_SNDBUF/RCVBUF {sockbuf} B, 1 s per point, GB/s of payload (1e9)");
     println!(
-        "# receive ring {} chunk(s) per stream; CPU-s/GB: user + system seconds of every thread per GB",
+        "# send ring {} and receive ring {} chunk(s) per stream; CPU-s/GB: user + system seconds of every thread per GB",
+        send_ring(),
         ring()
     );
     println!("# streams   send   splice  ratio  send_cpu_s/GB  splice_cpu_s/GB");
