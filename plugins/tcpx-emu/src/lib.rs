@@ -551,6 +551,11 @@ unsafe fn core_irecv(
     // SAFETY: when non-NULL, `mhs` has n == 1 entries.
     let mh = unsafe { mhs.as_ref() }.copied().unwrap_or(std::ptr::null_mut());
     let cuda = unsafe { mem_is_cuda(mh, ptr) };
+    if !cuda && (unpack_mode() || host_as_unpack()) {
+        // TCPX's line for every host-memory receive (contract #16), so that callers meet the
+        // same log volume as on the real plugin.
+        warn!(NCCL_NET, "NET/GPUDirectTCPX requested receive on host mem buffer");
+    }
     *request = unsafe { comm.irecv_mem(ptr.cast(), size, cuda) }?;
     Ok(())
 }
