@@ -666,7 +666,7 @@ fn blocking_connects_are_set_up_concurrently() {
         );
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         assert!(
-            String::from_utf8_lossy(&o.stdout).contains("# connection setup: "),
+            String::from_utf8_lossy(&o.stdout).contains("# setup: "),
             "{}",
             show(&o)
         );
