@@ -665,11 +665,7 @@ fn blocking_connects_are_set_up_concurrently() {
             &env,
         );
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-        assert!(
-            String::from_utf8_lossy(&o.stdout).contains("# setup: "),
-            "{}",
-            show(&o)
-        );
+        assert!(String::from_utf8_lossy(&o.stdout).contains("# setup: "), "{}", show(&o));
         let s = summary(&dir)["placement"].clone();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(s["comms"], 8 * 7 * 2, "{s}");
