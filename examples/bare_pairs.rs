@@ -27,7 +27,7 @@ use clap::Parser;
 use nccl_net::{MemType, MrId, OpenOptions, Plugin, PluginSource, Poll, RecvComm, SendComm};
 use tcpx_perf::cli::parse_size;
 use tcpx_perf::cputime::CpuTime;
-use tcpx_perf::engine::backoff::{Backoff, PollMode};
+use tcpx_perf::engine::backoff::{Backoff, Outlook, PollMode};
 use tcpx_perf::engine::buffer::HostBuffer;
 use tcpx_perf::stats::summarize;
 
@@ -100,7 +100,12 @@ impl Waiter {
         match self.poll {
             BarePoll::Sleep => thread::sleep(Duration::from_micros(50)),
             BarePoll::Spin => std::hint::spin_loop(),
-            BarePoll::Adaptive => Backoff::wait(self.backoff.empty_pass(Instant::now(), quiet)),
+            // Without the engine's view of the lanes: the conservative bound (the quiet time).
+            BarePoll::Adaptive => Backoff::wait(self.backoff.empty_pass(Instant::now(), || Outlook {
+                quiet,
+                refill_depth: Some(1),
+                ..Outlook::default()
+            })),
         }
     }
 }

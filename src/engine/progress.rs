@@ -6,7 +6,7 @@
 //! pass. Nothing here allocates or logs: the op vectors were built before the clock started, and
 //! the in-flight queues were sized for the window.
 
-use super::backoff::{Backoff, PollMode};
+use super::backoff::{Backoff, Outlook, PollMode};
 use super::copier::Copier;
 use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::schedule::{RecvOp, Schedule, SendOp};
@@ -284,6 +284,8 @@ pub struct IterationState {
     pub round_left: Vec<u32>,
     pub send_peers: PeerGauge,
     pub recv_peers: PeerGauge,
+    /// The fastest iteration of this size so far (warm-up included), for the adaptive wait.
+    pub fastest: Option<Duration>,
 }
 
 impl IterationState {
@@ -294,6 +296,7 @@ impl IterationState {
             round_left: schedule.ops_per_round.clone(),
             send_peers: PeerGauge::new(send_peers),
             recv_peers: PeerGauge::new(recv_peers),
+            fastest: None,
         }
     }
 
@@ -348,7 +351,26 @@ pub fn run_iteration(
     if let Some(c) = ctx.copier {
         c.wait();
     }
+    if let Ok(t) = &result {
+        state.fastest = Some(state.fastest.map_or(t.elapsed, |f| f.min(t.elapsed)));
+    }
     result
+}
+
+/// The fewest requests in flight on a lane that still has requests to post (the plugin's work in
+/// hand when that lane's next post falls due), or `None` when every request is posted.
+fn refill_depth(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> Option<usize> {
+    let sends = send
+        .iter()
+        .zip(&schedule.send)
+        .filter(|(l, ops)| l.next < ops.len())
+        .map(|(l, _)| l.inflight.len());
+    let recvs = recv
+        .iter()
+        .zip(&schedule.recv)
+        .filter(|(l, ops)| l.next < ops.len())
+        .map(|(l, _)| l.inflight.len());
+    sends.chain(recvs).min()
 }
 
 fn drive(
@@ -364,6 +386,7 @@ fn drive(
     let mut clock = Clock {
         last: start,
         delivered: Delivered::default(),
+        completions: 0,
     };
     let mut local = LocalCursor::default();
     let mut backoff = Backoff::new(ctx.poll);
@@ -398,7 +421,13 @@ fn drive(
         // one, or the start): a slow but steady iteration is never reported as stalled.
         let now = Instant::now();
         let quiet = now.saturating_duration_since(clock.last);
-        let wait = backoff.empty_pass(now, quiet);
+        let wait = backoff.empty_pass(now, || Outlook {
+            elapsed: now.saturating_duration_since(start),
+            quiet,
+            completions: clock.completions,
+            refill_depth: refill_depth(ctx.schedule, send, recv),
+            fastest: state.fastest,
+        });
         if backoff.check_due(wait) {
             if ctx.abort.load(Ordering::Relaxed) {
                 return Err(IterationError::Aborted);
@@ -427,6 +456,15 @@ fn drive(
 struct Clock {
     last: Instant,
     delivered: Delivered,
+    /// Completions (requests and local copies) so far.
+    completions: u32,
+}
+
+impl Clock {
+    fn complete(&mut self) {
+        self.last = Instant::now();
+        self.completions += 1;
+    }
 }
 
 /// Position in the endpoint's local copies.
@@ -500,7 +538,7 @@ fn pump_local(
         cursor.done = copy.len;
     }
     if cursor.done == copy.len {
-        clock.last = Instant::now();
+        clock.complete();
         state.flow_done[copy.flow as usize] = Some(clock.last);
         state.round_left[copy.round as usize] -= 1;
         cursor.copy += 1;
@@ -603,7 +641,7 @@ fn pump_send(
                 break;
             }
             Poll::Done { .. } => {
-                clock.last = Instant::now();
+                clock.complete();
                 if lane.inflight.is_empty() {
                     state.send_peers.down(lane.peer_slot);
                 }
@@ -763,7 +801,7 @@ fn deliver(
         lane.comm.consume(done)?;
     }
     lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
-    clock.last = Instant::now();
+    clock.complete();
     clock.delivered.receives += 1;
     clock.delivered.planned += op.len;
     state.received[op.slot as usize] = true;
