@@ -104,3 +104,50 @@ fn sweep_refuses_an_unknown_knob_before_running() {
         "no variant line for a refused variant"
     );
 }
+
+/// The harness-overhead benchmark runs here too: the bare plugin and tcpx-perf alternated per
+/// socket count, one table row per (sockets, size) with both figures, their ratio and both CPU
+/// costs. Without its binaries it stops at once, naming the fix.
+#[test]
+fn overhead_compares_the_bare_plugin_with_tcpx_perf() {
+    let bin_dir = Path::new(BIN).parent().expect("binary directory").display().to_string();
+    let env = [
+        ("BIN_DIR", bin_dir.as_str()),
+        ("SOCKS", "1 2"),
+        ("SIZES", "1M 2M"),
+        ("CHUNK", "1M"),
+        ("ITERS", "2"),
+        ("WARMUP", "1"),
+        ("ROUNDS", "1"),
+    ];
+    let out = bash(Path::new("launch/overhead.sh"), &[], &env, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let why = format!("stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{why}");
+    let rows: Vec<Vec<f64>> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("bare") && !l.starts_with("tcpx-perf"))
+        .map(|l| l.split_whitespace().map(|f| f.parse().expect("number")).collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "2 socket counts x 2 sizes\n{why}");
+    for (r, (k, size)) in rows
+        .iter()
+        .zip([(1.0, 1048576.0), (1.0, 2097152.0), (2.0, 1048576.0), (2.0, 2097152.0)])
+    {
+        // sockets size bare perf perf/bare t_med-ratio bare_cpu perf_cpu
+        assert_eq!((r.len(), r[0], r[1]), (8, k, size), "{why}");
+        assert!(r[2..].iter().all(|v| v.is_finite() && *v > 0.0), "{r:?}\n{why}");
+        assert!((r[4] - r[3] / r[2]).abs() < 0.01, "ratio of the two figures: {r:?}");
+    }
+
+    let out = bash(
+        Path::new("launch/overhead.sh"),
+        &[],
+        &[("BIN_DIR", "/nonexistent")],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("is missing") && stderr.contains("BIN_DIR"), "{stderr}");
+}
