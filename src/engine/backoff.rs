@@ -3,7 +3,7 @@
 //! GPUDirect-TCPX moves data only inside `test`, so the loop must keep testing; but once every
 //! request is handed to the plugin's helper threads, a loop that spins does nothing but take a
 //! core from them: one core per endpoint, whether the endpoint moves bytes or waits for a slow
-//! peer (issue 17, `docs/runs/h100-20261124T0450Z-issue17`).
+//! peer (issue 17, `docs/runs/h100-20261124T0437Z-issue17`).
 //!
 //! `adaptive` (the default) tests back to back for [`SPIN_FOR`] after each pass that made progress,
 //! then sleeps, each sleep twice the last, up to a bound ([`sleep_bound`]) that depends on what a
