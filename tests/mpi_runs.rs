@@ -179,10 +179,7 @@ fn assert_pictures(dir: &Path, endpoints: usize) {
         );
         // Endpoints are numbered 0..n-1 (rank x endpoints per rank + index), no gaps.
         let last = (endpoints - 1).to_string();
-        assert!(
-            t.iter().any(|t| *t == last) && !t.iter().any(|t| *t == endpoints.to_string()),
-            "{t:?}"
-        );
+        assert!(t.contains(&last) && !t.contains(&endpoints.to_string()), "{t:?}");
     } else {
         assert!(!links.exists(), "links.svg for {endpoints} endpoints");
     }

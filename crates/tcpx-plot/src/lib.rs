@@ -46,7 +46,7 @@ const REFERENCE_COLORS: [RGBColor; 4] = [
 pub fn fmt_size(b: u64) -> String {
     const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, m) in U {
-        if b >= m && b.is_multiple_of(m) {
+        if b >= m && b % m == 0 {
             return format!("{} {}", b / m, name);
         }
     }
