@@ -837,7 +837,7 @@ mod tests {
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("busbw = algbw * 2(n-1)/n"));
         assert!(help.contains("busbw = algbw * (n-1)/n"));
-        assert!(help.contains("network bytes sent per endpoint / time"));
+        assert!(help.contains("netbw = network bytes sent per sending endpoint / time"));
         assert!(help.contains("--warmup_iters"));
         for flag in [
             "--net-dev",

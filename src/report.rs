@@ -127,6 +127,9 @@ pub struct SizeResult {
     /// Network bytes sent per sending endpoint / time (`algbw * netbw_factor`), GB/s: busbw
     /// except for fullmesh with `--scope inter-node`, where same-node blocks stay off the network.
     pub netbw_gbps: f64,
+    /// The most distinct peers any endpoint had sends (receives) posted to at once during the
+    /// timed iterations: bounded by `--max-peers`.
+    pub peers_in_flight: (u32, u32),
     /// Wrong bytes over all timed iterations and ranks; `None` when unchecked.
     pub wrong: Option<u64>,
     /// Statistics of `samples_us`.

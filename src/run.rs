@@ -292,6 +292,18 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         mem == MemKind::Cuda(CudaPath::Direct) && props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK;
     notes.extend(contracts::check_chunk(cli.chunk, plugin.abi(), &props, cuda_unpack).map_err(Fatal::Everywhere)?);
     let reg_segment = contracts::registration_segment(plugin.abi(), cli.max_reg);
+    if mem == MemKind::Cuda(CudaPath::Direct)
+        && contracts::prefers_dmabuf(
+            &props,
+            plugin.has_reg_mr_dma_buf(),
+            true,
+            std::env::var("NCCL_DMABUF_ENABLE").ok().as_deref(),
+        )
+    {
+        notes.push(
+            "GPU memory is registered through DMA-BUF (regMrDmaBuf) where the GPU's driver exports it, as NCCL does; NCCL_DMABUF_ENABLE=0 uses regMr".into(),
+        );
+    }
     let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
         .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
         .collect();
@@ -768,6 +780,7 @@ fn measure(
     }
     let mut times = Vec::with_capacity(cli.iters);
     let mut delivered = Delivered::default();
+    let mut peers_in_flight = [0.0f64; 2];
     let mut wire_before = None;
     let mut wrong = 0u64;
     for i in 0..cli.warmup_iters + cli.iters {
@@ -789,6 +802,8 @@ fn measure(
         if timed {
             times.push(it.elapsed.as_secs_f64() * 1e6);
             delivered.add(&it.delivered);
+            peers_in_flight[0] = peers_in_flight[0].max(it.peers_in_flight.0 as f64);
+            peers_in_flight[1] = peers_in_flight[1].max(it.peers_in_flight.1 as f64);
             if check {
                 wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
@@ -808,6 +823,9 @@ fn measure(
         })
         .collect();
     let wire_after = probe.snapshot();
+    let everyone = mpi.gather_f64(&peers_in_flight);
+    let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
+    let peers_in_flight = (peer_max(0), peer_max(1));
     let mut counters = [wrong];
     mpi.sum_u64(&mut counters);
     let [wrong] = counters;
@@ -860,6 +878,7 @@ fn measure(
         samples_us,
         busbw_factor: factor,
         netbw_gbps: netbw,
+        peers_in_flight,
         rank_samples_us: all,
         pairs,
     })

@@ -130,6 +130,8 @@ pub struct RankIteration {
     /// Time to this rank's last completion (max over its endpoints).
     pub elapsed: Duration,
     pub delivered: progress::Delivered,
+    /// The most distinct peers one endpoint of this rank sent to (received from) at once.
+    pub peers_in_flight: (u32, u32),
 }
 
 /// This rank's connection setup.
@@ -337,11 +339,14 @@ impl Engine {
         let mut result = RankIteration {
             elapsed: Duration::ZERO,
             delivered: progress::Delivered::default(),
+            peers_in_flight: (0, 0),
         };
         for reply in self.collect()? {
             if let Reply::Timing(t) = reply {
                 result.elapsed = result.elapsed.max(t.elapsed);
                 result.delivered.add(&t.delivered);
+                result.peers_in_flight.0 = result.peers_in_flight.0.max(t.peers_in_flight.0);
+                result.peers_in_flight.1 = result.peers_in_flight.1.max(t.peers_in_flight.1);
             }
         }
         Ok(result)

@@ -29,6 +29,8 @@ pub struct LaneStats {
 /// A send comm with its registrations, its ops for this size and its in-flight requests.
 pub struct SendLane {
     pub comm: SendComm,
+    /// Index of the lane's peer among the endpoint's send peers (for the peers-in-flight gauge).
+    pub peer_slot: usize,
     /// One registration per buffer segment (see `schedule`); ops name theirs by index.
     pub mrs: Vec<MrId>,
     pub peer: String,
@@ -42,6 +44,8 @@ pub struct SendLane {
 /// A receive comm likewise; completed receives are consumed (irecvConsumed) in FIFO order.
 pub struct RecvLane {
     pub comm: RecvComm,
+    /// Index of the lane's peer among the endpoint's receive peers.
+    pub peer_slot: usize,
     /// One registration per buffer segment, as for sends.
     pub mrs: Vec<MrId>,
     pub peer: String,
@@ -61,9 +65,10 @@ pub struct RecvLane {
 }
 
 impl SendLane {
-    pub fn new(comm: SendComm, mrs: Vec<MrId>, peer: String, window: usize) -> Self {
+    pub fn new(comm: SendComm, peer_slot: usize, mrs: Vec<MrId>, peer: String, window: usize) -> Self {
         Self {
             comm,
+            peer_slot,
             mrs,
             peer,
             stats: Arc::default(),
@@ -75,9 +80,17 @@ impl SendLane {
 }
 
 impl RecvLane {
-    pub fn new(comm: RecvComm, mrs: Vec<MrId>, peer: String, window: usize, unpack: Option<UnpackRing>) -> Self {
+    pub fn new(
+        comm: RecvComm,
+        peer_slot: usize,
+        mrs: Vec<MrId>,
+        peer: String,
+        window: usize,
+        unpack: Option<UnpackRing>,
+    ) -> Self {
         Self {
             comm,
+            peer_slot,
             mrs,
             peer,
             stats: Arc::default(),
@@ -98,6 +111,8 @@ pub struct IterationTiming {
     pub elapsed: Duration,
     /// What the completed receives delivered, by each source that can see it.
     pub delivered: Delivered,
+    /// The most distinct peers this endpoint had sends (receives) posted to at once.
+    pub peers_in_flight: (u32, u32),
 }
 
 /// What completed receives delivered, as each source that can see the bytes counts them. The
@@ -219,19 +234,65 @@ impl From<nccl_net::NetError> for IterationError {
     }
 }
 
+/// How many distinct peers have requests posted to the plugin at once (`--max-peers` bounds it):
+/// per peer, the lanes (channels) with requests in flight.
+#[derive(Debug, Clone, Default)]
+pub struct PeerGauge {
+    busy: Vec<u32>,
+    active: u32,
+    /// The most peers busy at once since the last reset.
+    pub max: u32,
+}
+
+impl PeerGauge {
+    fn new(peers: usize) -> Self {
+        PeerGauge {
+            busy: vec![0; peers],
+            ..PeerGauge::default()
+        }
+    }
+
+    /// A lane of `peer` went from no request in flight to one.
+    fn up(&mut self, peer: usize) {
+        self.busy[peer] += 1;
+        if self.busy[peer] == 1 {
+            self.active += 1;
+            self.max = self.max.max(self.active);
+        }
+    }
+
+    /// A lane of `peer` has no request in flight any more.
+    fn down(&mut self, peer: usize) {
+        self.busy[peer] -= 1;
+        if self.busy[peer] == 0 {
+            self.active -= 1;
+        }
+    }
+
+    fn reset(&mut self) {
+        self.busy.fill(0);
+        self.active = 0;
+        self.max = 0;
+    }
+}
+
 /// Per-iteration mutable state, allocated once per size (not per iteration).
 pub struct IterationState {
     pub received: Vec<bool>,
     pub flow_done: Vec<Option<Instant>>,
     pub round_left: Vec<u32>,
+    pub send_peers: PeerGauge,
+    pub recv_peers: PeerGauge,
 }
 
 impl IterationState {
-    pub fn new(schedule: &Schedule, flows: usize) -> Self {
+    pub fn new(schedule: &Schedule, flows: usize, send_peers: usize, recv_peers: usize) -> Self {
         Self {
             received: vec![false; schedule.recv_slots],
             flow_done: vec![None; flows],
             round_left: schedule.ops_per_round.clone(),
+            send_peers: PeerGauge::new(send_peers),
+            recv_peers: PeerGauge::new(recv_peers),
         }
     }
 
@@ -239,6 +300,8 @@ impl IterationState {
         self.received.fill(false);
         self.flow_done.fill(None);
         self.round_left.copy_from_slice(&schedule.ops_per_round);
+        self.send_peers.reset();
+        self.recv_peers.reset();
     }
 
     fn current_round(&self) -> u32 {
@@ -351,6 +414,7 @@ fn drive(
     Ok(IterationTiming {
         elapsed: clock.last.saturating_duration_since(start),
         delivered: clock.delivered,
+        peers_in_flight: (state.send_peers.max, state.recv_peers.max),
     })
 }
 
@@ -520,6 +584,9 @@ fn pump_send(
         };
         let Some(req) = posted else { break };
         note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
+        if lane.inflight.is_empty() {
+            state.send_peers.up(lane.peer_slot);
+        }
         lane.staged.pop_front();
         lane.inflight.push_back((req, idx));
         progressed = true;
@@ -532,6 +599,9 @@ fn pump_send(
             }
             Poll::Done { .. } => {
                 clock.last = Instant::now();
+                if lane.inflight.is_empty() {
+                    state.send_peers.down(lane.peer_slot);
+                }
                 state.round_left[ops[idx as usize].round as usize] -= 1;
                 lane.stats.completed.fetch_add(1, Ordering::Relaxed);
                 lane.stats.consumed.fetch_add(1, Ordering::Relaxed);
@@ -570,6 +640,9 @@ fn pump_recv(
         };
         let Some(req) = posted else { break };
         note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
+        if lane.inflight.is_empty() {
+            state.recv_peers.up(lane.peer_slot);
+        }
         lane.inflight.push_back((req, lane.next as u32));
         lane.next += 1;
         progressed = true;
@@ -581,6 +654,9 @@ fn pump_recv(
                 break;
             }
             Poll::Done { size, recv: done } => {
+                if lane.inflight.is_empty() {
+                    state.recv_peers.down(lane.peer_slot);
+                }
                 let op = ops[idx as usize];
                 match size {
                     Some(got) if got as u64 != op.len => {

@@ -64,6 +64,8 @@ struct SizeSummary<'a> {
     busbw_gbps: f64,
     busbw_factor: f64,
     netbw_gbps: f64,
+    /// [sends, receives]: the most distinct peers one endpoint had requests posted to at once.
+    peers_in_flight: [u32; 2],
     wrong: Option<u64>,
     time_min_us: f64,
     time_median_us: f64,
@@ -187,6 +189,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
         busbw_gbps: r.busbw_gbps,
         busbw_factor: r.busbw_factor,
         netbw_gbps: r.netbw_gbps,
+        peers_in_flight: [r.peers_in_flight.0, r.peers_in_flight.1],
         wrong: r.wrong,
         time_min_us: r.stats.min,
         time_median_us: r.stats.median,

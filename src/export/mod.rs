@@ -175,6 +175,7 @@ pub(crate) mod fixtures {
             samples_us: samples,
             busbw_factor: 1.0,
             netbw_gbps: algbw,
+            peers_in_flight: (1, 1),
             rank_samples_us: vec![
                 time_us * 0.9,
                 time_us,
