@@ -303,7 +303,10 @@ fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
         pci_path: d.pci_path_ptr(),
         guid: dev as u64,
         // DMA-BUF only where a table has `regMrDmaBuf`: not in the build presented as TCPX.
-        ptr_support: match (unpack, !cfg!(feature = "v7-only") && plugin().is_ok_and(|p| p.cfg.dmabuf)) {
+        ptr_support: match (
+            unpack,
+            !cfg!(feature = "v7-only") && plugin().is_ok_and(|p| p.cfg.dmabuf),
+        ) {
             (true, true) => NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF,
             (true, false) => NCCL_PTR_HOST | NCCL_PTR_CUDA,
             (false, _) => NCCL_PTR_HOST,
