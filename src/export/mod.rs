@@ -3,7 +3,7 @@
 //! - [`csv`]: `results.csv`, `samples.csv`, `pairs.csv`;
 //! - [`json`]: `summary.json`, written last and atomically.
 //!
-//! The file formats are specified in `results/README.md` (schema version 1).
+//! The file formats are specified in `results/README.md` (schema version 3).
 
 use std::fs;
 use std::io;
@@ -18,7 +18,7 @@ pub mod table;
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
@@ -137,6 +137,7 @@ pub(crate) mod fixtures {
             window: 8,
             notes: vec!["a note".into()],
             placement: Default::default(),
+            nccl: None,
         }
     }
 
@@ -202,6 +203,7 @@ pub(crate) mod fixtures {
                     gbps: algbw,
                 },
             ],
+            nccl: None,
         }
     }
 
