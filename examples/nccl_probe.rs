@@ -84,6 +84,15 @@ fn probe() -> Result<(), String> {
         .chain(["--baseline".into(), "nccl".into()])
         .chain(std::env::args().skip(1));
     let cli = Cli::try_parse_from(args).map_err(|e| e.to_string())?;
+    // As tcpx-perf does for the built-in tcpx-emu: TCPX moves no data without a chunk size, and
+    // tcpx-emu refuses to start without one (GKE's value). Before any thread reads the
+    // environment.
+    if std::env::var_os(tcpx_perf::contracts::DYNAMIC_CHUNK_ENV).is_none() {
+        std::env::set_var(
+            tcpx_perf::contracts::DYNAMIC_CHUNK_ENV,
+            tcpx_perf::contracts::DYNAMIC_CHUNK_DEFAULT,
+        );
+    }
     let path = cli
         .plugin
         .clone()
@@ -107,7 +116,11 @@ fn probe() -> Result<(), String> {
         .iter()
         .flat_map(|&p| cli.sizes().into_iter().map(move |s| Arc::new(self_plan(p, s))))
         .collect();
-    let mut nccl = NcclBaseline::start(prep, &Solo, &plans, Duration::from_secs(cli.timeout))?;
+    let mut nccl = NcclBaseline::init(prep, &Solo, &plans, Duration::from_secs(cli.timeout))?;
+    match nccl.verify_plugin() {
+        Ok(()) => println!("# plugin check: PASS (NCCL's log names the plugin as loaded and used)"),
+        Err(e) => println!("# plugin check: FAIL: {e}"),
+    }
     print!("{}", nccl.header_lines());
     println!(
         "# {:>9} {:>12} {:>10} {:>8} {:>12} {:>8} {:>7}",

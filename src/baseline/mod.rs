@@ -17,6 +17,8 @@
 //! [`ops`] (pattern to NCCL calls), this module (flags, environment, the plugin proof, the
 //! figures).
 
+#[cfg(test)]
+mod export_tests;
 pub mod nccl;
 pub mod nccl_sys;
 pub mod ops;
@@ -188,7 +190,7 @@ pub fn prepare(
     env.push(("NCCL_DEBUG_FILE".into(), log_file.display().to_string()));
     // Defaults that only apply when the user left them unset.
     let mut defaults = Vec::new();
-    if plugin.name() == "tcpx-emu" {
+    if plugin.name().starts_with("tcpx-emu") {
         // lo has no PCI path: without this NCCL would stage receives through host memory and
         // never use the plugin's device-unpack path that tcpx-perf drives.
         defaults.push(("NCCL_NET_GDR_LEVEL", "SYS"));
@@ -321,6 +323,18 @@ impl NcclBaseline {
         plans: &[Arc<Plan>],
         timeout: Duration,
     ) -> Result<NcclBaseline, String> {
+        let mut b = Self::init(prep, mpi, plans, timeout)?;
+        b.verify_plugin()?;
+        Ok(b)
+    }
+
+    /// [`start`](Self::start) without the log check (for a probe that reports it separately).
+    pub fn init<C: Collectives + ?Sized>(
+        prep: Prepared,
+        mpi: &C,
+        plans: &[Arc<Plan>],
+        timeout: Duration,
+    ) -> Result<NcclBaseline, String> {
         let rank = mpi.rank();
         let watchdog = Watchdog::start(|| "  (NCCL baseline: NCCL owns its comms)".to_string(), rank);
         watchdog.arm("NCCL baseline: communicator setup", timeout);
@@ -333,20 +347,10 @@ impl NcclBaseline {
         let t0 = Instant::now();
         let nranks = plans.first().map_or(0, |p| p.buffer_len.len());
         let session = Session::init(prep.lib.clone(), mpi, nranks, &local, buffer_len)?;
-        let mut init = [t0.elapsed().as_secs_f64()];
-        let all = mpi.gather_f64(&init);
-        init[0] = all.iter().copied().fold(0.0, f64::max);
+        let all = mpi.gather_f64(&[t0.elapsed().as_secs_f64()]);
         watchdog.disarm();
-        let log = std::fs::read_to_string(&prep.info.log_file).map_err(|e| {
-            format!(
-                "NCCL baseline: cannot read NCCL's log {} ({e}), which must show that NCCL used the plugin",
-                prep.info.log_file
-            )
-        })?;
-        let evidence = plugin_evidence(&log, &prep.plugin_name)?;
         let mut info = prep.info;
-        info.evidence = evidence;
-        info.init_seconds = init[0];
+        info.init_seconds = all.iter().copied().fold(0.0, f64::max);
         if let Some(p) = plans.first() {
             info.operation = ops::nccl_call(p.pattern).to_string();
         }
@@ -359,6 +363,18 @@ impl NcclBaseline {
             epoch: t0,
             iter: 0,
         })
+    }
+
+    /// Reads this rank's NCCL log: NCCL must have loaded the plugin file and used its network.
+    pub fn verify_plugin(&mut self) -> Result<(), String> {
+        let log = std::fs::read_to_string(&self.info.log_file).map_err(|e| {
+            format!(
+                "NCCL baseline: cannot read NCCL's log {} ({e}), which must show that NCCL used the plugin",
+                self.info.log_file
+            )
+        })?;
+        self.info.evidence = plugin_evidence(&log, &self.plugin_name)?;
+        Ok(())
     }
 
     /// The header lines rank 0 prints once NCCL is up.

@@ -227,7 +227,8 @@ fn read_meta(meta: &mut Meta, hashed: bool, body: &str, toks: &[&str]) {
         for pair in words.windows(2) {
             if let ("ranks:" | "endpoints:" | "nodes:", v) = (pair[0], pair[1]) {
                 if v.parse::<u64>().is_ok() {
-                    meta.tcpx_shape.push((pair[0].trim_end_matches(':').to_string(), v.to_string()));
+                    meta.tcpx_shape
+                        .push((pair[0].trim_end_matches(':').to_string(), v.to_string()));
                 }
             }
         }
