@@ -128,6 +128,15 @@ pub fn needs_flush(props: &Properties, gpudirect_receive: bool, gpu_major: u32) 
     gpudirect_receive && props.net_device_type != abi::NCCL_NET_DEVICE_UNPACK && (props.force_flush || gpu_major < 9)
 }
 
+/// Whether GPU memory is registered through DMA-BUF (`regMrDmaBuf`), as NCCL prefers
+/// (`transport/net.cc`): the plugin reports `NCCL_PTR_DMABUF` and implements the call, the GPU's
+/// driver exports DMA-BUFs, and `NCCL_DMABUF_ENABLE` (the variable's value, if set) is not 0.
+/// TCPX leaves `regMrDmaBuf` NULL, so it always gets `regMr`.
+pub fn prefers_dmabuf(props: &Properties, has_reg_mr_dma_buf: bool, gpu_exports: bool, enable: Option<&str>) -> bool {
+    let enabled = enable.is_none_or(|v| v.trim() != "0");
+    enabled && has_reg_mr_dma_buf && gpu_exports && props.ptr_support & abi::NCCL_PTR_DMABUF != 0
+}
+
 /// TCPX moves no data while `NCCL_DYNAMIC_CHUNK_SIZE` is unset or 0. Returns the fix for a
 /// TCPX-like plugin that would run without it, given the variable's value.
 pub fn dynamic_chunk_problem(value: Option<&str>) -> Option<String> {
@@ -234,6 +243,22 @@ mod tests {
         assert!(!needs_flush(&p, false, 8), "host-memory or staged receives never");
         p.force_flush = true;
         assert!(needs_flush(&p, true, 9));
+    }
+
+    #[test]
+    fn dmabuf_where_nccl_uses_it() {
+        let dmabuf = abi::NCCL_PTR_HOST | abi::NCCL_PTR_CUDA | abi::NCCL_PTR_DMABUF;
+        let p = props(None, dmabuf, Some("/sys/p"), 0);
+        assert!(prefers_dmabuf(&p, true, true, None));
+        assert!(prefers_dmabuf(&p, true, true, Some("1")));
+        assert!(!prefers_dmabuf(&p, true, true, Some("0")), "NCCL_DMABUF_ENABLE=0");
+        assert!(!prefers_dmabuf(&p, false, true, None), "no regMrDmaBuf entry (TCPX)");
+        assert!(
+            !prefers_dmabuf(&p, true, false, None),
+            "the GPU driver exports no DMA-BUF"
+        );
+        let tcpx = props(None, abi::NCCL_PTR_HOST | abi::NCCL_PTR_CUDA, Some("/sys/p"), 0);
+        assert!(!prefers_dmabuf(&tcpx, true, true, None), "no NCCL_PTR_DMABUF");
     }
 
     #[test]

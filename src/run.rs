@@ -293,6 +293,18 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         mem == MemKind::Cuda(CudaPath::Direct) && props.net_device_type == nccl_net::abi::NCCL_NET_DEVICE_UNPACK;
     notes.extend(contracts::check_chunk(cli.chunk, plugin.abi(), &props, cuda_unpack).map_err(Fatal::Everywhere)?);
     let reg_segment = contracts::registration_segment(plugin.abi(), cli.max_reg);
+    if mem == MemKind::Cuda(CudaPath::Direct)
+        && contracts::prefers_dmabuf(
+            &props,
+            plugin.has_reg_mr_dma_buf(),
+            true,
+            std::env::var("NCCL_DMABUF_ENABLE").ok().as_deref(),
+        )
+    {
+        notes.push(
+            "GPU memory is registered through DMA-BUF (regMrDmaBuf) where the GPU's driver exports it, as NCCL does; NCCL_DMABUF_ENABLE=0 uses regMr".into(),
+        );
+    }
     let device_names: Vec<String> = (0..plugin.device_count().unwrap_or(0))
         .filter_map(|d| plugin.properties(d).ok().map(|p| p.name))
         .collect();

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 const PAGE: usize = super::buffer::BUFFER_ALIGN;
 
 /// Registers `[base, base + len)` on `comm` in segments of at most `segment` bytes (`len` and
-/// `segment` are page multiples): one `regMr` per segment, in order, as the schedule's `reg`
-/// indices expect.
+/// `segment` are page multiples): one registration per segment, in order, as the schedule's
+/// `reg` indices expect. With `dmabuf`, the buffer behind `base` (GPU memory) is handed over as
+/// DMA-BUF file descriptors (`regMrDmaBuf`), one per segment, closed once registered (as NCCL).
 ///
 /// # Safety
 /// The range is one live allocation that outlives the comm's registrations.
@@ -35,13 +36,26 @@ unsafe fn register_segments<C: nccl_net::Registrar>(
     len: usize,
     mem: MemType,
     segment: u64,
+    dmabuf: Option<&tcpx_gpu::DeviceBuffer>,
 ) -> Result<Vec<nccl_net::MrId>, String> {
+    use std::os::fd::AsRawFd;
     let segment = usize::try_from(segment).unwrap_or(usize::MAX).max(PAGE);
     (0..len.div_ceil(segment).max(1))
         .map(|i| {
             let start = i * segment;
             let size = segment.min(len - start);
-            // SAFETY: the segment lies inside the caller's range.
+            let fd = match dmabuf {
+                Some(buffer) => Some(buffer.dmabuf_fd(start..start + size).map_err(|e| e.to_string())?),
+                None => None,
+            };
+            let mem = match &fd {
+                Some(fd) => MemType::CudaDmaBuf {
+                    fd: fd.as_raw_fd(),
+                    offset: 0,
+                },
+                None => mem,
+            };
+            // SAFETY: the segment lies inside the caller's range (and `fd` exports exactly it).
             unsafe { comm.register(base.add(start), size, mem) }.map_err(|e| e.to_string())
         })
         .collect()
@@ -184,6 +198,19 @@ impl Worker {
         Ok(())
     }
 
+    /// Whether GPU memory goes to the plugin as DMA-BUF, as NCCL decides: the plugin offers
+    /// `NCCL_PTR_DMABUF` and `regMrDmaBuf`, the GPU's driver exports DMA-BUFs, and
+    /// `NCCL_DMABUF_ENABLE` is not 0.
+    fn use_dmabuf(&self, gpu: &GpuState, dev: usize) -> Result<bool, String> {
+        let props = self.plugin.properties(dev).map_err(|e| e.to_string())?;
+        Ok(crate::contracts::prefers_dmabuf(
+            &props,
+            self.plugin.has_reg_mr_dma_buf(),
+            gpu.device.info().dmabuf_supported,
+            std::env::var("NCCL_DMABUF_ENABLE").ok().as_deref(),
+        ))
+    }
+
     /// Connects to every outgoing peer and accepts every incoming one, all at once (both sides
     /// of every pair must make progress together), on setup threads ([`setup`]) until the
     /// deadline. Returns the setup time and the setup threads used.
@@ -246,10 +273,21 @@ impl Worker {
         }
         let segment = self.config.reg_segment;
         let window = self.config.window;
+        // Per channel (each channel's comms are on one plugin device): DMA-BUF or not.
+        let mut dmabuf = Vec::with_capacity(self.lanes.channels);
+        for ch in 0..self.lanes.channels {
+            dmabuf.push(match self.memory.as_ref() {
+                Some(Memory::Gpu(g)) if mem == MemType::Cuda && self.use_dmabuf(g, self.net_devs[ch])? => {
+                    Some(&g.buffer)
+                }
+                _ => None,
+            });
+        }
         for (i, mut comm) in sends.into_iter().enumerate() {
             // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
             // in `close`).
-            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
+            let via = dmabuf[i % self.lanes.channels];
+            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment, via) }?;
             let peer = self.label(send_peers[i]);
             let lane = SendLane::new(comm, i / self.lanes.channels, mrs, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
@@ -257,7 +295,8 @@ impl Worker {
         }
         for (i, mut comm) in recvs.into_iter().enumerate() {
             // SAFETY: as above.
-            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment) }?;
+            let via = dmabuf[i % self.lanes.channels];
+            let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment, via) }?;
             let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
             let unpack = match (self.memory.as_ref(), comm.device_handle()) {
                 (Some(Memory::Gpu(g)), Some(handle)) if g.path == CudaPath::Direct => {

@@ -75,7 +75,7 @@ impl SetupReport {
             format!(", at most {n} sockets on one node ({h})")
         });
         format!(
-            "# connection setup: {:.3} s for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint\n",
+            "# setup: {:.3} s (buffers, listen, handle exchange, connect/accept) for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint\n",
             self.seconds, self.comms, self.connect_seconds, self.max_setup_threads
         )
     }

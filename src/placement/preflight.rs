@@ -115,6 +115,44 @@ pub fn local(ctx: &Local) -> Vec<Finding> {
     out
 }
 
+/// The CPUs the launcher left this rank: each endpoint runs its progress thread plus one plugin
+/// helper thread per data socket (TCPX and tcpx-emu). Open MPI binds every rank to one core when
+/// it starts two ranks or fewer (`--bind-to core`), which puts all of them on that core.
+pub fn affinity(allowed: &super::cpus::CpuSet, endpoints: usize, data_sockets: usize) -> Vec<Finding> {
+    let threads = endpoints * (1 + data_sockets);
+    if allowed.is_empty() {
+        return Vec::new();
+    }
+    if allowed.len() < threads.min(2 * endpoints) {
+        vec![Finding::warning(format!(
+            "this rank may run on {} CPU(s) ({allowed}) for {threads} busy threads (progress and plugin helpers): the launcher bound it (Open MPI binds to a core for 2 ranks or fewer); use mpirun --bind-to none or --bind-to numa",
+            allowed.len()
+        ))]
+    } else {
+        vec![Finding::ok(format!(
+            "{} CPU(s) allowed for {threads} busy threads",
+            allowed.len()
+        ))]
+    }
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::super::cpus::CpuSet;
+    use super::*;
+
+    #[test]
+    fn a_rank_bound_to_one_core_is_a_warning() {
+        let one = CpuSet::parse("3").unwrap();
+        let w = affinity(&one, 1, 2);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].level, Level::Warning);
+        assert!(w[0].text.contains("--bind-to none"), "{}", w[0].text);
+        let many = CpuSet::parse("0-15").unwrap();
+        assert_eq!(affinity(&many, 1, 2)[0].level, Level::Ok);
+    }
+}
+
 fn numa(n: Option<u32>) -> String {
     n.map_or("?".into(), |n| n.to_string())
 }

@@ -116,6 +116,11 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         env: &env,
     }));
     let sockets = preflight::data_sockets(&env).unwrap_or(1);
+    findings.extend(preflight::affinity(
+        &allowed,
+        topo.endpoints_of(input.rank).len(),
+        sockets,
+    ));
     let report = RankReport {
         rank: input.rank,
         host: topo.hostnames[input.rank].clone(),

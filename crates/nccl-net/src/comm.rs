@@ -37,6 +37,10 @@ pub enum MemType {
     Host,
     /// CUDA device memory (`NCCL_PTR_CUDA`).
     Cuda,
+    /// CUDA device memory handed over as a DMA-BUF file descriptor (`regMrDmaBuf`, for plugins
+    /// with `NCCL_PTR_DMABUF`): `fd` exports the registered range from byte `offset`. The caller
+    /// keeps `fd` open for the call and may close it after (as NCCL does).
+    CudaDmaBuf { fd: std::ffi::c_int, offset: u64 },
 }
 
 /// A memory registration of one comm. Ids are unique in the process, so one from another comm (or
@@ -210,17 +214,39 @@ impl Core {
     }
 
     unsafe fn register(&mut self, ptr: *mut u8, len: usize, mem: MemType) -> Result<MrId, NetError> {
-        let ty = match mem {
-            MemType::Host => abi::NCCL_PTR_HOST,
-            MemType::Cuda => abi::NCCL_PTR_CUDA,
-        };
         let mut mh: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the comm is open; the caller guarantees the memory outlives the registration.
-        let rc = unsafe { self.plugin.table.reg_mr(self.comm, ptr.cast(), len, ty, &mut mh) }
-            .map_err(|e| self.abi_limit("regMr", len, e))?;
+        let (call, rc) = match mem {
+            MemType::Host | MemType::Cuda => {
+                let ty = if mem == MemType::Host {
+                    abi::NCCL_PTR_HOST
+                } else {
+                    abi::NCCL_PTR_CUDA
+                };
+                // SAFETY: the comm is open; the caller guarantees the memory outlives the
+                // registration.
+                let rc = unsafe { self.plugin.table.reg_mr(self.comm, ptr.cast(), len, ty, &mut mh) }
+                    .map_err(|e| self.abi_limit("regMr", len, e))?;
+                ("regMr", rc)
+            }
+            MemType::CudaDmaBuf { fd, offset } => {
+                // SAFETY: as above; `fd` exports the range (the caller's contract).
+                let rc = unsafe {
+                    self.plugin.table.reg_mr_dma_buf(
+                        self.comm,
+                        ptr.cast(),
+                        len,
+                        abi::NCCL_PTR_CUDA,
+                        offset,
+                        fd,
+                        &mut mh,
+                    )
+                };
+                ("regMrDmaBuf", rc)
+            }
+        };
         if rc != abi::NCCL_SUCCESS {
             return Err(NetError::call(
-                "regMr",
+                call,
                 rc,
                 &self.peer,
                 format!("{len} bytes of {mem:?} memory at {ptr:p}"),

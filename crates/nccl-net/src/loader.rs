@@ -335,6 +335,12 @@ impl Plugin {
             .map_err(|rc| NetError::call("getProperties", rc, "", format!("device {dev}")))
     }
 
+    /// Whether the plugin implements `regMrDmaBuf` (NCCL prefers it for GPU memory when the
+    /// plugin reports `NCCL_PTR_DMABUF`).
+    pub fn has_reg_mr_dma_buf(&self) -> bool {
+        self.table.has_reg_mr_dma_buf()
+    }
+
     /// Whether the plugin has `irecvConsumed` ([`crate::RecvComm::consume`] calls it when present).
     pub fn has_irecv_consumed(&self) -> bool {
         self.table.has_irecv_consumed()

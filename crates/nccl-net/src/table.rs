@@ -309,6 +309,30 @@ impl Table {
         }
     }
 
+    /// Whether the plugin implements `regMrDmaBuf`.
+    pub(crate) fn has_reg_mr_dma_buf(&self) -> bool {
+        common!(self, reg_mr_dma_buf).is_some()
+    }
+
+    /// `regMrDmaBuf(comm, data, size, type, offset, fd, &mh)` (`size_t` size in every version).
+    ///
+    /// # Safety
+    /// `comm` is an open comm; `fd` is a DMA-BUF exporting `[data, data + len)` from `offset`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn reg_mr_dma_buf(
+        &self,
+        comm: *mut c_void,
+        data: *mut c_void,
+        len: usize,
+        ty: c_int,
+        offset: u64,
+        fd: c_int,
+        mh: &mut *mut c_void,
+    ) -> abi::NcclResult {
+        // SAFETY: per the contract.
+        unsafe { call!(common!(self, reg_mr_dma_buf), comm, data, len, ty, offset, fd, mh) }
+    }
+
     /// # Safety
     /// `mh` came from `reg_mr` on `comm` and no request using it is outstanding.
     pub(crate) unsafe fn dereg_mr(&self, comm: *mut c_void, mh: *mut c_void) -> abi::NcclResult {

@@ -58,6 +58,9 @@ pub struct DeviceInfo {
     pub total_mem: u64,
     /// PCI bus id, `dddd:bb:dd.f` (for NIC affinity).
     pub pci_bus_id: String,
+    /// Whether the driver exports this GPU's memory as DMA-BUF file descriptors
+    /// (`CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`; false where the driver cannot say).
+    pub dmabuf_supported: bool,
 }
 
 /// What [`Gpu::probe`] found.
@@ -162,6 +165,7 @@ pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
         sm_count: attr(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
         total_mem: total as u64,
         pci_bus_id,
+        dmabuf_supported: attr(dev, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).is_ok_and(|v| v != 0),
     })
 }
 

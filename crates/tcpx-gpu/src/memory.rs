@@ -105,6 +105,36 @@ impl DeviceBuffer {
         Ok(self.ptr + range.start as u64)
     }
 
+    /// Exports `range` of the buffer as a DMA-BUF file descriptor
+    /// (`cuMemGetHandleForAddressRange`), what `regMrDmaBuf` takes. The range must start and end
+    /// on host pages (the buffer is 4 KiB-aligned; pass page multiples).
+    pub fn dmabuf_fd(&self, range: Range<usize>) -> Result<std::os::fd::OwnedFd, GpuError> {
+        let addr = self.raw_range(range.clone())?;
+        self.ctx.bind()?;
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: out-pointer to a live int, as the DMA_BUF_FD handle type requires; the range
+        // lies inside this allocation (checked above) and the context is current.
+        check(
+            unsafe {
+                sys::cuMemGetHandleForAddressRange(
+                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    addr,
+                    range.len(),
+                    sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                    0,
+                )
+            },
+            "cuMemGetHandleForAddressRange",
+        )?;
+        if fd < 0 {
+            return Err(GpuError::invalid(
+                "cuMemGetHandleForAddressRange returned no file descriptor",
+            ));
+        }
+        // SAFETY: the driver just created this descriptor for us; we own it.
+        Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
     /// Copies `src` into the buffer at `offset` and waits for the copy.
     pub fn copy_from_host(&self, offset: usize, src: &[u8], stream: &Stream) -> Result<(), GpuError> {
         let dst = self.raw_range(offset..offset.saturating_add(src.len()))?;

@@ -218,6 +218,21 @@ unsafe extern "C" fn reg_mr_v8(
     guard("regMr", || unsafe { core_reg_mr(data, size, ptr_type, mh) })
 }
 
+/// v8+ only: the v7 table, TCPX's, has no `regMrDmaBuf`.
+unsafe extern "C" fn reg_mr_dma_buf(
+    _comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    ptr_type: c_int,
+    offset: u64,
+    fd: c_int,
+    mh: *mut *mut c_void,
+) -> NcclResult {
+    guard("regMrDmaBuf", || unsafe {
+        core_reg_mr_dma_buf(data, size, ptr_type, offset, fd, mh)
+    })
+}
+
 unsafe extern "C" fn dereg_mr(_comm: *mut c_void, mh: *mut c_void) -> NcclResult {
     guard("deregMr", || unsafe { core_dereg_mr(mh) })
 }
@@ -438,7 +453,7 @@ pub static ncclNetPlugin_v8: NetV8 = NetV8 {
     connect: Some(connect_v7),
     accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr: Some(dereg_mr),
     isend: Some(isend_v7),
     irecv: Some(irecv_v7),
@@ -463,7 +478,7 @@ pub static ncclNetPlugin_v9: NetV9 = NetV9 {
     connect: Some(connect_v7),
     accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr: Some(dereg_mr),
     isend: Some(isend_v9),
     irecv: Some(irecv_v9),
@@ -489,7 +504,7 @@ pub static ncclNetPlugin_v10: NetV10 = NetV10 {
     connect: Some(connect_v10),
     accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),
@@ -515,7 +530,7 @@ pub static ncclNetPlugin_v11: NetV11 = NetV11 {
     connect: Some(connect_v11),
     accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),
@@ -543,7 +558,7 @@ pub static ncclNetPlugin_v12: NetV12 = NetV12 {
     connect: Some(connect_v11),
     accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
+    reg_mr_dma_buf: Some(reg_mr_dma_buf),
     dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),

@@ -14,6 +14,7 @@
 //! | `TCPXEMU_FLOW_STEERING_MS` | 0 | setup cost model: accept takes this much longer (TCPX's `PROGRAM_FLOW_STEERING_WAIT_MICROS`, GKE 1000 ms) |
 //! | `TCPXEMU_MTU` | the interface's | MTU that sizes a devmem fragment, hence the largest CUDA receive (contract #2) |
 //! | `TCPXEMU_HOST_DEVICE_TYPE` | `host` | host mode's `netDeviceType`: `host`, or `unpack` to present itself as TCPX does |
+//! | `TCPXEMU_DMABUF` | 0 | 1: unpack mode offers `NCCL_PTR_DMABUF` and `regMrDmaBuf` (v8+ tables; TCPX has neither) |
 //! | `TCPXEMU_SOCKBUF` | 4194304 | `SO_SNDBUF`/`SO_RCVBUF` of data sockets; 0 = kernel autotuning |
 //! | `TCPXEMU_REPORT_SIZES` | 0 | 1: `test` writes `*sizes` (TCPX never does) |
 //! | `TCPXEMU_ZEROCOPY` | `staged` | which sends hand their pages to the socket (`vmsplice` + `splice`) instead of copying them, completing once the receiver acknowledged each chunk (see [`crate::worker`]): `staged` (unpack mode's pinned staging of CUDA sends), `all` (host-memory sends too), `off` |
@@ -104,6 +105,9 @@ pub struct Config {
     pub mtu: Option<u32>,
     /// Host mode reports `netDeviceType` UNPACK (v7) as TCPX does.
     pub host_as_unpack: bool,
+    /// Unpack mode also offers `NCCL_PTR_DMABUF` and `regMrDmaBuf` (v8+ tables), as GPUDirect
+    /// plugins such as aws-ofi-nccl do; TCPX does not (its `regMrDmaBuf` is NULL).
+    pub dmabuf: bool,
 }
 
 impl Default for Config {
@@ -127,6 +131,7 @@ impl Default for Config {
             setup_blocking: false,
             mtu: None,
             host_as_unpack: false,
+            dmabuf: false,
         }
     }
 }
@@ -225,6 +230,7 @@ impl Config {
         cfg.connect_ms = number(&get, "TCPXEMU_CONNECT_MS", 0, &mut warns);
         cfg.flow_steering_ms = number(&get, "TCPXEMU_FLOW_STEERING_MS", 0, &mut warns);
         cfg.setup_blocking = flag(&get, "TCPXEMU_SETUP_BLOCKING", false, &mut warns);
+        cfg.dmabuf = flag(&get, "TCPXEMU_DMABUF", false, &mut warns);
         if let Some(v) = get("TCPXEMU_MTU").filter(|v| !v.trim().is_empty()) {
             match v.trim().parse::<u32>() {
                 Ok(n) if (576..=65536).contains(&n) => cfg.mtu = Some(n),

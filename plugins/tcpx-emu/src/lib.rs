@@ -302,10 +302,11 @@ fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
         name: d.name_ptr(),
         pci_path: d.pci_path_ptr(),
         guid: dev as u64,
-        ptr_support: if unpack {
-            NCCL_PTR_HOST | NCCL_PTR_CUDA
-        } else {
-            NCCL_PTR_HOST
+        // DMA-BUF only where a table has `regMrDmaBuf`: not in the build presented as TCPX.
+        ptr_support: match (unpack, !cfg!(feature = "v7-only") && plugin().is_ok_and(|p| p.cfg.dmabuf)) {
+            (true, true) => NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF,
+            (true, false) => NCCL_PTR_HOST | NCCL_PTR_CUDA,
+            (false, _) => NCCL_PTR_HOST,
         },
         reg_is_global: 0,
         force_flush: 0,
@@ -485,6 +486,56 @@ unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: 
     Ok(())
 }
 
+/// DMA-BUF registrations made (for the close-time INFO line and tests).
+pub static DMABUF_REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// `regMrDmaBuf`: GPU memory handed over as a DMA-BUF. tcpx-emu moves GPU bytes through pinned
+/// staging, so it needs only the address; it checks that `fd` really is a DMA-BUF (a caller that
+/// passed any other descriptor would fail on a real GPUDirect plugin), then registers as `regMr`.
+unsafe fn core_reg_mr_dma_buf(
+    data: *mut c_void,
+    size: usize,
+    ptr_type: c_int,
+    offset: u64,
+    fd: c_int,
+    mhandle: *mut *mut c_void,
+) -> NetResult<()> {
+    if !plugin().is_ok_and(|p| p.cfg.dmabuf && p.cfg.mode == Mode::Unpack) {
+        return Err(NetError::invalid_usage(
+            "regMrDmaBuf without NCCL_PTR_DMABUF: tcpx-emu offers DMA-BUF only in unpack mode with TCPXEMU_DMABUF=1",
+        ));
+    }
+    if ptr_type != NCCL_PTR_CUDA {
+        return Err(NetError::invalid_argument(format!(
+            "regMrDmaBuf of memory type {} ({ptr_type}): DMA-BUF registrations are NCCL_PTR_CUDA",
+            ptr_type_name(ptr_type)
+        )));
+    }
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| NetError::invalid_argument(format!("regMrDmaBuf: fd {fd} is not open ({e})")))?;
+    if !target.to_string_lossy().contains("dmabuf") {
+        return Err(NetError::invalid_argument(format!(
+            "regMrDmaBuf: fd {fd} is {} , not a DMA-BUF (export one with cuMemGetHandleForAddressRange)",
+            target.display()
+        )));
+    }
+    if offset != 0 {
+        return Err(NetError::invalid_argument(format!(
+            "regMrDmaBuf: offset {offset} into the DMA-BUF; tcpx-emu takes buffers exported from their first byte"
+        )));
+    }
+    // SAFETY: forwarded contract.
+    unsafe { core_reg_mr(data, size, ptr_type, mhandle) }?;
+    if DMABUF_REGISTRATIONS.fetch_add(1, Ordering::Relaxed) == 0 {
+        info!(
+            NCCL_NET,
+            "regMrDmaBuf: {size} bytes at {data:p} through fd {fd} ({})",
+            target.display()
+        );
+    }
+    Ok(())
+}
+
 unsafe fn core_dereg_mr(mhandle: *mut c_void) -> NetResult<()> {
     if !mhandle.is_null() {
         // SAFETY: created by core_reg_mr.
@@ -551,6 +602,11 @@ unsafe fn core_irecv(
     // SAFETY: when non-NULL, `mhs` has n == 1 entries.
     let mh = unsafe { mhs.as_ref() }.copied().unwrap_or(std::ptr::null_mut());
     let cuda = unsafe { mem_is_cuda(mh, ptr) };
+    if !cuda && (unpack_mode() || host_as_unpack()) {
+        // TCPX's line for every host-memory receive (contract #16), so that callers meet the
+        // same log volume as on the real plugin.
+        warn!(NCCL_NET, "NET/GPUDirectTCPX requested receive on host mem buffer");
+    }
     *request = unsafe { comm.irecv_mem(ptr.cast(), size, cuda) }?;
     Ok(())
 }

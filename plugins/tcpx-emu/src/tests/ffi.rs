@@ -325,6 +325,45 @@ fn v9_v10_v12_properties() {
     assert_eq!(call!(t12, finalize(ctx)), NCCL_SUCCESS);
 }
 
+/// Like TCPX, the v7 table has no `regMrDmaBuf`; the newer tables have one, which refuses
+/// unless unpack mode offers DMA-BUF (`TCPXEMU_DMABUF=1`), and then only real DMA-BUF fds.
+#[test]
+fn reg_mr_dma_buf_only_where_dma_buf_is_offered() {
+    ffi_env();
+    assert!(
+        crate::ncclNetPlugin_v7.reg_mr_dma_buf.is_none(),
+        "TCPX's table has none"
+    );
+    let t12 = &crate::ncclNetPlugin_v12;
+    let mut ctx = std::ptr::null_mut();
+    assert_eq!(
+        call!(t12, init(&mut ctx, 0, std::ptr::null_mut(), None, None)),
+        NCCL_SUCCESS
+    );
+    // SAFETY: all-zero is a valid properties value.
+    let mut p: PropertiesV12 = unsafe { std::mem::zeroed() };
+    assert_eq!(call!(t12, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(p.ptr_support & NCCL_PTR_DMABUF, 0, "host mode offers no DMA-BUF");
+    let mut buf = vec![0u8; 4096];
+    let mut mh = std::ptr::null_mut();
+    let pipe = std::fs::File::open("/dev/null").unwrap();
+    let rc = call!(
+        t12,
+        reg_mr_dma_buf(
+            std::ptr::null_mut(),
+            buf.as_mut_ptr().cast(),
+            4096,
+            NCCL_PTR_CUDA,
+            0,
+            std::os::fd::AsRawFd::as_raw_fd(&pipe),
+            &mut mh
+        )
+    );
+    assert_ne!(rc, NCCL_SUCCESS);
+    assert!(mh.is_null());
+    assert_eq!(call!(t12, finalize(ctx)), NCCL_SUCCESS);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Process-wide knobs (read once, at the first `init`) run in a child process: this test binary
 // running the ignored helper below with its own environment.
