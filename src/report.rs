@@ -74,6 +74,9 @@ pub struct RunInfo {
     pub notes: Vec<String>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup time.
     pub placement: crate::placement::dry_run::PlacementReport,
+    /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
+    /// plugin, the alternation of the blocks.
+    pub nccl: Option<crate::baseline::NcclInfo>,
 }
 
 /// Where one rank ran.
@@ -148,6 +151,8 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
+    /// NCCL's figures at this size (`--baseline nccl`).
+    pub nccl: Option<crate::baseline::NcclFigures>,
 }
 
 /// What one directed endpoint pair moved in one size.

@@ -78,6 +78,9 @@ struct SizeSummary<'a> {
     bytes_moved: Option<u64>,
     /// Every source's view of the bytes (wire counters per host and interface included).
     bytes: &'a crate::delivery::ByteCheck,
+    /// `--baseline nccl`: NCCL's figures at this size (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nccl: Option<&'a crate::baseline::NcclFigures>,
 }
 
 #[derive(Serialize)]
@@ -117,6 +120,9 @@ struct Summary<'a> {
     placement: &'a crate::placement::dry_run::PlacementReport,
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
+    /// `--baseline nccl`: library, settings, NCCL's log lines that prove it used the plugin,
+    /// the timings' definitions and the alternation of the blocks (null without it).
+    nccl_baseline: Option<&'a crate::baseline::NcclInfo>,
     results: Vec<SizeSummary<'a>>,
 }
 
@@ -170,6 +176,7 @@ pub fn write_summary(
         placement: &info.placement,
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
+        nccl_baseline: info.nccl.as_ref(),
         results: results.iter().map(size_summary).collect(),
     };
     write_atomically(&dir.join(SUMMARY_JSON), |w| {
@@ -200,6 +207,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
         bytes_planned: r.bytes_planned,
         bytes_moved: r.bytes.measured,
         bytes: &r.bytes,
+        nccl: r.nccl.as_ref(),
     }
 }
 
@@ -253,7 +261,9 @@ mod tests {
         )
         .expect("write");
         let v = read(tmp.path());
-        assert_eq!(v["schema_version"], 2);
+        assert_eq!(v["schema_version"], 3);
+        assert!(v["nccl_baseline"].is_null());
+        assert!(v["results"][0].get("nccl").is_none());
         assert_eq!(v["complete"], true);
         assert_eq!(v["status"], "wrong-data");
         assert!(v["error"].is_null());

@@ -4,7 +4,7 @@
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically.
 //!
-//! The file formats are specified in `results/README.md` (schema version 2).
+//! The file formats are specified in `results/README.md` (schema version 3).
 
 use std::fs;
 use std::io;
@@ -20,7 +20,7 @@ pub mod table;
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
@@ -143,6 +143,7 @@ pub(crate) mod fixtures {
             window: 8,
             notes: vec!["a note".into()],
             placement: Default::default(),
+            nccl: None,
         }
     }
 
@@ -208,6 +209,7 @@ pub(crate) mod fixtures {
                     gbps: algbw,
                 },
             ],
+            nccl: None,
         }
     }
 
