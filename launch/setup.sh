@@ -1,21 +1,47 @@
 #!/usr/bin/env bash
 # Installs what building and running tcpx-perf needs on a fresh Debian/Ubuntu machine:
-# Open MPI (mpirun and headers for rsmpi), libclang (rsmpi's bindgen), pkg-config, and Rust if
-# it is missing. Safe to run again.
+# Open MPI (mpirun, and headers for rsmpi), libclang (rsmpi's bindgen), pkg-config, a C
+# compiler, and Rust if it is missing. Safe to run again; prints what it installed.
+#
+# A package counts as installed only when dpkg says "install ok installed": `dpkg -s` also
+# answers 0 for a removed package whose configuration files remain, which would leave the
+# build to fail later on a missing mpi.h.
 set -euo pipefail
+
+installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
+
 need=()
-command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
-dpkg -s libopenmpi-dev >/dev/null 2>&1 || need+=(libopenmpi-dev)
-dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
-command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
-command -v cc >/dev/null 2>&1 || need+=(build-essential)
+for pkg in openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl; do
+  installed "$pkg" || need+=("$pkg")
+done
+
 if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to install: ${need[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "setup: installing ${need[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" ca-certificates curl >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  echo "setup: installed ${need[*]}"
+else
+  echo "setup: system packages already installed"
 fi
-if ! command -v cargo >/dev/null 2>&1; then
-  [ -x "$HOME/.cargo/bin/cargo" ] || curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-  export PATH="$HOME/.cargo/bin:$PATH"
+
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "setup: installing Rust (rustup, minimal profile)"
+  if ! curl -sSf --max-time 60 https://sh.rustup.rs -o /tmp/rustup-init.sh || ! sh /tmp/rustup-init.sh -y --profile minimal; then
+    cat >&2 <<'EOF'
+setup: could not install Rust from https://sh.rustup.rs (no network, or a proxy in the way).
+Install Rust 1.89 or newer yourself, then run this again:
+  - with network access elsewhere: download rustup-init for your platform from
+    https://rust-lang.github.io/rustup/installation/other.html and run it here, or
+  - from your distribution, if it is new enough: apt-get install cargo rustc (check rustc --version)
+EOF
+    exit 1
+  fi
+  echo "setup: installed Rust"
 fi
+export PATH="$HOME/.cargo/bin:$PATH"
 echo "setup: $(mpirun --version 2>/dev/null | head -1); $(cargo --version)"

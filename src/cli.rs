@@ -235,6 +235,21 @@ pub struct Cli {
     /// More output (repeat for more)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// Measure NCCL itself beside tcpx-perf, size by size, in the same job
+    ///
+    /// nccl: after tcpx-perf measures a size, the same ranks run NCCL's equivalent operation
+    /// (sendrecv/pairs: grouped ncclSend/ncclRecv over the same pairs; ring: ncclAllReduce;
+    /// fullmesh: alltoall as grouped send/recv) on the same GPUs through the same plugin file
+    /// (NCCL_NET_PLUGIN; P2P, SHM, NVLS off). Both timings (tcpx-perf's barrier per iteration,
+    /// nccl-tests' CUDA events around a batch) and the ratio go into the table, results.csv and
+    /// summary.json. Needs one GPU per endpoint and libnccl.so.2 (see --nccl-lib).
+    #[arg(long, value_enum)]
+    pub baseline: Option<crate::baseline::BaselineKind>,
+
+    /// libnccl.so.2 for --baseline nccl (default: the dynamic loader's search for libnccl.so.2)
+    #[arg(long = "nccl-lib")]
+    pub nccl_lib: Option<PathBuf>,
 }
 
 /// How per-rank times are reduced to one number before bandwidth is computed (nccl-tests `-a`).
@@ -570,7 +585,7 @@ impl Cli {
                 self.pattern
             ));
         }
-        Ok(())
+        crate::baseline::validate(self)
     }
 }
 

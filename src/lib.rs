@@ -9,8 +9,10 @@
 //! - [`report`], [`export`]: the result model and one module per output format.
 //! - [`placement`]: which NIC and CPUs each endpoint uses, preflight checks, `--dry-run`.
 //! - [`mpi_boot`], [`topology`]: MPI, nodes and endpoints at the edges.
+//! - [`baseline`]: `--baseline nccl`, NCCL itself measured beside tcpx-perf in the same job.
 //! - [`run`]: one benchmark run from parsed flags to the result directory.
 
+pub mod baseline;
 pub mod check;
 pub mod cli;
 pub mod contracts;

@@ -77,6 +77,9 @@ pub struct RunInfo {
     /// The whole run's CPU cost (every thread of every rank, from MPI up to the end); set once
     /// the sweep completed.
     pub cpu: Option<crate::cputime::CpuCost>,
+    /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
+    /// plugin, the alternation of the blocks.
+    pub nccl: Option<crate::baseline::NcclInfo>,
 }
 
 /// Where one rank ran.
@@ -154,6 +157,8 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
+    /// NCCL's figures at this size (`--baseline nccl`).
+    pub nccl: Option<crate::baseline::NcclFigures>,
 }
 
 /// What one directed endpoint pair moved in one size.

@@ -6,6 +6,7 @@
 //! errors of one rank (a plugin that fails to load there) are printed by that rank, which then
 //! ends the whole job so that no other rank waits for it.
 
+use crate::baseline::{self, NcclBaseline};
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
 use crate::contracts;
 use crate::cputime::{CpuCost, CpuTime};
@@ -330,6 +331,10 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         )));
     }
     let sha = report::sha256_file(plugin.path()).unwrap_or_else(|_| "unreadable".into());
+    let nccl_prep = agree(mpi, baseline::prepare(cli, &plugin, &props, &topo, rank))?;
+    if let Some(p) = &nccl_prep {
+        baseline::check_distinct_gpus(mpi, &topo, p).map_err(Fatal::Everywhere)?;
+    }
 
     // Every rank must run exactly this.
     let sizes: Vec<String> = plans.iter().map(|p| p.size.to_string()).collect();
@@ -355,6 +360,10 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         ("plugin name", plugin.name().to_string()),
         ("plugin ABI", plugin.abi().to_string()),
         ("plugin sha256", sha.clone()),
+        (
+            "NCCL baseline",
+            nccl_prep.as_ref().map_or("none".into(), |p| p.version().to_string()),
+        ),
     ];
     // Placement and preflight: every rank places its endpoints, rank 0 gathers the report.
     let rank_plan = agree(
@@ -399,6 +408,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     );
     info.notes = notes;
     info.placement = placement;
+    info.nccl = nccl_prep.as_ref().map(|p| p.info().clone());
     let out_dir = (!cli.no_out).then(|| {
         cli.out
             .clone()
@@ -458,13 +468,24 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         print!("{}", setup_report.line());
     }
     info.placement.setup = Some(setup_report);
+    let mut nccl = match nccl_prep {
+        Some(p) => Some(agree(
+            mpi,
+            NcclBaseline::start(p, mpi, &plans, Duration::from_secs(cli.timeout)),
+        )?),
+        None => None,
+    };
+    if let (0, Some(b)) = (rank, &nccl) {
+        print!("{}", b.header_lines());
+    }
 
     let progress = progress_bar(cli, rank, plans.len() * (cli.iters + cli.warmup_iters));
     let mut results = Vec::new();
     let mut pattern_iter: u32 = 0;
     let mut failure = None;
     for plan in &plans {
-        match measure(
+        let started = std::time::Instant::now();
+        let measured = measure(
             cli,
             mpi,
             &engine,
@@ -473,7 +494,19 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
             plan,
             &mut pattern_iter,
             progress.as_ref(),
-        ) {
+        );
+        // --baseline nccl: NCCL's figures of this size, right after tcpx-perf's.
+        let measured = match (measured, nccl.as_mut()) {
+            (Ok(mut r), Some(b)) => b
+                .measure(cli, mpi, plan, r.busbw_gbps, started)
+                .map_err(Fatal::Here)
+                .map(|f| {
+                    r.nccl = Some(f);
+                    r
+                }),
+            (m, _) => m,
+        };
+        match measured {
             Ok(r) => {
                 if rank == 0 {
                     let line = table::row(&r);
@@ -493,6 +526,9 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     if let Some(bar) = &progress {
         bar.finish_and_clear();
     }
+    if let Some(b) = &nccl {
+        info.nccl = Some(b.info().clone());
+    }
     if let Some(fatal) = failure {
         // Rows measured so far are kept, under a summary that says the run failed and why.
         let msg = match &fatal {
@@ -508,6 +544,9 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
             let _ = engine.close(mpi);
         }
         return Err(fatal);
+    }
+    if let Some(b) = nccl.take() {
+        info.nccl = Some(b.finish().map_err(Fatal::Here)?);
     }
     engine.close(mpi).map_err(Fatal::Here)?;
     // The whole run's CPU cost (setup, warm-up, checks and every size) per every network byte
@@ -759,6 +798,7 @@ fn run_info(
         notes: Vec::new(),
         placement: PlacementReport::default(),
         cpu: None,
+        nccl: None,
     }
 }
 
@@ -902,6 +942,7 @@ fn measure(
         cpu,
         rank_samples_us: all,
         pairs,
+        nccl: None,
     })
 }
 

@@ -156,8 +156,9 @@ struct CompareArgs {
     candidate: Vec<PathBuf>,
     /// References: baseline files (.toml) and/or run inputs like the candidate's (a result
     /// directory, a directory of them, files). Takes several values (`-B A B`); the run inputs
-    /// together form one reference, each baseline file is one more.
-    #[arg(long, short = 'B', required = true, num_args = 1..)]
+    /// together form one reference, each baseline file is one more. Without -B: NCCL of the
+    /// candidates' own runs (tcpx-perf --baseline nccl: same job, same GPUs, same plugin).
+    #[arg(long, short = 'B', num_args = 1..)]
     baseline: Vec<PathBuf>,
     /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
     #[arg(long, value_delimiter = ',')]
@@ -294,8 +295,24 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
     })
 }
 
-/// The references of `-B`: all run inputs together, then each baseline file.
-fn references(a: &CompareArgs) -> Result<Vec<Reference>, Failure> {
+/// The references of `-B`: all run inputs together, then each baseline file. Without `-B`, the
+/// NCCL figures recorded in the candidates' own runs (`tcpx-perf --baseline nccl`).
+fn references(a: &CompareArgs, cands: &[Run]) -> Result<Vec<Reference>, Failure> {
+    if a.baseline.is_empty() {
+        let mut same_run = Vec::new();
+        for c in cands {
+            match parse::tcpx::nccl_reference(c)? {
+                Some(r) => same_run.push(r),
+                None => {
+                    return Err(Failure::Usage(format!(
+                        "{}: no -B given and the run has no NCCL figures (run tcpx-perf --baseline nccl, or give -B BASELINE)",
+                        c.source
+                    )))
+                }
+            }
+        }
+        return Ok(vec![Reference::Runs(same_run)]);
+    }
     let (files, runs): (Vec<PathBuf>, Vec<PathBuf>) =
         a.baseline.iter().cloned().partition(|p| baseline::is_baseline_path(p));
     let mut out = Vec::new();
@@ -331,7 +348,7 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
         let cands = load_runs(&a.candidate, &a.input)?;
-        let r = references(a)?;
+        let r = references(a, &cands)?;
         Ok::<_, Failure>(compare::analyze(&cands, &r, &s))
     })();
     let rep = match res {

@@ -228,16 +228,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
     num.trim().parse::<u64>().ok()?.checked_mul(mult)
 }
 
-/// Formats a size in binary units (`1 KiB`, `64 MiB`), exact when possible.
-pub fn fmt_size(b: u64) -> String {
-    const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (name, m) in U {
-        if b >= m && b.is_multiple_of(m) {
-            return format!("{} {}", b / m, name);
-        }
-    }
-    format!("{b} B")
-}
+pub use tcpx_plot::fmt_size;
 
 #[cfg(test)]
 mod tests {

@@ -1,46 +1,14 @@
-//! SVG plots (plotters, SVG backend only; text is emitted as SVG `<text>`, no font library needed).
+//! Plots for `tcpx-analyze plot` and `heatmap`: turns runs and baselines into the shared
+//! plotting crate's lines, reference levels and cells (`tcpx-plot` draws; tcpx-perf draws each
+//! run's own pictures with the same code).
 
 use crate::baseline::{Baseline, Statistic, Unit};
 use crate::compare::GIB_PER_GB;
 use crate::model::{fmt_size, Metric, PairLink, Run};
 use crate::stats;
-use plotters::prelude::*;
 use std::path::Path;
-
-const COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(23, 190, 207),
-    RGBColor(188, 189, 34),
-];
-const BASE_COLORS: [RGBColor; 4] = [
-    RGBColor(214, 39, 40),
-    RGBColor(90, 90, 90),
-    RGBColor(160, 30, 90),
-    RGBColor(0, 100, 0),
-];
-
-/// (size, headline figure, optional p10-p90 band of the run's iterations)
-pub type Point = (u64, f64, Option<(f64, f64)>);
-
-/// Per-size baseline points: label, colour, points.
-type PointSet = (String, RGBColor, Vec<(f64, f64)>);
-
-/// How a baseline line is drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MarkStyle {
-    /// A per-size floor over a range: long dashes.
-    Floor,
-    /// A mean over sizes (one number for the whole range, not a per-size value): dots.
-    MeanOverSizes,
-}
-
-/// A baseline mark: label, colour, end points, style.
-type Mark = (String, RGBColor, Vec<(f64, f64)>, MarkStyle);
+use tcpx_plot::{BandwidthChart, Cell, Heatmap, Level, LevelStyle, Reference};
+pub use tcpx_plot::{Line, Point};
 
 /// The shortest trailing path of each source that tells it apart from the others
 /// (`a/r1` and `b/r1` rather than `r1` twice).
@@ -67,13 +35,6 @@ pub fn unique_names(sources: &[String]) -> Vec<String> {
                 .unwrap_or_else(|| sources[i].clone())
         })
         .collect()
-}
-
-/// One line of the bandwidth plot.
-#[derive(Debug, Clone)]
-pub struct Line {
-    pub label: String,
-    pub points: Vec<Point>,
 }
 
 /// Builds the lines (one per run and pattern): the run's headline figure per size (bytes /
@@ -111,50 +72,11 @@ pub fn lines_from_runs(runs: &[Run], metric: Metric) -> Vec<Line> {
     out
 }
 
-fn size_label(x: f64) -> String {
-    let r = x.round();
-    if (x - r).abs() > 1e-6 || !(0.0..63.0).contains(&r) {
-        return String::new();
-    }
-    fmt_size(1u64 << (r as u32))
-}
-
-/// Labels for a log10 axis: the value 10^v with three significant digits.
-fn log_label(v: f64) -> String {
-    let x = 10f64.powf(v);
-    let d = (2 - x.log10().floor() as i32).max(0) as usize;
-    format!("{x:.d$}")
-}
-
-/// Bandwidth (or time) vs size, log2 x axis, runs and baselines overlaid, CI bands; with
-/// `log_y` the y axis is log10 (small sizes and large ones readable on one plot).
-pub fn plot_bandwidth(
-    out: &Path,
-    title: &str,
-    metric: Metric,
-    lines: &[Line],
-    baselines: &[Baseline],
-    convert_units: bool,
-    log_y: bool,
-) -> Result<(), String> {
-    let ty = |y: f64| if log_y { y.max(1e-12).log10() } else { y };
-    let mut xs: Vec<f64> = lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(|p| (p.0 as f64).log2()))
-        .collect();
-    let mut ymax: f64 = 0.0;
-    let mut ymin = f64::INFINITY;
-    for l in lines {
-        for p in &l.points {
-            ymax = ymax.max(p.1).max(p.2.map(|c| c.1).unwrap_or(0.0));
-            ymin = ymin.min(p.1.min(p.2.map_or(p.1, |c| c.0)));
-        }
-    }
-    let mut marks: Vec<Mark> = Vec::new();
-    // Per-size points of one baseline share one legend entry.
-    let mut points: Vec<PointSet> = Vec::new();
-    for (bi, b) in baselines.iter().enumerate() {
-        let color = BASE_COLORS[bi % BASE_COLORS.len()];
+/// Each baseline's entries for `metric` as reference levels and per-size points.
+fn references(baselines: &[Baseline], metric: Metric, convert_units: bool) -> Result<Vec<Reference>, String> {
+    let mut refs = Vec::new();
+    for b in baselines {
+        let mut r = Reference::default();
         for e in b.entries.iter().filter(|e| e.metric == metric) {
             if e.unit == Unit::GiBps && !convert_units {
                 return Err(format!(
@@ -164,11 +86,6 @@ pub fn plot_bandwidth(
             }
             let f = if e.unit == Unit::GiBps { GIB_PER_GB } else { 1.0 };
             let v = stats::median(&e.values) * f;
-            let (x0, x1) = ((e.size_min as f64).log2(), (e.size_max as f64).log2());
-            xs.push(x0);
-            xs.push(x1);
-            ymax = ymax.max(v);
-            ymin = ymin.min(v);
             let (label, style) = match e.statistic {
                 Statistic::MeanOverSizes => (
                     format!(
@@ -178,13 +95,13 @@ pub fn plot_bandwidth(
                         fmt_size(e.size_min),
                         fmt_size(e.size_max)
                     ),
-                    MarkStyle::MeanOverSizes,
+                    LevelStyle::MeanOverSizes,
                 ),
                 Statistic::PerSize if e.size_min == e.size_max => {
-                    match points.iter_mut().find(|p| p.0.starts_with(&format!("{}:", b.name))) {
-                        Some(p) => p.2.push((x0, v)),
-                        None => points.push((format!("{}: {} per size", b.name, e.metric), color, vec![(x0, v)])),
-                    }
+                    r.per_size
+                        .get_or_insert_with(|| (format!("{}: {} per size", b.name, e.metric), Vec::new()))
+                        .1
+                        .push((e.size_min, v));
                     continue;
                 }
                 Statistic::PerSize => (
@@ -195,131 +112,44 @@ pub fn plot_bandwidth(
                         fmt_size(e.size_min),
                         fmt_size(e.size_max)
                     ),
-                    MarkStyle::Floor,
+                    LevelStyle::Floor,
                 ),
             };
-            marks.push((label, color, vec![(x0, v), (x1, v)], style));
-        }
-    }
-    if xs.is_empty() {
-        return Err("nothing to plot".into());
-    }
-    let xmin = xs.iter().cloned().fold(f64::INFINITY, f64::min).floor() - 0.5;
-    let xmax = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
-    // Head room for the legend (upper right).
-    let n_legend = lines.len() + marks.len() + points.len();
-    let head = 1.1 + 0.07 * n_legend as f64;
-    let (y0, y1) = if log_y {
-        let lo = if ymin.is_finite() && ymin > 0.0 { ymin } else { 1e-3 };
-        let hi = if ymax > lo { ymax } else { lo * 10.0 };
-        let span = (hi / lo).log10().max(0.5);
-        (lo.log10() - 0.05 * span, hi.log10() + span * (head - 1.0))
-    } else if ymax > 0.0 {
-        (0.0, ymax * head)
-    } else {
-        (0.0, 1.0)
-    };
-    let root = SVGBackend::new(out, (1000, 620)).into_drawing_area();
-    let e = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
-    root.fill(&WHITE).map_err(e)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(xmin..xmax, y0..y1)
-        .map_err(e)?;
-    let nx = ((xmax - xmin).round() as usize).clamp(2, 40);
-    let step = nx.div_ceil(16).max(1);
-    chart
-        .configure_mesh()
-        .x_labels(nx + 1)
-        .x_label_formatter(&|x| {
-            let r = x.round() as i64;
-            if r % step as i64 == 0 {
-                size_label(*x)
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("message size (bytes per rank, log2 scale)")
-        .y_label_formatter(&|v| if log_y { log_label(*v) } else { format!("{v:.1}") })
-        .y_desc(
-            match metric {
-                Metric::Time => "time (us)".to_string(),
-                m => format!("{} (GB/s, 1 GB = 10^9 B)", m.name()),
-            } + if log_y { ", log scale" } else { "" },
-        )
-        .light_line_style(WHITE)
-        .bold_line_style(BLACK.mix(0.12))
-        .label_style(("sans-serif", 14))
-        .axis_desc_style(("sans-serif", 16))
-        .draw()
-        .map_err(e)?;
-    for (i, l) in lines.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let band: Vec<(f64, f64, f64)> = l
-            .points
-            .iter()
-            .filter_map(|p| p.2.map(|ci| ((p.0 as f64).log2(), ty(ci.0), ty(ci.1))))
-            .collect();
-        if band.len() >= 2 {
-            let mut poly: Vec<(f64, f64)> = band.iter().map(|b| (b.0, b.2)).collect();
-            poly.extend(band.iter().rev().map(|b| (b.0, b.1)));
-            chart
-                .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.2).filled())))
-                .map_err(e)?;
-        }
-        let pts: Vec<(f64, f64)> = l.points.iter().map(|p| ((p.0 as f64).log2(), ty(p.1))).collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(e)?
-            .label(l.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
-            .map_err(e)?;
-    }
-    for (label, c, pts, style) in marks {
-        let pts: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, ty(p.1))).collect();
-        let (dash, gap, width) = match style {
-            MarkStyle::Floor => (8, 5, 2),
-            MarkStyle::MeanOverSizes => (2, 5, 3),
-        };
-        chart
-            .draw_series(DashedLineSeries::new(pts, dash, gap, c.stroke_width(width)))
-            .map_err(e)?
-            .label(label)
-            .legend(move |(x, y)| {
-                // Legend glyph: two long dashes (floor) or three dots (mean over sizes).
-                let seg: [(i32, i32); 3] = match style {
-                    MarkStyle::Floor => [(0, 7), (12, 20), (20, 20)],
-                    MarkStyle::MeanOverSizes => [(0, 2), (8, 10), (16, 18)],
-                };
-                EmptyElement::at((x, y))
-                    + PathElement::new(vec![(seg[0].0, 0), (seg[0].1, 0)], c.stroke_width(width))
-                    + PathElement::new(vec![(seg[1].0, 0), (seg[1].1, 0)], c.stroke_width(width))
-                    + PathElement::new(vec![(seg[2].0, 0), (seg[2].1, 0)], c.stroke_width(width))
+            r.levels.push(Level {
+                label,
+                size_min: e.size_min,
+                size_max: e.size_max,
+                value: v,
+                style,
             });
+        }
+        refs.push(r);
     }
-    for (label, c, pts) in points {
-        let pts: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, ty(p.1))).collect();
-        chart
-            .draw_series(pts.iter().map(|&p| TriangleMarker::new(p, 8, c.filled())))
-            .map_err(e)?
-            .label(label)
-            .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, c.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(e)?;
-    root.present().map_err(e)?;
-    Ok(())
+    Ok(refs)
+}
+
+/// Bandwidth (or time) vs size, log2 x axis, runs and baselines overlaid, iteration bands;
+/// with `log_y` the y axis is log10 (small sizes and large ones readable on one plot).
+pub fn plot_bandwidth(
+    out: &Path,
+    title: &str,
+    metric: Metric,
+    lines: &[Line],
+    baselines: &[Baseline],
+    convert_units: bool,
+    log_y: bool,
+) -> Result<(), String> {
+    let refs = references(baselines, metric, convert_units)?;
+    let chart = BandwidthChart {
+        title: title.to_string(),
+        x_desc: "message size (bytes per rank, log2 scale)".into(),
+        y_desc: match metric {
+            Metric::Time => "time (us)".to_string(),
+            m => format!("{} (GB/s, 1 GB = 10^9 B)", m.name()),
+        },
+        log_y,
+    };
+    tcpx_plot::bandwidth(out, &chart, lines, &refs)
 }
 
 /// A cell flagged by the robust z-score.
@@ -331,21 +161,6 @@ pub struct Outlier {
     pub dst_host: String,
     pub gbps: f64,
     pub robust_z: f64,
-}
-
-fn viridis(t: f64) -> RGBColor {
-    const S: [(f64, f64, f64); 5] = [
-        (68.0, 1.0, 84.0),
-        (59.0, 82.0, 139.0),
-        (33.0, 145.0, 140.0),
-        (94.0, 201.0, 98.0),
-        (253.0, 231.0, 37.0),
-    ];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 } * 4.0;
-    let i = (t.floor() as usize).min(3);
-    let f = t - i as f64;
-    let l = |a: f64, b: f64| (a + (b - a) * f).round() as u8;
-    RGBColor(l(S[i].0, S[i + 1].0), l(S[i].1, S[i + 1].1), l(S[i].2, S[i + 1].2))
 }
 
 /// Selects the pair links of one size (the largest when `size` is None).
@@ -394,7 +209,6 @@ pub fn outliers(links: &[PairLink], z: f64) -> Vec<Outlier> {
 
 /// Heatmap of the per-pair link matrix (source rank x destination rank), outliers outlined in red.
 pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Result<Vec<Outlier>, String> {
-    let n = links.iter().map(|p| p.src_rank.max(p.dst_rank)).max().unwrap_or(0) as i32 + 1;
     // Links measured several times (several runs) are averaged per cell.
     let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = Default::default();
     for p in links {
@@ -416,113 +230,24 @@ pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Resu
         })
         .collect();
     let flagged = outliers(&merged, z);
-    let lo = merged.iter().map(|p| p.gbps).fold(f64::INFINITY, f64::min);
-    let hi = merged.iter().map(|p| p.gbps).fold(f64::NEG_INFINITY, f64::max);
-    let span = if hi > lo { hi - lo } else { 1.0 };
-    let side = (60 * n as u32).clamp(300, 900);
-    let root = SVGBackend::new(out, (side + 260, side + 120)).into_drawing_area();
-    let e = |x: DrawingAreaErrorKind<std::io::Error>| x.to_string();
-    root.fill(&WHITE).map_err(e)?;
-    let (left, right) = root.split_horizontally(side + 110);
-    let mut chart = ChartBuilder::on(&left)
-        .caption(title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(-0.5..(n as f64 - 0.5), -0.5..(n as f64 - 0.5))
-        .map_err(e)?;
-    let fmt = |v: &f64| {
-        if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
-            format!("{}", v.round() as i64)
-        } else {
-            String::new()
-        }
-    };
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc("destination rank")
-        .y_desc("source rank")
-        .x_labels(n as usize + 1)
-        .y_labels(n as usize + 1)
-        .x_label_formatter(&fmt)
-        .y_label_formatter(&fmt)
-        .draw()
-        .map_err(e)?;
-    let sv = |i: u32| i as f64 - 0.5;
-    chart
-        .draw_series(merged.iter().map(|p| {
-            Rectangle::new(
-                [
-                    (sv(p.dst_rank), sv(p.src_rank)),
-                    (sv(p.dst_rank + 1), sv(p.src_rank + 1)),
-                ],
-                viridis((p.gbps - lo) / span).filled(),
-            )
-        }))
-        .map_err(e)?;
-    chart
-        .draw_series(flagged.iter().map(|o| {
-            Rectangle::new(
-                [
-                    (sv(o.dst_rank), sv(o.src_rank)),
-                    (sv(o.dst_rank + 1), sv(o.src_rank + 1)),
-                ],
-                RED.stroke_width(4),
-            )
-        }))
-        .map_err(e)?;
-    if n <= 16 {
-        chart
-            .draw_series(merged.iter().map(|p| {
-                let bright = (p.gbps - lo) / span > 0.6;
-                let color = if bright { BLACK } else { WHITE };
-                let flag = if flagged
-                    .iter()
-                    .any(|o| o.src_rank == p.src_rank && o.dst_rank == p.dst_rank)
-                {
-                    "!"
-                } else {
-                    ""
-                };
-                Text::new(
-                    format!("{:.1}{flag}", p.gbps),
-                    (p.dst_rank as f64 - 0.2, p.src_rank as f64 + 0.1),
-                    ("sans-serif", 12).into_font().color(&color),
-                )
-            }))
-            .map_err(e)?;
-    }
-    // Colour bar with its unit and the outlier rule.
-    let mut bar = ChartBuilder::on(&right)
-        .margin_top(40)
-        .margin_bottom(60)
-        .margin_right(10)
-        .y_label_area_size(60)
-        .caption("GB/s", ("sans-serif", 14))
-        .build_cartesian_2d(0.0..1.0, lo..(lo + span))
-        .map_err(e)?;
-    bar.configure_mesh()
-        .disable_mesh()
-        .disable_x_axis()
-        .y_labels(6)
-        .y_label_formatter(&|v| format!("{v:.2}"))
-        .draw()
-        .map_err(e)?;
-    let steps = 64;
-    bar.draw_series((0..steps).map(|i| {
-        let a = lo + span * i as f64 / steps as f64;
-        let b = lo + span * (i + 1) as f64 / steps as f64;
-        Rectangle::new([(0.0, a), (1.0, b)], viridis(i as f64 / (steps - 1) as f64).filled())
-    }))
-    .map_err(e)?;
-    right
-        .draw(&Text::new(
-            format!("red: |robust z| > {z}"),
-            (10, side as i32 + 80),
-            ("sans-serif", 12).into_font().color(&RED),
-        ))
-        .map_err(e)?;
-    root.present().map_err(e)?;
+    let cells: Vec<Cell> = merged
+        .iter()
+        .map(|p| Cell {
+            src: p.src_rank,
+            dst: p.dst_rank,
+            gbps: p.gbps,
+        })
+        .collect();
+    let marks: Vec<(u32, u32)> = flagged.iter().map(|o| (o.src_rank, o.dst_rank)).collect();
+    tcpx_plot::heatmap(
+        out,
+        &Heatmap {
+            title: title.to_string(),
+            axis: "rank",
+            cells: &cells,
+            flagged: &marks,
+            flag_rule: Some(format!("|robust z| > {z}")),
+        },
+    )?;
     Ok(flagged)
 }

@@ -1,5 +1,5 @@
-//! `results.csv`, `samples.csv` and `pairs.csv`, exactly as `results/README.md` (schema
-//! version 1) specifies: the first column is `schema_version`, headers are written from
+//! `results.csv`, `samples.csv`, `pairs.csv` (and `nccl_samples.csv` with `--baseline
+//! nccl`), exactly as `results/README.md` (schema version 3) specifies: the first column is `schema_version`, headers are written from
 //! the row structs below so names and order cannot drift from the values, numbers are
 //! plain (bytes, microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty.
 
@@ -19,6 +19,8 @@ pub const SAMPLES_CSV: &str = "samples.csv";
 pub const PAIRS_CSV: &str = "pairs.csv";
 /// Every rank's time of every timed iteration: what `-a` reduces.
 pub const RANK_SAMPLES_CSV: &str = "rank_samples.csv";
+/// NCCL's per-iteration times, both timings (`--baseline nccl` only).
+pub const NCCL_SAMPLES_CSV: &str = "nccl_samples.csv";
 
 /// One row of `results.csv`.
 #[derive(Serialize)]
@@ -64,6 +66,29 @@ struct ResultRow<'a> {
     cpu_cores_per_rank: f64,
     /// User + system seconds over all ranks per GB of network bytes moved; empty without bytes.
     cpu_s_per_gb: Option<f64>,
+    // `--baseline nccl` (schema 3): NCCL's figures beside tcpx-perf's; empty cells without it.
+    nccl_time_us: Option<f64>,
+    nccl_algbw_gbps: Option<f64>,
+    nccl_busbw_gbps: Option<f64>,
+    nccl_ratio: Option<f64>,
+    nccl_batch_time_us: Option<f64>,
+    nccl_batch_algbw_gbps: Option<f64>,
+    nccl_batch_busbw_gbps: Option<f64>,
+    nccl_wrong: Option<u64>,
+}
+
+/// One row of `nccl_samples.csv` (`--baseline nccl`).
+#[derive(Serialize)]
+struct NcclSampleRow<'a> {
+    schema_version: u32,
+    pattern: &'a str,
+    size_bytes: u64,
+    /// `barrier` (tcpx-perf's timing) or `batch` (nccl-tests').
+    timing: &'static str,
+    iter: usize,
+    time_us: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
 }
 
 /// One row of `samples.csv`.
@@ -113,7 +138,40 @@ pub fn write_all(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Resu
     write_results_csv(dir, info, results)?;
     write_samples_csv(dir, info, results)?;
     write_rank_samples_csv(dir, info, results)?;
-    write_pairs_csv(dir, info, results)
+    write_pairs_csv(dir, info, results)?;
+    write_nccl_samples_csv(dir, info, results)
+}
+
+/// Only when the baseline ran (a run without it has no such file).
+fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
+    if info.nccl.is_none() {
+        return Ok(());
+    }
+    let rows = results
+        .iter()
+        .filter_map(|r| r.nccl.as_ref().map(|n| (r, n)))
+        .flat_map(|(r, n)| {
+            let timed = [("barrier", &n.samples_us), ("batch", &n.batch_samples_us)];
+            timed.into_iter().flat_map(move |(timing, samples)| {
+                samples.iter().enumerate().map(move |(iter, &t)| {
+                    let algbw = crate::report::gbps(n.size_bytes, t);
+                    NcclSampleRow {
+                        schema_version: SCHEMA_VERSION,
+                        pattern: &info.pattern,
+                        size_bytes: r.size_bytes,
+                        timing,
+                        iter,
+                        time_us: t,
+                        algbw_gbps: algbw,
+                        busbw_gbps: algbw * r.busbw_factor,
+                    }
+                })
+            })
+        });
+    if results.iter().all(|r| r.nccl.is_none()) {
+        return write_header_only(&dir.join(NCCL_SAMPLES_CSV), NCCL_SAMPLE_COLUMNS);
+    }
+    write_rows(&dir.join(NCCL_SAMPLES_CSV), rows)
 }
 
 fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
@@ -169,6 +227,14 @@ fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
         cpu_max_rank_s: r.cpu.max_rank_s,
         cpu_cores_per_rank: r.cpu.cores_per_rank,
         cpu_s_per_gb: r.cpu.cpu_s_per_gb,
+        nccl_time_us: r.nccl.as_ref().map(|n| n.time_us),
+        nccl_algbw_gbps: r.nccl.as_ref().map(|n| n.algbw_gbps),
+        nccl_busbw_gbps: r.nccl.as_ref().map(|n| n.busbw_gbps),
+        nccl_ratio: r.nccl.as_ref().map(|n| n.ratio),
+        nccl_batch_time_us: r.nccl.as_ref().map(|n| n.batch_time_us),
+        nccl_batch_algbw_gbps: r.nccl.as_ref().map(|n| n.batch_algbw_gbps),
+        nccl_batch_busbw_gbps: r.nccl.as_ref().map(|n| n.batch_busbw_gbps),
+        nccl_wrong: r.nccl.as_ref().and_then(|n| n.wrong),
     });
     if results.is_empty() {
         return write_header_only(&dir.join(RESULTS_CSV), RESULT_COLUMNS);
@@ -277,6 +343,24 @@ const RESULT_COLUMNS: &[&str] = &[
     "cpu_max_rank_s",
     "cpu_cores_per_rank",
     "cpu_s_per_gb",
+    "nccl_time_us",
+    "nccl_algbw_gbps",
+    "nccl_busbw_gbps",
+    "nccl_ratio",
+    "nccl_batch_time_us",
+    "nccl_batch_algbw_gbps",
+    "nccl_batch_busbw_gbps",
+    "nccl_wrong",
+];
+const NCCL_SAMPLE_COLUMNS: &[&str] = &[
+    "schema_version",
+    "pattern",
+    "size_bytes",
+    "timing",
+    "iter",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
 ];
 const SAMPLE_COLUMNS: &[&str] = &[
     "schema_version",
@@ -334,7 +418,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         let row = &rows[0];
         let get = |name: &str| row.get(h.iter().position(|c| c == name).expect(name)).expect(name);
-        assert_eq!(get("schema_version"), "2");
+        assert_eq!(get("schema_version"), "3");
         assert_eq!(get("pattern"), "sendrecv");
         assert_eq!(get("scope"), "inter-node");
         assert_eq!(get("mem"), "host");

@@ -80,6 +80,9 @@ struct SizeSummary<'a> {
     bytes: &'a crate::delivery::ByteCheck,
     /// CPU time of the timed iterations.
     cpu: &'a crate::cputime::CpuCost,
+    /// `--baseline nccl`: NCCL's figures at this size (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nccl: Option<&'a crate::baseline::NcclFigures>,
 }
 
 #[derive(Serialize)]
@@ -121,6 +124,9 @@ struct Summary<'a> {
     wrong_total: Option<u64>,
     /// The whole run's CPU cost (null for a run that did not complete).
     cpu: Option<&'a crate::cputime::CpuCost>,
+    /// `--baseline nccl`: library, settings, NCCL's log lines that prove it used the plugin,
+    /// the timings' definitions and the alternation of the blocks (null without it).
+    nccl_baseline: Option<&'a crate::baseline::NcclInfo>,
     results: Vec<SizeSummary<'a>>,
 }
 
@@ -175,6 +181,7 @@ pub fn write_summary(
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
         cpu: info.cpu.as_ref(),
+        nccl_baseline: info.nccl.as_ref(),
         results: results.iter().map(size_summary).collect(),
     };
     write_atomically(&dir.join(SUMMARY_JSON), |w| {
@@ -206,6 +213,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
         bytes_moved: r.bytes.measured,
         bytes: &r.bytes,
         cpu: &r.cpu,
+        nccl: r.nccl.as_ref(),
     }
 }
 
@@ -259,7 +267,9 @@ mod tests {
         )
         .expect("write");
         let v = read(tmp.path());
-        assert_eq!(v["schema_version"], 2);
+        assert_eq!(v["schema_version"], 3);
+        assert!(v["nccl_baseline"].is_null());
+        assert!(v["results"][0].get("nccl").is_none());
         assert_eq!(v["complete"], true);
         assert_eq!(v["status"], "wrong-data");
         assert!(v["error"].is_null());

@@ -1,9 +1,10 @@
 //! Output formats, one small module per format (as hyperfine's `export/`):
 //! - [`table`]: the nccl-tests-style stdout table (header, one row per size, footer);
 //! - [`csv`]: `results.csv`, `samples.csv`, `pairs.csv`;
+//! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically.
 //!
-//! The file formats are specified in `results/README.md` (schema version 1).
+//! The file formats are specified in `results/README.md` (schema version 3).
 
 use std::fs;
 use std::io;
@@ -13,12 +14,13 @@ use crate::report::{RunInfo, SizeResult};
 
 pub mod csv;
 pub mod json;
+pub mod svg;
 pub mod table;
 
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
@@ -56,11 +58,15 @@ pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Writes a complete result directory: creates `dir` (an error if it exists and is not
-/// empty), writes the CSV files, then `summary.json` last (atomically), stamped with the
-/// current time as `end_time`.
+/// empty), writes the CSV files and the pictures, then `summary.json` last (atomically),
+/// stamped with the current time as `end_time`. A picture that cannot be drawn is a warning
+/// on stderr, never a lost result.
 pub fn write_results(dir: &Path, info: &RunInfo, results: &[SizeResult], status: RunStatus) -> io::Result<()> {
     prepare_out_dir(dir)?;
     csv::write_all(dir, info, results)?;
+    if let Err(e) = svg::write_plots(dir, info, results) {
+        eprintln!("# warning: plot not written ({e}); the CSV files and summary.json are complete");
+    }
     json::write_summary(dir, info, results, status, &crate::report::now_rfc3339())
 }
 
@@ -141,6 +147,7 @@ pub(crate) mod fixtures {
                 &[2.0, 1.0, 4.0, 2.0, 3.0, 4.0],
                 10_000_000_000,
             )),
+            nccl: None,
         }
     }
 
@@ -208,6 +215,7 @@ pub(crate) mod fixtures {
                     gbps: algbw,
                 },
             ],
+            nccl: None,
         }
     }
 
@@ -258,6 +266,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "bandwidth.svg",
                 "pairs.csv",
                 "rank_samples.csv",
                 "results.csv",

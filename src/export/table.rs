@@ -77,6 +77,18 @@ pub fn header(info: &RunInfo) -> String {
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");
     }
+    if let Some(n) = &info.nccl {
+        let env: Vec<String> = n.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(s, "# NCCL baseline: NCCL {} from {}", n.version, n.library);
+        let _ = writeln!(s, "# NCCL settings: {}", env.join(" "));
+        if !n.env_replaced.is_empty() {
+            let _ = writeln!(s, "# NCCL settings replaced: {}", n.env_replaced.join(" "));
+        }
+        let _ = writeln!(
+            s,
+            "# NCCL columns: n_time, n_busbw with tcpx-perf's timing (barrier per iteration), nb_busbw with nccl-tests' (CUDA events around -n back to back), ratio = busbw / n_busbw"
+        );
+    }
     s.push_str(&info.placement.table());
     s.push_str(
         &info
@@ -84,11 +96,25 @@ pub fn header(info: &RunInfo) -> String {
             .finding_lines(crate::placement::preflight::Level::Warning),
     );
     s.push_str("#\n");
-    for line in COLUMNS {
+    for (i, line) in COLUMNS.iter().enumerate() {
         s.push_str(line);
+        if info.nccl.is_some() {
+            s.push_str(&nccl_cells(NCCL_COLUMNS[i].map(String::from)));
+        }
         s.push('\n');
     }
     s
+}
+
+/// The `--baseline nccl` columns' names and units.
+const NCCL_COLUMNS: [[&str; 4]; 2] = [
+    ["n_time", "n_busbw", "nb_busbw", "ratio"],
+    ["(us)", "(GB/s)", "(GB/s)", ""],
+];
+
+/// The NCCL cells of a row (or their headers), after tcpx-perf's columns.
+fn nccl_cells([time, busbw, batch_busbw, ratio]: [String; 4]) -> String {
+    format!("   {time:>7}  {busbw:>7}  {batch_busbw:>8}  {ratio:>5}")
 }
 
 /// One row per size, without a trailing newline, byte for byte nccl-tests' layout for the
@@ -142,8 +168,16 @@ pub fn cpu_footer(results: &[SizeResult], run: Option<&CpuCost>) -> String {
 /// A `#wrong` above 999999 is printed as an integer (wider) rather than `%g`'s exponent.
 pub fn row(r: &SizeResult) -> String {
     let wrong = r.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
+    let nccl = r.nccl.as_ref().map_or_else(String::new, |n| {
+        nccl_cells([
+            float_str(n.time_us, 7),
+            float_str(n.busbw_gbps, 7),
+            float_str(n.batch_busbw_gbps, 8),
+            float_str(n.ratio, 5),
+        ])
+    });
     format!(
-        "{:>12}  {:>12}  {:>8}  {:>7}  {:>6}  {:>6} {:>6}   {:>7}  {:>7}  {:>7}  {:>5}",
+        "{:>12}  {:>12}  {:>8}  {:>7}  {:>6}  {:>6} {:>6}   {:>7}  {:>7}  {:>7}  {:>5}{nccl}",
         r.size_bytes,
         r.count,
         "float",

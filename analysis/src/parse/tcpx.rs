@@ -1,5 +1,6 @@
-//! tcpx-perf result directories (`results/README.md`): `results.csv` (schema version 1),
-//! `samples.csv`, `pairs.csv` and `summary.json`.
+//! tcpx-perf result directories (`results/README.md`): `results.csv` (schema versions 1-3),
+//! `samples.csv`, `pairs.csv`, `summary.json`, and with `--baseline nccl` the `nccl_*` columns
+//! and `nccl_samples.csv` ([`nccl_reference`]: NCCL of the same run, as a reference).
 
 use super::{int, num, ParseOptions};
 use crate::error::{Failure, ParseError};
@@ -56,14 +57,15 @@ impl Table {
 }
 
 /// Schema 1: `bytes_moved` copied the completions. Schema 2: `bytes_moved` is a measurement or
-/// `unverified`, with `bytes_verified_by` and the wire columns beside it.
+/// `unverified`, with `bytes_verified_by` and the wire columns beside it. Schema 3: the `nccl_*`
+/// columns (`--baseline nccl`).
 fn check_schema(file: &str, line: usize, v: Option<&str>) -> Result<(), ParseError> {
     match v {
-        Some("1" | "2") => Ok(()),
+        Some("1" | "2" | "3") => Ok(()),
         Some(other) => Err(ParseError::new(
             file,
             Some(line),
-            format!("schema_version {other:?} is not supported (1 or 2 expected)"),
+            format!("schema_version {other:?} is not supported (1, 2 or 3 expected)"),
         )),
         None => Err(ParseError::new(file, Some(line), "missing schema_version")),
     }
@@ -299,4 +301,102 @@ pub fn load_dir(dir: &Path, opts: &ParseOptions) -> Result<Run, Failure> {
         run.labels.insert("git_commit".into(), v.to_string());
     }
     Ok(run)
+}
+
+/// NCCL of the same run (`tcpx-perf --baseline nccl`) as a run of its own: per size NCCL's
+/// figures with tcpx-perf's timing (`nccl_time_us`, `nccl_algbw_gbps`, `nccl_busbw_gbps`) and
+/// its per-iteration samples (`nccl_samples.csv`, timing `barrier`), under the same pattern and
+/// variant as the candidate's rows. `None` when the directory has no NCCL figures.
+pub fn nccl_reference(run: &Run) -> Result<Option<Run>, Failure> {
+    if run.format != Format::TcpxPerfDir {
+        return Ok(None);
+    }
+    let dir = Path::new(&run.source);
+    let res_path = dir.join("results.csv");
+    let res_name = res_path.display().to_string();
+    let t = Table::parse(&res_name, &read(&res_path)?, &["pattern", "size_bytes"])?;
+    let mut out = Run::new(&format!("{} (NCCL, same run)", run.source), Format::TcpxPerfDir);
+    out.labels = run.labels.clone();
+    out.labels
+        .insert("tool".into(), "NCCL (tcpx-perf --baseline nccl)".into());
+    for (ln, r) in &t.rows {
+        let ln = *ln;
+        let Some(time) = t.get(r, "nccl_time_us").filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let pattern = t.get(r, "pattern").unwrap_or("").to_string();
+        let variant = ["scope", "dir", "mem"]
+            .iter()
+            .filter_map(|c| t.get(r, c).filter(|v| !v.is_empty()).map(|v| format!("{c}={v}")))
+            .collect::<Vec<_>>()
+            .join(",");
+        let size = int(&res_name, ln, "size_bytes", t.get(r, "size_bytes").unwrap_or(""))?;
+        let figure = |c: &str| num(&res_name, ln, c, t.get(r, c).unwrap_or(""));
+        let summary = Sample {
+            time_us: num(&res_name, ln, "nccl_time_us", time)?,
+            algbw: figure("nccl_algbw_gbps")?,
+            busbw: figure("nccl_busbw_gbps")?,
+        };
+        let wrong = match t.get(r, "nccl_wrong").unwrap_or("") {
+            "" => None,
+            w => Some(num(&res_name, ln, "nccl_wrong", w)?),
+        };
+        let idx = match out
+            .series
+            .iter()
+            .position(|s| s.pattern == pattern && s.variant == variant)
+        {
+            Some(i) => i,
+            None => {
+                out.series.push(Series {
+                    family: Family::from_name(&pattern),
+                    pattern: pattern.clone(),
+                    variant,
+                    rows: BTreeMap::new(),
+                });
+                out.series.len() - 1
+            }
+        };
+        out.series[idx].rows.insert(
+            size,
+            Row {
+                size,
+                summary,
+                wrong,
+                max_error: None,
+                samples: Vec::new(),
+            },
+        );
+    }
+    if out.series.is_empty() {
+        return Ok(None);
+    }
+    let samp_path = dir.join("nccl_samples.csv");
+    if samp_path.exists() {
+        let name = samp_path.display().to_string();
+        let req = ["pattern", "size_bytes", "timing", "time_us", "algbw_gbps", "busbw_gbps"];
+        let t = Table::parse(&name, &read(&samp_path)?, &req)?;
+        for (ln, r) in &t.rows {
+            if t.get(r, "timing") != Some("barrier") {
+                continue;
+            }
+            let ln = *ln;
+            let size = int(&name, ln, "size_bytes", t.get(r, "size_bytes").unwrap_or(""))?;
+            let pattern = t.get(r, "pattern").unwrap_or("");
+            let s = Sample {
+                time_us: num(&name, ln, "time_us", t.get(r, "time_us").unwrap_or(""))?,
+                algbw: num(&name, ln, "algbw_gbps", t.get(r, "algbw_gbps").unwrap_or(""))?,
+                busbw: num(&name, ln, "busbw_gbps", t.get(r, "busbw_gbps").unwrap_or(""))?,
+            };
+            if let Some(row) = out
+                .series
+                .iter_mut()
+                .filter(|x| x.pattern == pattern)
+                .find_map(|x| x.rows.get_mut(&size))
+            {
+                row.samples.push(s);
+            }
+        }
+    }
+    Ok(Some(out))
 }

@@ -10,6 +10,34 @@
 //! Naming: the C type `ncclNetProperties_v8_t` is [`PropertiesV8`], `ncclNet_v8_t` is [`NetV8`], and so on.
 //! Function-table entries are `Option<unsafe extern "C" fn ..>` because plugins leave entries NULL
 //! (TCPX has no `regMrDmaBuf`).
+//!
+//! Reading what a plugin reported, as a loader does after `getProperties` (here a table filled by
+//! hand, as GPUDirect-TCPX fills it):
+//!
+//! ```
+//! use nccl_net_abi::*;
+//!
+//! // Loaders look the symbols up newest first, as NCCL does; TCPX exports only the last.
+//! assert_eq!(PLUGIN_SYMBOLS.last(), Some(&(7, "ncclNetPlugin_v7")));
+//!
+//! let props = PropertiesV7 {
+//!     name: core::ptr::null_mut(),
+//!     pci_path: core::ptr::null_mut(),
+//!     guid: 0,
+//!     ptr_support: NCCL_PTR_HOST | NCCL_PTR_CUDA,
+//!     speed: 200_000, // Mb/s
+//!     port: 0,
+//!     latency: 0.0,
+//!     max_comms: 65536,
+//!     max_recvs: 1,
+//!     net_device_type: NCCL_NET_DEVICE_UNPACK,
+//!     net_device_version: NCCL_NET_DEVICE_UNPACK_VERSION,
+//! };
+//! let takes_gpu_memory = props.ptr_support & NCCL_PTR_CUDA != 0;
+//! let needs_device_unpack = props.net_device_type == NCCL_NET_DEVICE_UNPACK;
+//! assert!(takes_gpu_memory && needs_device_unpack);
+//! assert_eq!(result_name(NCCL_SYSTEM_ERROR), "ncclSystemError");
+//! ```
 
 #![no_std]
 #![allow(clippy::upper_case_acronyms)]

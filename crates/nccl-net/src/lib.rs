@@ -1,14 +1,50 @@
 //! Safe layer over NCCL net plugins (`ncclNet_v7` .. `ncclNet_v12`), such as Google's
 //! GPUDirect-TCPX `libnccl-net-tcpx.so`: one Rust API over every ABI version.
 //!
-//! ```text
-//! let plugin = Plugin::open(&PluginSource::Path(path), &OpenOptions::default())?;
-//! // receiver                                   // sender (handle shipped out of band)
-//! let (mut lc, handle) = plugin.listen(0, "rank 1")?;   let sc = plugin.connect(0, handle, "rank 0").wait(deadline)?;
-//! let mut rc = lc.accept(deadline)?;
-//! let mr = unsafe { rc.register(buf, len, MemType::Host) }?;
-//! let req = unsafe { rc.irecv(mr, buf, len, 0) }?;      // Ok(None): retry later
-//! match rc.test(req)? { Poll::Done { recv: Some(d), .. } => rc.consume(d)?, Poll::Pending(r) => .., _ => .. }
+//! One message over a plugin, both ends in one process (a real job puts them in two ranks and
+//! ships the handle between them, e.g. over MPI). Compiled, not run here: it needs a plugin file.
+//!
+//! ```no_run
+//! use nccl_net::{MemType, NetError, OpenOptions, Plugin, PluginSource, Poll};
+//! use std::time::{Duration, Instant};
+//!
+//! fn one_message(path: &str) -> Result<(), NetError> {
+//!     let plugin = Plugin::open(&PluginSource::Path(path.into()), &OpenOptions::default())?;
+//!     let deadline = Instant::now() + Duration::from_secs(10);
+//!     let (mut listen, handle) = plugin.listen(0, "receiver")?;
+//!     // Both sides of the setup must make progress at once: connect in a thread.
+//!     let p = plugin.clone();
+//!     let sender = std::thread::spawn(move || p.connect(0, handle, "sender").wait(deadline));
+//!     let mut recv = listen.accept(deadline)?;
+//!     let mut send = sender.join().expect("connect thread")?;
+//!     let (mut src, mut dst) = (vec![7u8; 1 << 20], vec![0u8; 1 << 20]);
+//!     // SAFETY: the buffers outlive their registrations and every request on them.
+//!     let (smr, rmr) = unsafe {
+//!         (send.register(src.as_mut_ptr(), src.len(), MemType::Host)?,
+//!          recv.register(dst.as_mut_ptr(), dst.len(), MemType::Host)?)
+//!     };
+//!     // `Ok(None)`: the plugin cannot take the request yet; post it again later.
+//!     let mut rreq = None;
+//!     while rreq.is_none() { rreq = unsafe { recv.irecv(rmr, dst.as_mut_ptr(), dst.len(), 0)? }; }
+//!     let mut sreq = None;
+//!     while sreq.is_none() { sreq = unsafe { send.isend(smr, src.as_ptr(), src.len(), 0)? }; }
+//!     let (mut sreq, mut rreq) = (sreq, rreq);
+//!     while sreq.is_some() || rreq.is_some() {
+//!         // Progress happens inside `test` (TCPX): keep testing both ends.
+//!         if let Some(r) = sreq.take() {
+//!             if let Poll::Pending(r) = send.test(r)? { sreq = Some(r); }
+//!         }
+//!         if let Some(r) = rreq.take() {
+//!             match recv.test(r)? {
+//!                 Poll::Pending(r) => rreq = Some(r),
+//!                 Poll::Done { recv: Some(done), .. } => recv.consume(done)?, // irecvConsumed
+//!                 Poll::Done { .. } => {}
+//!             }
+//!         }
+//!     }
+//!     assert_eq!(src, dst);
+//!     Ok(())
+//! }
 //! ```
 //!
 //! Modules:

@@ -2,7 +2,7 @@
 //!
 //! NCCL's `ncclDebugLogger_t` is C-variadic. Stable Rust cannot define such a function, so
 //! `logger_shim.c` (built by `build.rs`) receives the call, formats it with `vsnprintf`, and
-//! forwards `(level, flags, file, line, msg)` to [`sink`] here. Plugins must never get a NULL
+//! forwards `(level, flags, file, line, msg)` to `sink` here. Plugins must never get a NULL
 //! logger: TCPX stores it and calls it unconditionally.
 //!
 //! What happens to a message:
@@ -10,7 +10,7 @@
 //!   verbosity chosen with [`crate::OpenOptions::log_level`] (a process-wide setting: the logger is
 //!   one C function shared by every loaded plugin, so the last `Plugin::open` wins);
 //! - WARN and ABORT lines are also remembered (the last few process-wide, and the last one per
-//!   thread), so a failing call can say *why* the plugin failed: see [`last_warning`];
+//!   thread), so a failing call can say *why* the plugin failed: see [`recent_warnings`];
 //! - a message printed [`REPEAT_VERBATIM`] times verbatim is counted, not printed, after that, and
 //!   [`suppressed_summary`] lists the counts: TCPX logs a WARN on every host-memory receive,
 //!   tens of thousands of identical lines per rank and sweep, which would bury everything else.

@@ -57,7 +57,7 @@ pub enum ZeroCopy {
     Off,
     /// Sends out of unpack mode's pinned staging (CUDA sends): the buffers are reused at once
     /// and were just written by the DMA engine, so the saved copy pays (fullmesh --mem cuda
-    /// 1.15-1.23x on the H200 host, `results/h200-20261121T0823Z-zerocopy-ab`); host-memory sends measured no gain and are copied.
+    /// 1.15-1.23x on the H200 host, `docs/runs/h200-20261121T0823Z-zerocopy-ab`); host-memory sends measured no gain and are copied.
     Staged,
     All,
 }

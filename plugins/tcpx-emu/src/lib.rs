@@ -302,7 +302,11 @@ fn core_props(dev: c_int) -> NetResult<PropertiesV12> {
         name: d.name_ptr(),
         pci_path: d.pci_path_ptr(),
         guid: dev as u64,
-        ptr_support: match (unpack, plugin().is_ok_and(|p| p.cfg.dmabuf)) {
+        // DMA-BUF only where a table has `regMrDmaBuf`: not in the build presented as TCPX.
+        ptr_support: match (
+            unpack,
+            !cfg!(feature = "v7-only") && plugin().is_ok_and(|p| p.cfg.dmabuf),
+        ) {
             (true, true) => NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF,
             (true, false) => NCCL_PTR_HOST | NCCL_PTR_CUDA,
             (false, _) => NCCL_PTR_HOST,

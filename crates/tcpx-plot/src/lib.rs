@@ -1,0 +1,450 @@
+//! SVG plots of benchmark results, the one implementation behind `tcpx-perf`'s per-run
+//! pictures (`bandwidth.svg`, `links.svg`) and `tcpx-analyze plot` / `heatmap`.
+//!
+//! Plotters' SVG backend only: text is written as SVG `<text>`, so no font library is needed
+//! and the files stay small and diffable. Callers turn their own data model into [`Line`]s,
+//! [`Reference`]s and [`Cell`]s; this crate only draws. GB = 10^9 bytes throughout.
+//!
+//! ```
+//! let dir = std::env::temp_dir().join(format!("tcpx-plot-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let busbw = tcpx_plot::Line {
+//!     label: "busbw".into(),
+//!     points: vec![(1 << 20, 3.1, None), (1 << 26, 11.7, Some((11.2, 12.0)))],
+//! };
+//! let chart = tcpx_plot::BandwidthChart {
+//!     title: "sendrecv, 4 endpoints".into(),
+//!     x_desc: "size (bytes per endpoint, log2 scale)".into(),
+//!     y_desc: "GB/s (1 GB = 10^9 B)".into(),
+//!     log_y: false,
+//! };
+//! tcpx_plot::bandwidth(&dir.join("bw.svg"), &chart, &[busbw], &[]).unwrap();
+//! assert!(std::fs::read_to_string(dir.join("bw.svg")).unwrap().contains("64 MiB"));
+//! ```
+
+use plotters::prelude::*;
+use std::path::Path;
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+];
+const REFERENCE_COLORS: [RGBColor; 4] = [
+    RGBColor(214, 39, 40),
+    RGBColor(90, 90, 90),
+    RGBColor(160, 30, 90),
+    RGBColor(0, 100, 0),
+];
+
+/// A size in binary units when it is a whole number of them (`64 MiB`), else bytes (`1000 B`).
+pub fn fmt_size(b: u64) -> String {
+    const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, m) in U {
+        if b >= m && b % m == 0 {
+            return format!("{} {}", b / m, name);
+        }
+    }
+    format!("{b} B")
+}
+
+/// (size in bytes, value, optional band drawn around the line, e.g. the iterations' p10-p90)
+pub type Point = (u64, f64, Option<(f64, f64)>);
+
+/// One measured line of the bandwidth plot: a solid line with a dot per size.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub label: String,
+    pub points: Vec<Point>,
+}
+
+/// How a reference level is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LevelStyle {
+    /// A per-size floor over a range: long dashes.
+    Floor,
+    /// A mean over sizes (one number for the whole range, not a per-size value): dots.
+    MeanOverSizes,
+}
+
+/// A horizontal reference line from `size_min` to `size_max`.
+#[derive(Debug, Clone)]
+pub struct Level {
+    pub label: String,
+    pub size_min: u64,
+    pub size_max: u64,
+    pub value: f64,
+    pub style: LevelStyle,
+}
+
+/// One reference (a baseline file): its levels and its per-size points share one colour; the
+/// per-size points share one legend entry.
+#[derive(Debug, Clone, Default)]
+pub struct Reference {
+    pub levels: Vec<Level>,
+    /// Legend label and (size, value) points, drawn as triangles.
+    pub per_size: Option<(String, Vec<(u64, f64)>)>,
+}
+
+/// Titles of a bandwidth chart.
+#[derive(Debug, Clone)]
+pub struct BandwidthChart {
+    pub title: String,
+    pub x_desc: String,
+    /// The y axis' quantity and unit; `, log scale` is appended when `log_y`.
+    pub y_desc: String,
+    /// log10 y axis (small and large sizes readable on one plot).
+    pub log_y: bool,
+}
+
+fn x_of(size: u64) -> f64 {
+    (size as f64).log2()
+}
+
+fn size_label(x: f64) -> String {
+    let r = x.round();
+    if (x - r).abs() > 1e-6 || !(0.0..63.0).contains(&r) {
+        return String::new();
+    }
+    fmt_size(1u64 << (r as u32))
+}
+
+/// Labels for a log10 axis: the value 10^v with three significant digits.
+fn log_label(v: f64) -> String {
+    let x = 10f64.powf(v);
+    let d = (2 - x.log10().floor() as i32).max(0) as usize;
+    format!("{x:.d$}")
+}
+
+fn draw_err(x: DrawingAreaErrorKind<std::io::Error>) -> String {
+    x.to_string()
+}
+
+/// Value (or time) vs size on a log2 x axis: measured lines (with their bands) and reference
+/// levels and points overlaid, legend in the upper right.
+pub fn bandwidth(out: &Path, chart: &BandwidthChart, lines: &[Line], refs: &[Reference]) -> Result<(), String> {
+    let log_y = chart.log_y;
+    let ty = |y: f64| if log_y { y.max(1e-12).log10() } else { y };
+    let mut xs: Vec<f64> = lines.iter().flat_map(|l| l.points.iter().map(|p| x_of(p.0))).collect();
+    let mut ymax: f64 = 0.0;
+    let mut ymin = f64::INFINITY;
+    for p in lines.iter().flat_map(|l| &l.points) {
+        ymax = ymax.max(p.1).max(p.2.map_or(0.0, |c| c.1));
+        ymin = ymin.min(p.1.min(p.2.map_or(p.1, |c| c.0)));
+    }
+    for r in refs {
+        for l in &r.levels {
+            xs.extend([x_of(l.size_min), x_of(l.size_max)]);
+            ymax = ymax.max(l.value);
+            ymin = ymin.min(l.value);
+        }
+        for &(size, v) in r.per_size.iter().flat_map(|p| &p.1) {
+            xs.push(x_of(size));
+            ymax = ymax.max(v);
+            ymin = ymin.min(v);
+        }
+    }
+    if xs.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let xmin = xs.iter().cloned().fold(f64::INFINITY, f64::min).floor() - 0.5;
+    let xmax = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
+    // Head room for the legend (upper right).
+    let n_legend = lines.len()
+        + refs
+            .iter()
+            .map(|r| r.levels.len() + r.per_size.is_some() as usize)
+            .sum::<usize>();
+    let head = 1.1 + 0.07 * n_legend as f64;
+    let (y0, y1) = if log_y {
+        let lo = if ymin.is_finite() && ymin > 0.0 { ymin } else { 1e-3 };
+        let hi = if ymax > lo { ymax } else { lo * 10.0 };
+        let span = (hi / lo).log10().max(0.5);
+        (lo.log10() - 0.05 * span, hi.log10() + span * (head - 1.0))
+    } else if ymax > 0.0 {
+        (0.0, ymax * head)
+    } else {
+        (0.0, 1.0)
+    };
+    let root = SVGBackend::new(out, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(&chart.title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xmin..xmax, y0..y1)
+        .map_err(draw_err)?;
+    let nx = ((xmax - xmin).round() as usize).clamp(2, 40);
+    let step = nx.div_ceil(16).max(1);
+    ch.configure_mesh()
+        .x_labels(nx + 1)
+        .x_label_formatter(&|x| {
+            if (x.round() as i64) % step as i64 == 0 {
+                size_label(*x)
+            } else {
+                String::new()
+            }
+        })
+        .x_desc(chart.x_desc.as_str())
+        .y_label_formatter(&|v| if log_y { log_label(*v) } else { format!("{v:.1}") })
+        .y_desc(format!("{}{}", chart.y_desc, if log_y { ", log scale" } else { "" }))
+        .light_line_style(WHITE)
+        .bold_line_style(BLACK.mix(0.12))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(draw_err)?;
+    for (i, l) in lines.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let band: Vec<(f64, f64, f64)> = l
+            .points
+            .iter()
+            .filter_map(|p| p.2.map(|b| (x_of(p.0), ty(b.0), ty(b.1))))
+            .collect();
+        if band.len() >= 2 {
+            let mut poly: Vec<(f64, f64)> = band.iter().map(|b| (b.0, b.2)).collect();
+            poly.extend(band.iter().rev().map(|b| (b.0, b.1)));
+            ch.draw_series(std::iter::once(Polygon::new(poly, c.mix(0.2).filled())))
+                .map_err(draw_err)?;
+        }
+        let pts: Vec<(f64, f64)> = l.points.iter().map(|p| (x_of(p.0), ty(p.1))).collect();
+        ch.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(draw_err)?
+            .label(l.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        ch.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(draw_err)?;
+    }
+    for (ri, r) in refs.iter().enumerate() {
+        let c = REFERENCE_COLORS[ri % REFERENCE_COLORS.len()];
+        for l in &r.levels {
+            let pts = vec![(x_of(l.size_min), ty(l.value)), (x_of(l.size_max), ty(l.value))];
+            let style = l.style;
+            let (dash, gap, width) = match style {
+                LevelStyle::Floor => (8, 5, 2),
+                LevelStyle::MeanOverSizes => (2, 5, 3),
+            };
+            ch.draw_series(DashedLineSeries::new(pts, dash, gap, c.stroke_width(width)))
+                .map_err(draw_err)?
+                .label(l.label.clone())
+                .legend(move |(x, y)| {
+                    // Legend glyph: two long dashes (floor) or three dots (mean over sizes).
+                    let seg: [(i32, i32); 3] = match style {
+                        LevelStyle::Floor => [(0, 7), (12, 20), (20, 20)],
+                        LevelStyle::MeanOverSizes => [(0, 2), (8, 10), (16, 18)],
+                    };
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(seg[0].0, 0), (seg[0].1, 0)], c.stroke_width(width))
+                        + PathElement::new(vec![(seg[1].0, 0), (seg[1].1, 0)], c.stroke_width(width))
+                        + PathElement::new(vec![(seg[2].0, 0), (seg[2].1, 0)], c.stroke_width(width))
+                });
+        }
+        if let Some((label, pts)) = &r.per_size {
+            ch.draw_series(
+                pts.iter()
+                    .map(|&(s, v)| TriangleMarker::new((x_of(s), ty(v)), 8, c.filled())),
+            )
+            .map_err(draw_err)?
+            .label(label.clone())
+            .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 6, c.filled()));
+        }
+    }
+    ch.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+/// One cell of the link matrix: a directed pair and its bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cell {
+    pub src: u32,
+    pub dst: u32,
+    pub gbps: f64,
+}
+
+/// A link-matrix heatmap: source on the y axis, destination on the x axis.
+#[derive(Debug, Clone)]
+pub struct Heatmap<'a> {
+    pub title: String,
+    /// What the indices are (`rank`, `endpoint`): the axes read "source <axis>".
+    pub axis: &'a str,
+    /// One cell per directed pair (a pair given twice keeps the last).
+    pub cells: &'a [Cell],
+    /// Cells outlined in red, with the rule that flagged them (shown under the colour bar).
+    pub flagged: &'a [(u32, u32)],
+    pub flag_rule: Option<String>,
+}
+
+fn viridis(t: f64) -> RGBColor {
+    const S: [(f64, f64, f64); 5] = [
+        (68.0, 1.0, 84.0),
+        (59.0, 82.0, 139.0),
+        (33.0, 145.0, 140.0),
+        (94.0, 201.0, 98.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 } * 4.0;
+    let i = (t.floor() as usize).min(3);
+    let f = t - i as f64;
+    let l = |a: f64, b: f64| (a + (b - a) * f).round() as u8;
+    RGBColor(l(S[i].0, S[i + 1].0), l(S[i].1, S[i + 1].1), l(S[i].2, S[i + 1].2))
+}
+
+/// Heatmap of a link matrix with a GB/s colour bar; values printed in the cells up to 16 x 16.
+pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
+    if h.cells.is_empty() {
+        return Err("no links to plot".into());
+    }
+    let n = h.cells.iter().map(|c| c.src.max(c.dst)).max().unwrap_or(0) as i32 + 1;
+    let lo = h.cells.iter().map(|c| c.gbps).fold(f64::INFINITY, f64::min);
+    let hi = h.cells.iter().map(|c| c.gbps).fold(f64::NEG_INFINITY, f64::max);
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let side = (60 * n as u32).clamp(300, 900);
+    let root = SVGBackend::new(out, (side + 260, side + 120)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let (left, right) = root.split_horizontally(side + 110);
+    let mut chart = ChartBuilder::on(&left)
+        .caption(&h.title, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), -0.5..(n as f64 - 0.5))
+        .map_err(draw_err)?;
+    let fmt = |v: &f64| {
+        if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
+            format!("{}", v.round() as i64)
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(format!("destination {}", h.axis))
+        .y_desc(format!("source {}", h.axis))
+        .x_labels(n as usize + 1)
+        .y_labels(n as usize + 1)
+        .x_label_formatter(&fmt)
+        .y_label_formatter(&fmt)
+        .draw()
+        .map_err(draw_err)?;
+    let sv = |i: u32| i as f64 - 0.5;
+    let square = |src: u32, dst: u32| [(sv(dst), sv(src)), (sv(dst + 1), sv(src + 1))];
+    chart
+        .draw_series(
+            h.cells
+                .iter()
+                .map(|c| Rectangle::new(square(c.src, c.dst), viridis((c.gbps - lo) / span).filled())),
+        )
+        .map_err(draw_err)?;
+    chart
+        .draw_series(
+            h.flagged
+                .iter()
+                .map(|&(s, d)| Rectangle::new(square(s, d), RED.stroke_width(4))),
+        )
+        .map_err(draw_err)?;
+    if n <= 16 {
+        // Three significant digits for the usual range (0.31, 12.4, 123).
+        let digits = if hi < 10.0 {
+            2
+        } else if hi < 100.0 {
+            1
+        } else {
+            0
+        };
+        chart
+            .draw_series(h.cells.iter().map(|c| {
+                let color = if (c.gbps - lo) / span > 0.6 { BLACK } else { WHITE };
+                let flag = if h.flagged.contains(&(c.src, c.dst)) { "!" } else { "" };
+                Text::new(
+                    format!("{:.digits$}{flag}", c.gbps),
+                    (c.dst as f64 - 0.2, c.src as f64 + 0.1),
+                    ("sans-serif", 12).into_font().color(&color),
+                )
+            }))
+            .map_err(draw_err)?;
+    }
+    // Colour bar with its unit and the flagging rule.
+    let mut bar = ChartBuilder::on(&right)
+        .margin_top(40)
+        .margin_bottom(60)
+        .margin_right(10)
+        .y_label_area_size(60)
+        .caption("GB/s", ("sans-serif", 14))
+        .build_cartesian_2d(0.0..1.0, lo..(lo + span))
+        .map_err(draw_err)?;
+    bar.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .y_labels(6)
+        .y_label_formatter(&|v| format!("{v:.2}"))
+        .draw()
+        .map_err(draw_err)?;
+    let steps = 64;
+    bar.draw_series((0..steps).map(|i| {
+        let a = lo + span * i as f64 / steps as f64;
+        let b = lo + span * (i + 1) as f64 / steps as f64;
+        Rectangle::new([(0.0, a), (1.0, b)], viridis(i as f64 / (steps - 1) as f64).filled())
+    }))
+    .map_err(draw_err)?;
+    if let Some(rule) = &h.flag_rule {
+        right
+            .draw(&Text::new(
+                format!("red: {rule}"),
+                (10, side as i32 + 80),
+                ("sans-serif", 12).into_font().color(&RED),
+            ))
+            .map_err(draw_err)?;
+    }
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(fmt_size(1 << 30), "1 GiB");
+        assert_eq!(fmt_size(3 << 20), "3 MiB");
+        assert_eq!(fmt_size(1000), "1000 B");
+        assert_eq!(size_label(20.0), "1 MiB");
+        assert_eq!(size_label(20.5), "");
+    }
+
+    #[test]
+    fn empty_inputs_are_errors_not_files() {
+        let dir = std::env::temp_dir().join(format!("tcpx-plot-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let chart = BandwidthChart {
+            title: "t".into(),
+            x_desc: "x".into(),
+            y_desc: "y".into(),
+            log_y: false,
+        };
+        assert!(bandwidth(&dir.join("a.svg"), &chart, &[], &[]).is_err());
+        let h = Heatmap {
+            title: "t".into(),
+            axis: "rank",
+            cells: &[],
+            flagged: &[],
+            flag_rule: None,
+        };
+        assert!(heatmap(&dir.join("b.svg"), &h).is_err());
+        assert!(!dir.join("b.svg").exists());
+    }
+}
