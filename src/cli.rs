@@ -196,9 +196,10 @@ pub struct Cli {
     /// How each endpoint's progress loop waits when a pass over its comms found nothing to do
     ///
     /// adaptive: test back to back for 20 us after progress, then sleep, each pause twice the
-    /// last, at most 1 ms and at most 1/64 of the time since the endpoint's last completion (the
-    /// clock stops at most that late). spin: test continuously, yielding every 64 empty passes
-    /// (one core per endpoint, taken from the plugin's helper threads).
+    /// last and at most 10 ms; while requests wait to be posted, at most a quarter of the work the
+    /// plugin still holds; once all are posted, at most 1/64 of the iteration so far (the clock
+    /// stops at most 1.6% late). spin: test continuously, yielding every 64 empty passes (one
+    /// core per endpoint, taken from the plugin's helper threads).
     #[arg(long, value_enum, default_value_t = PollMode::Adaptive)]
     pub poll: PollMode,
 
