@@ -249,6 +249,11 @@ impl GpuState {
         Ok(())
     }
 
+    /// Whether a batch was issued that is not known complete yet.
+    pub fn busy(&self) -> bool {
+        self.done < self.issued
+    }
+
     /// The newest batch known complete (queries events in order; never blocks).
     pub fn completed(&mut self) -> Result<u64, String> {
         while self.done < self.issued {

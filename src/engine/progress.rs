@@ -6,7 +6,7 @@
 //! pass. Nothing here allocates or logs: the op vectors were built before the clock started, and
 //! the in-flight queues were sized for the window.
 
-use super::backoff::{Backoff, Outlook, PollMode};
+use super::backoff::{Backoff, Outlook, PollMode, Wait};
 use super::copier::Copier;
 use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::schedule::{RecvOp, Schedule, SendOp};
@@ -442,8 +442,11 @@ fn drive(
             }
         }
         // Oversubscribed hosts (CI runs 4 ranks on 2 cores) need the core back, and the plugin's
-        // helper threads need it whenever they have the work.
-        Backoff::wait(wait);
+        // helper threads need it whenever they have the work. Not while the GPU runs a batch of
+        // this loop's (unpack, staging, local copy): it ends within microseconds and releases
+        // receives (and their window slots), so the loop polls its event instead of sleeping.
+        let gpu_busy = gpu.as_deref().is_some_and(|g| g.busy());
+        Backoff::wait(if gpu_busy { Wait::Again } else { wait });
     }
     Ok(IterationTiming {
         elapsed: clock.last.saturating_duration_since(start),
