@@ -1,0 +1,236 @@
+use super::*;
+use clap::CommandFactory;
+
+fn cli(args: &[&str]) -> Cli {
+    let mut v = vec!["tcpx-perf"];
+    v.extend_from_slice(args);
+    Cli::try_parse_from(v).expect("parse")
+}
+
+#[test]
+fn clap_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn defaults() {
+    let c = cli(&[]);
+    assert_eq!(c.minbytes, 1 << 20);
+    assert_eq!(c.maxbytes, 64 << 20);
+    assert_eq!(c.stepfactor, 2);
+    assert_eq!(c.stepbytes, 1 << 20);
+    assert_eq!(c.iters, 20);
+    assert_eq!(c.warmup_iters, 5);
+    assert!(c.check_enabled());
+    assert_eq!(c.average, TimeReduction::Avg);
+    assert_eq!(c.timeout, 300);
+    assert_eq!(c.ngpus, 1);
+    assert_eq!(c.pattern, Pattern::Sendrecv);
+    assert_eq!(c.scope, Scope::Auto);
+    assert_eq!(c.dir, Dir::Bi);
+    assert_eq!(c.mem, Mem::Auto);
+    assert_eq!(c.chunk, 512 << 10);
+    assert_eq!(c.channels, 1);
+    assert_eq!(c.window, 8);
+    assert_eq!(c.progress, Progress::Auto);
+    assert_eq!(c.plugin_log, PluginLog::Warn);
+    assert_eq!(c.verbose, 0);
+    assert!(c.validate().is_ok());
+    assert_eq!(c.sizes().len(), 7);
+}
+
+#[test]
+fn nccl_tests_flags() {
+    let c = cli(&[
+        "-b", "8", "-e", "1G", "-f", "4", "-n", "5", "-w", "1", "-c", "0", "-a", "3", "-T", "10", "-g", "8", "-vv",
+    ]);
+    assert_eq!((c.minbytes, c.maxbytes, c.stepfactor), (8, 1 << 30, 4));
+    assert_eq!((c.iters, c.warmup_iters, c.timeout, c.ngpus), (5, 1, 10, 8));
+    assert!(!c.check_enabled());
+    assert_eq!(c.average, TimeReduction::Max);
+    assert_eq!(c.verbose, 2);
+    let c = cli(&["--warmup_iters", "3", "--average", "min", "--minbytes", "1K"]);
+    assert_eq!(c.warmup_iters, 3);
+    assert_eq!(c.average, TimeReduction::Min);
+    assert_eq!(c.minbytes, 1024);
+    assert!(Cli::try_parse_from(["tcpx-perf", "-a", "4"]).is_err());
+    assert!(Cli::try_parse_from(["tcpx-perf", "--abi", "6"]).is_err());
+    assert!(Cli::try_parse_from(["tcpx-perf", "--abi", "12"]).is_ok());
+    assert!(Cli::try_parse_from(["tcpx-perf", "--out", "x", "--no-out"]).is_err());
+    let c = cli(&["--pattern", "fullmesh", "--scope", "inter-node", "--mem", "cuda"]);
+    assert_eq!(c.pattern, Pattern::Fullmesh);
+    assert_eq!(c.scope, Scope::InterNode);
+    assert_eq!(c.mem, Mem::Cuda);
+}
+
+#[test]
+fn size_parsing() {
+    assert_eq!(parse_size("100"), Ok(100));
+    assert_eq!(parse_size("1K"), Ok(1024));
+    assert_eq!(parse_size("1k"), Ok(1024));
+    assert_eq!(parse_size("64M"), Ok(64 << 20));
+    assert_eq!(parse_size("1G"), Ok(1 << 30));
+    assert_eq!(parse_size("1.5M"), Ok(1_572_864));
+    assert_eq!(parse_size(" 2.0 "), Ok(2));
+    assert_eq!(parse_size("0"), Ok(0));
+    assert_eq!(
+        parse_size("12X").unwrap_err(),
+        "invalid size '12X': use a number with an optional K, M or G suffix (binary)"
+    );
+    for bad in ["", "M", "-1", "1e3", "inf", "nan", "1.2.3", ".", "1 M", "0x10"] {
+        assert!(parse_size(bad).is_err(), "{bad:?} should be rejected");
+    }
+    assert!(parse_size("0.5").unwrap_err().contains("whole number"));
+    assert!(parse_size("99999999999999999999").is_err());
+    assert!(parse_size("17179869184G").is_err());
+}
+
+#[test]
+fn size_formatting_roundtrips() {
+    assert_eq!(format_size(64 << 20), "64M");
+    assert_eq!(format_size(1 << 30), "1G");
+    assert_eq!(format_size(1536 << 10), "1536K");
+    assert_eq!(format_size(100), "100");
+    assert_eq!(format_size(0), "0");
+    for v in [0, 1, 1023, 1024, 1536 << 10, 3 << 30, u64::MAX] {
+        assert_eq!(parse_size(&format_size(v)), Ok(v));
+    }
+}
+
+#[test]
+fn sweep() {
+    let c = cli(&["-b", "1M", "-e", "8M"]);
+    assert_eq!(c.sizes(), vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]);
+    let c = cli(&["-b", "1M", "-e", "3.5M", "-f", "1", "-i", "1M"]);
+    assert_eq!(c.sizes(), vec![1 << 20, 2 << 20, 3 << 20]);
+    let c = cli(&["-b", "3", "-e", "3"]);
+    assert_eq!(c.sizes(), vec![3]);
+    let c = cli(&["-b", "8M", "-e", "1M"]);
+    assert!(c.sizes().is_empty());
+    // Degenerate inputs terminate (validate rejects them with a message).
+    let c = cli(&["-b", "0", "-e", "1M"]);
+    assert_eq!(c.sizes(), vec![0]);
+    let c = cli(&["-b", "1", "-e", "1M", "-f", "1", "-i", "0"]);
+    assert_eq!(c.sizes(), vec![1]);
+    let c = cli(&["-b", "8G", "-e", "17179869183G"]);
+    assert!(c.sizes().len() > 10);
+}
+
+#[test]
+fn validation() {
+    let err = |args: &[&str]| cli(args).validate().unwrap_err();
+    assert!(err(&["-b", "2M", "-e", "1M"]).contains("-b 2M is larger than -e 1M"));
+    assert!(err(&["-f", "0"]).contains("-f"));
+    assert!(err(&["-b", "0"]).contains("-b 0"));
+    assert!(err(&["-f", "1", "-i", "0"]).contains("-i 0"));
+    assert!(cli(&["-f", "1", "-i", "0", "-b", "1M", "-e", "1M"]).validate().is_ok());
+    assert!(err(&["-n", "0"]).contains("-n"));
+    assert!(err(&["-T", "0"]).contains("watchdog"));
+    assert!(err(&["-g", "0"]).contains("-g"));
+    assert!(err(&["--chunk", "0"]).contains("--chunk"));
+    assert!(err(&["--window", "0"]).contains("1 to 32"));
+    assert!(err(&["--window", "33"]).contains("1 to 32"));
+    assert!(cli(&["--window", "32"]).validate().is_ok());
+    assert!(err(&["--channels", "65"]).contains("1 to 64"));
+    assert!(err(&["--ranks-per-node", "0"]).contains("--ranks-per-node"));
+    assert!(err(&["--max-peers", "0"]).contains("--max-peers"));
+    assert!(err(&["--dir", "uni"]).contains("pairs"));
+    assert!(cli(&["--dir", "uni", "--pattern", "pairs"]).validate().is_ok());
+    for args in [&["-b", "2M", "-e", "1M"][..], &["-T", "0"], &["--window", "99"]] {
+        assert!(!err(args).contains('\n'));
+    }
+}
+
+#[test]
+fn scope_resolution_and_names() {
+    assert_eq!(Scope::Auto.resolve(2), Scope::InterNode);
+    assert_eq!(Scope::Auto.resolve(1), Scope::All);
+    assert_eq!(Scope::All.resolve(4), Scope::All);
+    assert_eq!(Scope::InterNode.resolve(1), Scope::InterNode);
+    assert_eq!(Scope::InterNode.to_string(), "inter-node");
+    assert_eq!(TimeReduction::Avg.as_str(), "avg");
+    assert_eq!(TimeReduction::Max.code(), 3);
+    assert_eq!(Pattern::Fullmesh.as_str(), "fullmesh");
+    assert_eq!(Pattern::Ring.to_string(), Pattern::Ring.as_str());
+    assert_eq!(Dir::Uni.as_str(), "uni");
+}
+
+#[test]
+fn disagreeing_ranks_name_the_flag_values_and_ranks() {
+    let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        Cli::disagreement(&[argv("-n 5 --window 8"), argv("--iters 5 --window 8")]),
+        None
+    );
+    let msg = Cli::disagreement(&[argv("--window 8"), argv("--window 17"), argv("--window 8")]).unwrap();
+    assert_eq!(
+        msg,
+        "ranks disagree on --window: 8 on ranks 0,2; 17 on rank 1; launch every rank with the same flags"
+    );
+    let msg = Cli::disagreement(&[argv("--ranks-per-node 1"), argv("")]).unwrap();
+    assert!(
+        msg.contains("--ranks-per-node: 1 on rank 0; (unset) on rank 1"),
+        "{msg}"
+    );
+    let msg = Cli::disagreement(&[argv("-b 1M"), argv("-b 2M")]).unwrap();
+    assert!(
+        msg.contains("--minbytes: 1048576 on rank 0; 2097152 on rank 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn config_json_has_every_option() {
+    let c = cli(&["--scope", "inter-node", "-a", "0"]);
+    let v = c.config_json();
+    assert_eq!(v["scope"], "inter-node");
+    assert_eq!(v["average"], "rank0");
+    assert_eq!(v["minbytes"], 1 << 20);
+    assert_eq!(v["plugin_log"], "warn");
+    assert!(v["out"].is_null());
+}
+
+#[test]
+fn help_defines_patterns() {
+    let help = Cli::command().render_long_help().to_string();
+    assert!(help.contains("busbw = algbw * 2(n-1)/n"));
+    assert!(help.contains("busbw = algbw * (n-1)/n"));
+    assert!(help.contains("netbw = network bytes sent per sending endpoint / time"));
+    assert!(help.contains("--warmup_iters"));
+    for flag in [
+        "--net-dev",
+        "--spread-channels",
+        "--cpu-bind",
+        "--setup-threads",
+        "--dry-run",
+    ] {
+        assert!(help.contains(flag), "{flag} is documented");
+    }
+}
+
+#[test]
+fn placement_flags() {
+    let c = cli(&[
+        "--net-dev",
+        "eth1,eth1,2,2",
+        "--cpu-bind",
+        "0-7;52-59",
+        "--dry-run",
+        "--setup-threads",
+        "8",
+    ]);
+    assert_eq!(
+        c.net_dev.as_ref().map(ToString::to_string).as_deref(),
+        Some("eth1,eth1,2,2")
+    );
+    assert!(matches!(&c.cpu_bind, CpuBind::Lists(l) if l.len() == 2));
+    assert!(c.dry_run && c.setup_threads == Some(8));
+    assert_eq!(cli(&[]).cpu_bind, CpuBind::Auto);
+    assert!(Cli::try_parse_from(["tcpx-perf", "--cpu-bind", "x"]).is_err());
+    assert!(Cli::try_parse_from(["tcpx-perf", "--net-dev", "0,,1"]).is_err());
+    assert!(cli(&["--setup-threads", "0"])
+        .validate()
+        .unwrap_err()
+        .contains("--setup-threads"));
+    assert_eq!(cli(&["--cpu-bind", "none"]).config_json()["cpu_bind"], "None");
+}

@@ -1,0 +1,216 @@
+//! What one iteration measures (time, bytes by every source, peers in flight), why it can fail,
+//! and the per-size state it reuses from one iteration to the next.
+
+use super::super::schedule::Schedule;
+use std::time::{Duration, Instant};
+
+/// What one endpoint measured in one iteration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IterationTiming {
+    /// From the start signal to the endpoint's last completion.
+    pub elapsed: Duration,
+    /// What the completed receives delivered, by each source that can see it.
+    pub delivered: Delivered,
+    /// The most distinct peers this endpoint had sends (receives) posted to at once.
+    pub peers_in_flight: (u32, u32),
+}
+
+/// What completed receives delivered, as each source that can see the bytes counts them. The
+/// planned total only says which receives completed; the other two are measurements (a source
+/// that saw none of the receives counts nothing and says so in its `missed` count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Receives completed.
+    pub receives: u64,
+    /// Bytes those receives were planned to hold.
+    pub planned: u64,
+    /// Sizes the plugin reported in `test` (TCPX never reports them).
+    pub reported: u64,
+    /// Receives the plugin reported no size for.
+    pub reported_missed: u64,
+    /// Byte totals of the device-unpack descriptors of the receives that went through unpack.
+    pub unpacked: u64,
+    /// Receives that did not go through device unpack.
+    pub unpacked_missed: u64,
+}
+
+impl Delivered {
+    pub fn add(&mut self, o: &Delivered) {
+        self.receives += o.receives;
+        self.planned += o.planned;
+        self.reported += o.reported;
+        self.reported_missed += o.reported_missed;
+        self.unpacked += o.unpacked;
+        self.unpacked_missed += o.unpacked_missed;
+    }
+
+    /// Sums of every field across `parts`.
+    pub fn total<'a>(parts: impl IntoIterator<Item = &'a Delivered>) -> Delivered {
+        let mut t = Delivered::default();
+        for p in parts {
+            t.add(p);
+        }
+        t
+    }
+
+    /// As a flat array, for an MPI sum.
+    pub fn to_array(self) -> [u64; 6] {
+        [
+            self.receives,
+            self.planned,
+            self.reported,
+            self.reported_missed,
+            self.unpacked,
+            self.unpacked_missed,
+        ]
+    }
+
+    pub fn from_array(a: [u64; 6]) -> Delivered {
+        let [receives, planned, reported, reported_missed, unpacked, unpacked_missed] = a;
+        Delivered {
+            receives,
+            planned,
+            reported,
+            reported_missed,
+            unpacked,
+            unpacked_missed,
+        }
+    }
+}
+
+/// Why an iteration did not finish.
+#[derive(Debug)]
+pub enum IterationError {
+    Plugin(nccl_net::NetError),
+    /// A CUDA call failed (unpack launch, staging copy, event).
+    Gpu(String),
+    /// The deadline passed; the string is the per-comm state dump.
+    Stalled(String),
+    /// Another worker of this rank failed and asked everyone to stop.
+    Aborted,
+    /// The local copy threads could not be started.
+    LocalCopy(String),
+    /// A receive completed with a size other than the one planned, as `source` counts it.
+    SizeMismatch {
+        peer: String,
+        source: &'static str,
+        expected: u64,
+        got: u64,
+    },
+}
+
+impl std::fmt::Display for IterationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IterationError::Plugin(e) => write!(f, "{e}"),
+            IterationError::Gpu(e) => write!(f, "CUDA: {e}"),
+            IterationError::Stalled(dump) => write!(f, "no progress before the -T deadline\n{dump}"),
+            IterationError::Aborted => write!(f, "stopped because another worker failed"),
+            IterationError::LocalCopy(e) => write!(f, "local copy: {e}"),
+            IterationError::SizeMismatch {
+                peer,
+                source,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "a receive from {peer} completed with {got} bytes as {source}, {expected} were planned"
+                )
+            }
+        }
+    }
+}
+
+impl From<String> for IterationError {
+    fn from(e: String) -> Self {
+        IterationError::Gpu(e)
+    }
+}
+
+impl From<nccl_net::NetError> for IterationError {
+    fn from(e: nccl_net::NetError) -> Self {
+        IterationError::Plugin(e)
+    }
+}
+
+/// How many distinct peers have requests posted to the plugin at once (`--max-peers` bounds it):
+/// per peer, the lanes (channels) with requests in flight.
+#[derive(Debug, Clone, Default)]
+pub struct PeerGauge {
+    busy: Vec<u32>,
+    active: u32,
+    /// The most peers busy at once since the last reset.
+    pub max: u32,
+}
+
+impl PeerGauge {
+    fn new(peers: usize) -> Self {
+        PeerGauge {
+            busy: vec![0; peers],
+            ..PeerGauge::default()
+        }
+    }
+
+    /// A lane of `peer` went from no request in flight to one.
+    pub(super) fn up(&mut self, peer: usize) {
+        self.busy[peer] += 1;
+        if self.busy[peer] == 1 {
+            self.active += 1;
+            self.max = self.max.max(self.active);
+        }
+    }
+
+    /// A lane of `peer` has no request in flight any more.
+    pub(super) fn down(&mut self, peer: usize) {
+        self.busy[peer] -= 1;
+        if self.busy[peer] == 0 {
+            self.active -= 1;
+        }
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.busy.fill(0);
+        self.active = 0;
+        self.max = 0;
+    }
+}
+
+/// Per-iteration mutable state, allocated once per size (not per iteration).
+pub struct IterationState {
+    pub received: Vec<bool>,
+    pub flow_done: Vec<Option<Instant>>,
+    pub round_left: Vec<u32>,
+    pub send_peers: PeerGauge,
+    pub recv_peers: PeerGauge,
+    /// The fastest iteration of this size so far (warm-up included), for the adaptive wait.
+    pub fastest: Option<Duration>,
+}
+
+impl IterationState {
+    pub fn new(schedule: &Schedule, flows: usize, send_peers: usize, recv_peers: usize) -> Self {
+        Self {
+            received: vec![false; schedule.recv_slots],
+            flow_done: vec![None; flows],
+            round_left: schedule.ops_per_round.clone(),
+            send_peers: PeerGauge::new(send_peers),
+            recv_peers: PeerGauge::new(recv_peers),
+            fastest: None,
+        }
+    }
+
+    pub(super) fn reset(&mut self, schedule: &Schedule) {
+        self.received.fill(false);
+        self.flow_done.fill(None);
+        self.round_left.copy_from_slice(&schedule.ops_per_round);
+        self.send_peers.reset();
+        self.recv_peers.reset();
+    }
+
+    pub(super) fn current_round(&self) -> u32 {
+        self.round_left
+            .iter()
+            .position(|&left| left > 0)
+            .unwrap_or(self.round_left.len()) as u32
+    }
+}
