@@ -41,6 +41,8 @@ pub(super) fn measure(
     for i in 0..cli.warmup_iters + cli.iters {
         let timed = i >= cli.warmup_iters;
         if i == cli.warmup_iters {
+            // Every rank of the host is done with the warm-up before its counters are read.
+            mpi.barrier();
             wire_before = Some(probe.snapshot());
         }
         *pattern_iter = pattern_iter.wrapping_add(1);
@@ -79,6 +81,9 @@ pub(super) fn measure(
             stats::reduce(&per_rank, cli.average)
         })
         .collect();
+    // The host's counters are read once every rank on it has its last byte: a rank whose own
+    // iterations ended first must not read while others still receive.
+    mpi.barrier();
     let wire_after = probe.snapshot();
     let everyone = mpi.gather_f64(&peers_in_flight);
     let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
