@@ -358,11 +358,14 @@ fn finished(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> bool {
             .all(|(l, ops)| l.next == ops.len() && l.inflight.is_empty() && l.landing.is_empty())
 }
 
-fn note_post(stats: &LaneStats, epoch: Instant, was_empty: bool) {
+/// A request was posted on a lane of peer `peer_slot` that had `was_empty` nothing in flight: it
+/// is the lane's oldest, and the peer counts as busy in `gauge`.
+fn note_post(stats: &LaneStats, gauge: &mut PeerGauge, peer_slot: usize, epoch: Instant, was_empty: bool) {
     if was_empty {
         stats
             .oldest_post_ns
             .store(ns_since(epoch, Instant::now()), Ordering::Relaxed);
+        gauge.up(peer_slot);
     }
     stats.posted.fetch_add(1, Ordering::Relaxed);
 }
@@ -421,10 +424,13 @@ fn pump_send(
             )?
         };
         let Some(req) = posted else { break };
-        note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
-        if lane.inflight.is_empty() {
-            state.send_peers.up(lane.peer_slot);
-        }
+        note_post(
+            &lane.stats,
+            &mut state.send_peers,
+            lane.peer_slot,
+            ctx.epoch,
+            lane.inflight.is_empty(),
+        );
         lane.staged.pop_front();
         lane.inflight.push_back((req, idx));
         progressed = true;
@@ -477,10 +483,13 @@ fn pump_recv(
             )?
         };
         let Some(req) = posted else { break };
-        note_post(&lane.stats, ctx.epoch, lane.inflight.is_empty());
-        if lane.inflight.is_empty() {
-            state.recv_peers.up(lane.peer_slot);
-        }
+        note_post(
+            &lane.stats,
+            &mut state.recv_peers,
+            lane.peer_slot,
+            ctx.epoch,
+            lane.inflight.is_empty(),
+        );
         lane.inflight.push_back((req, lane.next as u32));
         lane.next += 1;
         progressed = true;
