@@ -90,6 +90,25 @@ pub fn reduce(values: &[f64], how: TimeReduction) -> f64 {
     }
 }
 
+/// Per-rank samples gathered rank-major (`all[r * iters + i]`, as MPI's allgather lays them
+/// out), each iteration reduced over ranks with `-a`.
+pub fn reduce_each_iteration(all: &[f64], iters: usize, how: TimeReduction) -> Vec<f64> {
+    let ranks = all.len().checked_div(iters).unwrap_or(0);
+    (0..iters)
+        .map(|i| {
+            let per_rank: Vec<f64> = (0..ranks).map(|r| all[r * iters + i]).collect();
+            reduce(&per_rank, how)
+        })
+        .collect()
+}
+
+/// Each rank's mean over its iterations, from samples gathered rank-major.
+pub fn rank_means(all: &[f64], iters: usize) -> Vec<f64> {
+    all.chunks(iters.max(1))
+        .map(|t| t.iter().sum::<f64>() / t.len() as f64)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +182,17 @@ mod tests {
         let v = serde_json::to_value(summarize(&[])).expect("serialize");
         assert!(v["mean"].is_null());
         assert_eq!(v["n"], 0);
+    }
+
+    #[test]
+    fn rank_major_samples_reduce_per_iteration_and_per_rank() {
+        // 2 ranks x 3 iterations: rank 0 = 1, 2, 3; rank 1 = 5, 4, 9.
+        let all = [1.0, 2.0, 3.0, 5.0, 4.0, 9.0];
+        assert_eq!(reduce_each_iteration(&all, 3, TimeReduction::Max), vec![5.0, 4.0, 9.0]);
+        assert_eq!(
+            reduce_each_iteration(&all, 3, TimeReduction::Rank0),
+            vec![1.0, 2.0, 3.0]
+        );
+        assert_eq!(rank_means(&all, 3), vec![2.0, 6.0]);
     }
 }

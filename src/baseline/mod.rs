@@ -502,16 +502,9 @@ impl NcclBaseline {
 /// Per-iteration samples reduced over ranks with -a, and the time as tcpx-perf reduces it
 /// (each rank's mean, reduced over ranks).
 fn reduce<C: Collectives + ?Sized>(mpi: &C, mine: &RankTimes, cli: &Cli) -> (Vec<f64>, f64) {
-    let iters = mine.samples_us.len();
     let all = mpi.gather_f64(&mine.samples_us);
     let means = mpi.gather_f64(&[mine.mean_us]);
-    let ranks = means.len();
-    let samples = (0..iters)
-        .map(|i| {
-            let per_rank: Vec<f64> = (0..ranks).map(|r| all[r * iters + i]).collect();
-            stats::reduce(&per_rank, cli.average)
-        })
-        .collect();
+    let samples = stats::reduce_each_iteration(&all, mine.samples_us.len(), cli.average);
     (samples, stats::reduce(&means, cli.average))
 }
 

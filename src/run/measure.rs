@@ -74,13 +74,7 @@ pub(super) fn measure(
 
     // Reductions over ranks.
     let all = mpi.gather_f64(&times);
-    let ranks = mpi.size();
-    let samples_us: Vec<f64> = (0..cli.iters)
-        .map(|i| {
-            let per_rank: Vec<f64> = (0..ranks).map(|r| all[r * cli.iters + i]).collect();
-            stats::reduce(&per_rank, cli.average)
-        })
-        .collect();
+    let samples_us = stats::reduce_each_iteration(&all, cli.iters, cli.average);
     // The host's counters are read once every rank on it has its last byte: a rank whose own
     // iterations ended first must not read while others still receive.
     mpi.barrier();
@@ -121,11 +115,7 @@ pub(super) fn measure(
     }
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
-    let rank_means: Vec<f64> = all
-        .chunks(cli.iters)
-        .map(|t| t.iter().sum::<f64>() / t.len() as f64)
-        .collect();
-    let time_us = stats::reduce(&rank_means, cli.average);
+    let time_us = stats::reduce(&stats::rank_means(&all, cli.iters), cli.average);
     let algbw = report::gbps(plan.size, time_us);
     let factor = plan.busbw_factor();
     let netbw = algbw * plan.netbw_factor();
