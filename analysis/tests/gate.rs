@@ -1,22 +1,9 @@
 //! End-to-end tests of `tcpx-analyze` (binary): verdicts and exit codes.
 
 mod common;
+use common::run_analyze as run;
 use common::*;
 use std::path::Path;
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-analyze"))
-        .args(args)
-        .output()
-        .expect("run tcpx-analyze");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
 
 fn p(x: &Path) -> &str {
     x.to_str().unwrap()

@@ -2,22 +2,9 @@
 //! reference is NCCL of the same runs (results.csv's `nccl_*` columns, `nccl_samples.csv`).
 
 mod common;
+use common::run_analyze as analyze;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn analyze(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tcpx-analyze"))
-        .args(args)
-        .output()
-        .expect("run tcpx-analyze");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
-}
 
 /// Adds what `--baseline nccl` writes to a result directory: NCCL `speedup` times as fast as
 /// the run's own figures (schema 3 columns, `nccl_samples.csv` in both timings).

@@ -146,3 +146,17 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
     std::fs::write(dir.join("summary.json"), summary).unwrap();
     dir.to_path_buf()
 }
+
+/// Runs the `tcpx-analyze` binary: its exit status and stdout + stderr together.
+pub fn run_analyze(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpx-analyze"))
+        .args(args)
+        .output()
+        .expect("run tcpx-analyze");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
