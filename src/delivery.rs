@@ -10,8 +10,8 @@
 //!
 //! Where no source sees the bytes, the result says "unverified" rather than copying the plan.
 
+use crate::collectives::Collectives;
 use crate::engine::progress::Delivered;
-use crate::engine::Collectives;
 use crate::plan::Plan;
 use crate::topology::Topology;
 use crate::wire::{self, IfaceCounters};

@@ -13,8 +13,8 @@
 //! - [`run`]: one benchmark run from parsed flags to the result directory.
 
 pub mod baseline;
-pub mod check;
 pub mod cli;
+pub mod collectives;
 pub mod contracts;
 pub mod cputime;
 pub mod delivery;

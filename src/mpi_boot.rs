@@ -4,7 +4,7 @@
 //! Plugin handles travel over these collectives: no TCP bootstrap, no ports, no IP addresses.
 //! Only the main thread calls MPI (`MPI_THREAD_FUNNELED`).
 
-use crate::engine::Collectives;
+use crate::collectives::Collectives;
 use crate::topology::Topology;
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;

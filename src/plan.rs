@@ -2,7 +2,7 @@
 //!
 //! Every endpoint owns one buffer. A [`Flow`] copies `len` bytes from `src`'s buffer at `src_off`
 //! to `dst`'s buffer at `dst_off`; the bytes carry the data pattern of endpoint `origin` at
-//! `origin_off` (see [`crate::check`]), so the receiver can verify them without knowing the route.
+//! `origin_off` (see [`tcpx_gpu::pattern`]), so the receiver can verify them without knowing the route.
 //! The plan is a pure function of the pattern, the topology and the size: every rank computes the
 //! same plan, which is what lets both sides of a connection derive identical post sequences
 //! without exchanging anything but plugin handles.
@@ -333,6 +333,45 @@ impl Flow {
             forwards: false,
             round,
         }
+    }
+}
+
+/// The lanes of one endpoint: one send lane per (destination peer, channel) and one receive lane
+/// per (source peer, channel), in the order connections are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lanes {
+    pub send_peers: Vec<usize>,
+    pub recv_peers: Vec<usize>,
+    pub channels: usize,
+}
+
+impl Lanes {
+    pub fn of(endpoint: usize, connections: &[(usize, usize)], channels: usize) -> Self {
+        let send_peers = connections.iter().filter(|c| c.0 == endpoint).map(|c| c.1).collect();
+        let recv_peers = connections.iter().filter(|c| c.1 == endpoint).map(|c| c.0).collect();
+        Self {
+            send_peers,
+            recv_peers,
+            channels,
+        }
+    }
+
+    pub fn send_lane(&self, peer: usize, channel: usize) -> usize {
+        let p = self
+            .send_peers
+            .iter()
+            .position(|&x| x == peer)
+            .expect("peer has a send lane");
+        p * self.channels + channel
+    }
+
+    pub fn recv_lane(&self, peer: usize, channel: usize) -> usize {
+        let p = self
+            .recv_peers
+            .iter()
+            .position(|&x| x == peer)
+            .expect("peer has a receive lane");
+        p * self.channels + channel
     }
 }
 

@@ -11,7 +11,13 @@ use std::path::Path;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::stats::SampleStats;
+// The parts of the result model that their producers define, re-exported so that the exporters
+// (`crate::export`) read the model from this module alone.
+pub use crate::cputime::CpuCost;
+pub use crate::delivery::{ByteCheck, WireBytes};
+pub use crate::placement::dry_run::PlacementReport;
+pub use crate::placement::preflight::Level as FindingLevel;
+pub use crate::stats::SampleStats;
 
 /// This tool's version (the crate version).
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -79,7 +85,7 @@ pub struct RunInfo {
     pub cpu: Option<crate::cputime::CpuCost>,
     /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
     /// plugin, the alternation of the blocks.
-    pub nccl: Option<crate::baseline::NcclInfo>,
+    pub nccl: Option<NcclInfo>,
 }
 
 /// Where one rank ran.
@@ -158,7 +164,7 @@ pub struct SizeResult {
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
     /// NCCL's figures at this size (`--baseline nccl`).
-    pub nccl: Option<crate::baseline::NcclFigures>,
+    pub nccl: Option<NcclFigures>,
 }
 
 /// What one directed endpoint pair moved in one size.
@@ -258,6 +264,91 @@ pub fn now_rfc3339() -> String {
     let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
     // Formatting a UTC date with a fixed description only fails for years past 9999.
     now.format(&fmt).unwrap_or_else(|_| now.unix_timestamp().to_string())
+}
+
+// --baseline nccl: NCCL's figures beside tcpx-perf's (filled by `crate::baseline`).
+
+/// The run-level description of the baseline (summary.json `nccl_baseline`, the header).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct NcclInfo {
+    /// The NCCL library file the loader mapped.
+    pub library: String,
+    /// `major.minor.patch` from `ncclGetVersion`.
+    pub version: String,
+    /// NCCL's operation per pattern.
+    pub operation: String,
+    /// Variables tcpx-perf set for NCCL (name, value), and what it replaced.
+    pub env: Vec<(String, String)>,
+    pub env_replaced: Vec<String>,
+    /// NCCL's own log lines (rank 0) that show it loaded and used the plugin.
+    pub evidence: Vec<String>,
+    /// Rank 0's full NCCL log (`NCCL_DEBUG_FILE`; every rank writes its own, by pid).
+    pub log_file: String,
+    /// Seconds of the slowest rank's communicator creation.
+    pub init_seconds: f64,
+    /// How the two timings are defined.
+    pub timing: Timing,
+    /// The alternation: one entry per measured block, in the order they ran.
+    pub blocks: Vec<Block>,
+}
+
+/// Definitions of the figures, written into summary.json beside them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    pub time_us: &'static str,
+    pub batch_time_us: &'static str,
+    pub ratio: &'static str,
+    pub order: &'static str,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            time_us: "tcpx-perf's definition: per iteration an MPI barrier, then the NCCL operation, the clock from the enqueue to the completion of the rank's last stream; each rank's mean reduced over ranks with -a",
+            batch_time_us: "nccl-tests' definition: after -w warm-up operations, a barrier, CUDA events around -n operations back to back: (last event - first) / n, the rank's slowest GPU; reduced over ranks with -a",
+            ratio: "tcpx-perf busbw / NCCL busbw (tcpx-perf's timing for both): > 1 means tcpx-perf moved the pattern faster than NCCL",
+            order: "per size: A = tcpx-perf (-w warm-up, -n timed), then B = NCCL (-w warm-up, -n batch-timed, -n barrier-timed, one checked operation); sizes ascending: A B A B ...",
+        }
+    }
+}
+
+/// One measured block of the alternation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Block {
+    pub size_bytes: u64,
+    /// `tcpx-perf` or `nccl`.
+    pub tool: &'static str,
+    /// Seconds from the first block's start (rank 0's clock).
+    pub start_s: f64,
+    pub seconds: f64,
+}
+
+/// NCCL's figures at one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct NcclFigures {
+    /// The bytes NCCL's algbw divides (the size; whole floats for the all-reduce).
+    pub size_bytes: u64,
+    /// tcpx-perf's timing.
+    pub time_us: f64,
+    pub algbw_gbps: f64,
+    pub busbw_gbps: f64,
+    /// tcpx-perf busbw / NCCL busbw.
+    pub ratio: f64,
+    /// nccl-tests' timing.
+    pub batch_time_us: f64,
+    pub batch_algbw_gbps: f64,
+    pub batch_busbw_gbps: f64,
+    /// Wrong bytes of one checked operation after the timed ones (None: unchecked, or an
+    /// all-reduce, whose sums the byte pattern cannot predict).
+    pub wrong: Option<u64>,
+    /// Statistics of `samples_us`.
+    pub stats: SampleStats,
+    /// Per-iteration times, tcpx-perf's timing, reduced over ranks with -a.
+    #[serde(skip)]
+    pub samples_us: Vec<f64>,
+    /// Per-iteration times, nccl-tests' timing (CUDA event intervals), reduced over ranks.
+    #[serde(skip)]
+    pub batch_samples_us: Vec<f64>,
 }
 
 #[cfg(test)]

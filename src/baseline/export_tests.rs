@@ -1,7 +1,7 @@
 //! The result files with `--baseline nccl` figures (schema 3): what a run writes, read back.
 
-use super::{NcclFigures, NcclInfo};
 use crate::export::{self, fixtures, RunStatus};
+use crate::report::{NcclFigures, NcclInfo};
 use crate::stats::summarize;
 
 fn figures(r: &crate::report::SizeResult, speedup: f64) -> NcclFigures {

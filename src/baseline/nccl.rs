@@ -8,7 +8,7 @@
 
 use super::nccl_sys::{NcclComm, NcclLib, NcclUniqueId, UNIQUE_ID_BYTES};
 use super::ops::EndpointOp;
-use crate::engine::Collectives;
+use crate::collectives::Collectives;
 use std::sync::Arc;
 use std::time::Instant;
 use tcpx_gpu::{Device, DeviceBuffer, Event, Stream};

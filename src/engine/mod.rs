@@ -17,12 +17,13 @@ pub mod setup;
 pub mod watchdog;
 mod worker;
 
+use crate::collectives::Collectives;
 use crate::placement::rank::EndpointPlace;
+use crate::plan::Lanes;
 use crate::plan::Plan;
 use crate::topology::Topology;
 use nccl_net::{NetHandle, Plugin};
 use progress::{IterationError, IterationTiming, LaneStats};
-use schedule::Lanes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -33,24 +34,6 @@ pub use worker::SizeTotals;
 
 /// A connection's handle: (sending endpoint, receiving endpoint, channel).
 pub type HandleKey = (usize, usize, usize);
-
-/// The collective operations the engine needs from the launcher (MPI in production).
-pub trait Collectives {
-    fn rank(&self) -> usize;
-    fn size(&self) -> usize;
-    fn barrier(&self);
-    /// Bitwise OR of `buf` across ranks, in place (handle exchange: each rank fills its slots).
-    fn or_bytes(&self, buf: &mut [u8]);
-    fn sum_u64(&self, buf: &mut [u64]);
-    fn sum_f64(&self, buf: &mut [f64]);
-    /// Every rank's `local` (all the same length), concatenated in rank order.
-    fn gather_f64(&self, local: &[f64]) -> Vec<f64>;
-    /// Point-to-point exchange with the listed ranks only: `sends` (rank, bytes) go out, and one
-    /// message of the given length comes in from each rank of `recvs`, returned in that order.
-    fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;
-    /// Ends the whole job now (after this rank printed why).
-    fn abort(&self, code: i32) -> !;
-}
 
 /// Where endpoint buffers live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 //! a segment boundary, besides every `chunk` bytes. Both sides know both offsets (the plan is
 //! global), so they still agree on every cut.
 
-use crate::plan::Plan;
+use crate::plan::{Lanes, Plan};
 
 /// One `isend` of a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,45 +49,6 @@ pub struct LocalCopy {
     pub len: u64,
     pub flow: u32,
     pub round: u32,
-}
-
-/// The lanes of one endpoint: one send lane per (destination peer, channel) and one receive lane
-/// per (source peer, channel), in the order connections are made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lanes {
-    pub send_peers: Vec<usize>,
-    pub recv_peers: Vec<usize>,
-    pub channels: usize,
-}
-
-impl Lanes {
-    pub fn of(endpoint: usize, connections: &[(usize, usize)], channels: usize) -> Self {
-        let send_peers = connections.iter().filter(|c| c.0 == endpoint).map(|c| c.1).collect();
-        let recv_peers = connections.iter().filter(|c| c.1 == endpoint).map(|c| c.0).collect();
-        Self {
-            send_peers,
-            recv_peers,
-            channels,
-        }
-    }
-
-    pub fn send_lane(&self, peer: usize, channel: usize) -> usize {
-        let p = self
-            .send_peers
-            .iter()
-            .position(|&x| x == peer)
-            .expect("peer has a send lane");
-        p * self.channels + channel
-    }
-
-    pub fn recv_lane(&self, peer: usize, channel: usize) -> usize {
-        let p = self
-            .recv_peers
-            .iter()
-            .position(|&x| x == peer)
-            .expect("peer has a receive lane");
-        p * self.channels + channel
-    }
 }
 
 /// Everything one endpoint does in one iteration of one size.

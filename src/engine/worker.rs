@@ -9,16 +9,17 @@ use super::gpu::{CudaPath, GpuState, UnpackRing};
 use super::progress::{
     run_iteration, IterationError, IterationState, IterationTiming, LoopContext, RecvLane, SendLane,
 };
-use super::schedule::{Lanes, Schedule};
+use super::schedule::Schedule;
 use super::setup::{self, Task};
 use super::HandleKey;
 use super::{EngineConfig, MemKind, Shared};
-use crate::check;
+use crate::plan::Lanes;
 use crate::plan::Plan;
 use nccl_net::{ListenComm, MemType, NetHandle, Plugin};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tcpx_gpu::pattern as check;
 
 /// Registration granularity: sizes and CUDA addresses are whole 4 KiB pages.
 const PAGE: usize = super::buffer::BUFFER_ALIGN;

@@ -77,12 +77,12 @@ struct SizeSummary<'a> {
     /// Measured payload per iteration; null = unverified (no exact source saw it).
     bytes_moved: Option<u64>,
     /// Every source's view of the bytes (wire counters per host and interface included).
-    bytes: &'a crate::delivery::ByteCheck,
+    bytes: &'a crate::report::ByteCheck,
     /// CPU time of the timed iterations.
-    cpu: &'a crate::cputime::CpuCost,
+    cpu: &'a crate::report::CpuCost,
     /// `--baseline nccl`: NCCL's figures at this size (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    nccl: Option<&'a crate::baseline::NcclFigures>,
+    nccl: Option<&'a crate::report::NcclFigures>,
 }
 
 #[derive(Serialize)]
@@ -119,14 +119,14 @@ struct Summary<'a> {
     hosts: &'a [HostInfo],
     env: BTreeMap<&'a str, &'a str>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup.
-    placement: &'a crate::placement::dry_run::PlacementReport,
+    placement: &'a crate::report::PlacementReport,
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
     /// The whole run's CPU cost (null for a run that did not complete).
-    cpu: Option<&'a crate::cputime::CpuCost>,
+    cpu: Option<&'a crate::report::CpuCost>,
     /// `--baseline nccl`: library, settings, NCCL's log lines that prove it used the plugin,
     /// the timings' definitions and the alternation of the blocks (null without it).
-    nccl_baseline: Option<&'a crate::baseline::NcclInfo>,
+    nccl_baseline: Option<&'a crate::report::NcclInfo>,
     results: Vec<SizeSummary<'a>>,
 }
 

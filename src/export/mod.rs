@@ -143,7 +143,7 @@ pub(crate) mod fixtures {
             window: 8,
             notes: vec!["a note".into()],
             placement: Default::default(),
-            cpu: Some(crate::cputime::CpuCost::from_ranks(
+            cpu: Some(crate::report::CpuCost::from_ranks(
                 &[2.0, 1.0, 4.0, 2.0, 3.0, 4.0],
                 10_000_000_000,
             )),
@@ -164,12 +164,12 @@ pub(crate) mod fixtures {
             wrong,
             stats: summarize(&samples),
             bytes_planned: 2 * size_bytes,
-            bytes: crate::delivery::ByteCheck {
+            bytes: crate::report::ByteCheck {
                 measured: None,
                 sources: vec!["wire"],
                 wire_rx_bytes: Some(2 * size_bytes + 100),
                 wire_payload_bytes: 2 * size_bytes,
-                wire: vec![crate::delivery::WireBytes {
+                wire: vec![crate::report::WireBytes {
                     host: "a".into(),
                     iface: "lo".into(),
                     rx_bytes: 6 * size_bytes + 300,
@@ -182,7 +182,7 @@ pub(crate) mod fixtures {
             netbw_gbps: algbw,
             peers_in_flight: (1, 1),
             // Two ranks: 0.25 + 0.5 s user, 0.25 + 0.5 s system over 1 s each; 3 GB moved.
-            cpu: crate::cputime::CpuCost::from_ranks(&[0.25, 0.25, 1.0, 0.5, 0.5, 1.0], 3_000_000_000),
+            cpu: crate::report::CpuCost::from_ranks(&[0.25, 0.25, 1.0, 0.5, 0.5, 1.0], 3_000_000_000),
             rank_samples_us: vec![
                 time_us * 0.9,
                 time_us,

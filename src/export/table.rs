@@ -6,8 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::cputime::CpuCost;
-use crate::report::{RunInfo, SizeResult};
+use crate::report::{CpuCost, FindingLevel, RunInfo, SizeResult};
 use tcpx_units::format_size;
 
 use super::{avg_busbw, wrong_total};
@@ -90,11 +89,7 @@ pub fn header(info: &RunInfo) -> String {
         );
     }
     s.push_str(&info.placement.table());
-    s.push_str(
-        &info
-            .placement
-            .finding_lines(crate::placement::preflight::Level::Warning),
-    );
+    s.push_str(&info.placement.finding_lines(FindingLevel::Warning));
     s.push_str("#\n");
     for (i, line) in COLUMNS.iter().enumerate() {
         s.push_str(line);

@@ -6,7 +6,7 @@ use super::dry_run::{RankReport, Row};
 use super::preflight::{self, Finding, Local};
 use super::sysfs::Sysfs;
 use super::{choose_cpus, choose_nics, locate_gpus, locate_nics, CpuBind, NetDevSpec};
-use crate::engine::schedule::Lanes;
+use crate::plan::Lanes;
 use crate::topology::Topology;
 
 /// What the engine needs per local endpoint.

@@ -8,13 +8,14 @@
 
 use crate::baseline::{self, NcclBaseline};
 use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeArg};
+use crate::collectives::Collectives;
 use crate::contracts;
 use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::gpu::CudaPath;
 use crate::engine::progress::Delivered;
 use crate::engine::watchdog::{self, Watchdog};
-use crate::engine::{Collectives, Engine, EngineConfig, MemKind};
+use crate::engine::{Engine, EngineConfig, MemKind};
 use crate::export::{self, json::RunStatus, table};
 use crate::mpi_boot::Mpi;
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding};

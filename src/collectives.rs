@@ -1,0 +1,21 @@
+//! The collective operations the layers above need from the launcher (MPI in production,
+//! [`crate::mpi_boot::Mpi`]): a trait of its own at the bottom, so the engine, the byte check and
+//! the NCCL baseline use MPI without knowing it, and `mpi_boot` implements it without knowing them.
+
+/// The collective operations the engine, the byte check and the baseline need from the launcher.
+pub trait Collectives {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    fn barrier(&self);
+    /// Bitwise OR of `buf` across ranks, in place (handle exchange: each rank fills its slots).
+    fn or_bytes(&self, buf: &mut [u8]);
+    fn sum_u64(&self, buf: &mut [u64]);
+    fn sum_f64(&self, buf: &mut [f64]);
+    /// Every rank's `local` (all the same length), concatenated in rank order.
+    fn gather_f64(&self, local: &[f64]) -> Vec<f64>;
+    /// Point-to-point exchange with the listed ranks only: `sends` (rank, bytes) go out, and one
+    /// message of the given length comes in from each rank of `recvs`, returned in that order.
+    fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;
+    /// Ends the whole job now (after this rank printed why).
+    fn abort(&self, code: i32) -> !;
+}
