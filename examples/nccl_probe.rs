@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcpx_perf::baseline::{self, NcclBaseline};
 use tcpx_perf::cli::Cli;
-use tcpx_perf::engine::Collectives;
-use tcpx_perf::plan::{Direction, Fill, Flow, Pattern, Plan, Scope};
+use tcpx_perf::collectives::Collectives;
+use tcpx_perf::plan::{Direction, Fill, Flow, Iterations, Pattern, Plan, Scope};
 use tcpx_perf::topology::Topology;
 
 /// The launcher of a one-process job: every collective is the identity.
@@ -104,7 +104,16 @@ fn probe() -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let props = plugin.properties(0).map_err(|e| e.to_string())?;
     let topo = Topology::with_ranks_per_node(1, 1, 1, vec!["localhost".into()]);
-    let prep = baseline::prepare(&cli, &plugin, &props, &topo, 0)?.ok_or("no baseline prepared")?;
+    let settings = baseline::BaselineSettings {
+        nccl_lib: cli.nccl_lib.clone(),
+    };
+    let iterations = Iterations {
+        warmup: cli.warmup_iters,
+        iters: cli.iters,
+        check: cli.check_enabled(),
+        average: cli.average,
+    };
+    let prep = baseline::prepare(Some(&settings), &plugin, &props, &topo, 0)?.ok_or("no baseline prepared")?;
     println!(
         "# plugin {} ({}, ABI v{}) opened by tcpx-perf's loader first, as in a run",
         plugin.path().display(),
@@ -127,7 +136,7 @@ fn probe() -> Result<(), String> {
         "pattern", "size", "time(us)", "algbw", "batch(us)", "algbw", "#wrong"
     );
     for plan in &plans {
-        let f = nccl.measure(&cli, &Solo, plan, 0.0, Instant::now())?;
+        let f = nccl.measure(&iterations, &Solo, plan, 0.0, Instant::now())?;
         println!(
             "  {:>9} {:>12} {:>10.1} {:>8.2} {:>12.1} {:>8.2} {:>7}",
             plan.pattern.to_string(),

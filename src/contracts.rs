@@ -9,10 +9,6 @@
 use nccl_net::abi;
 use nccl_net::Properties;
 
-/// NCCL's cap on one request to a v7/v8 plugin (`MAX_NET_SIZE`, `src/plugin/net/net_v7.cc`):
-/// those ABIs pass sizes as `int`.
-pub const MAX_NET_SIZE: u64 = 1 << 30;
-
 /// Registration segment for ABIs with `int` sizes: the largest power of two an `int` holds.
 pub const INT_ABI_SEGMENT: u64 = 1 << 30;
 
@@ -59,7 +55,7 @@ pub fn registration_segment(abi_version: u32, max_reg: Option<u64>) -> u64 {
 pub fn request_cap(abi_version: u32, props: &Properties) -> u64 {
     match props.max_p2p_bytes {
         Some(bytes) if abi_version >= 9 && bytes > 0 => bytes as u64,
-        _ => MAX_NET_SIZE,
+        _ => abi::MAX_NET_SIZE as u64,
     }
 }
 
@@ -188,7 +184,7 @@ mod tests {
         let p = props(Some(16 << 30), abi::NCCL_PTR_HOST, None, 0);
         assert_eq!(
             request_cap(7, &p),
-            MAX_NET_SIZE,
+            abi::MAX_NET_SIZE as u64,
             "v7 ignores maxP2pBytes, NCCL caps at 1 GiB"
         );
         assert_eq!(request_cap(9, &p), 16 << 30);

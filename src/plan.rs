@@ -10,6 +10,68 @@
 use crate::topology::Topology;
 use serde::Serialize;
 use std::fmt;
+use std::sync::Arc;
+use tcpx_units::TimeReduction;
+
+/// What the sweep runs (`--pattern --scope --dir -b -e -f -i --max-peers`), typed once from the
+/// flags by `crate::run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepSettings {
+    pub pattern: Pattern,
+    /// `None`: `--scope auto`, inter-node when the job spans several nodes, else all.
+    pub scope: Option<Scope>,
+    pub dir: Direction,
+    /// The message sizes, ascending.
+    pub sizes: Vec<u64>,
+    pub max_peers: Option<usize>,
+}
+
+impl SweepSettings {
+    /// The scope on a job of `nodes` nodes.
+    pub fn scope_on(&self, nodes: usize) -> Scope {
+        match self.scope {
+            Some(scope) => scope,
+            None if nodes > 1 => Scope::InterNode,
+            None => Scope::All,
+        }
+    }
+
+    /// The plan of every size (identical on every rank), and the sizes skipped because they
+    /// are smaller than one byte per endpoint. An error when no size is left.
+    pub fn plans(&self, topo: &Topology) -> Result<(Vec<Arc<Plan>>, Vec<u64>), String> {
+        let scope = self.scope_on(topo.nodes);
+        let mut plans = Vec::new();
+        let mut skipped = Vec::new();
+        for &size in &self.sizes {
+            let plan = Plan::build(self.pattern, scope, self.dir, topo, size, self.max_peers)?;
+            if plan.is_degenerate(size) {
+                skipped.push(size);
+            } else {
+                plans.push(Arc::new(plan));
+            }
+        }
+        if plans.is_empty() {
+            return Err(format!(
+                "every size is smaller than the {} endpoints it must be split over; raise -b",
+                topo.len()
+            ));
+        }
+        Ok((plans, skipped))
+    }
+}
+
+/// How each size is sampled (`-w -n -c -a`): shared by tcpx-perf's sweep and the NCCL baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Iterations {
+    /// Untimed iterations before the timed ones.
+    pub warmup: usize,
+    /// Timed iterations.
+    pub iters: usize,
+    /// Whether every received byte of the timed iterations is checked.
+    pub check: bool,
+    /// How per-rank times are reduced to one number.
+    pub average: TimeReduction,
+}
 
 /// The traffic pattern (`--pattern`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]

@@ -23,10 +23,9 @@ pub mod nccl;
 pub mod nccl_sys;
 pub mod ops;
 
-use crate::cli::Cli;
 use crate::engine::watchdog::Watchdog;
 use crate::mpi_boot::Mpi;
-use crate::plan::Plan;
+use crate::plan::{Iterations, Plan};
 use crate::report::{Block, NcclFigures, NcclInfo};
 use crate::stats;
 use crate::topology::Topology;
@@ -36,15 +35,15 @@ use ops::EndpointOp;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tcpx_units::TimeReduction;
 
 use crate::collectives::Collectives;
 
-/// `--baseline`: what to measure beside tcpx-perf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BaselineKind {
-    /// NCCL (libnccl.so.2, loaded at run time) through the same plugin, same GPUs, same job.
-    Nccl,
+/// `--baseline nccl`'s settings, typed once from the flags by `crate::run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BaselineSettings {
+    /// libnccl.so.2 to load (`--nccl-lib`); `None`: the dynamic loader's search.
+    pub nccl_lib: Option<std::path::PathBuf>,
 }
 
 /// NCCL settings forced for the baseline: the plugin's path and name come from the loaded
@@ -76,26 +75,18 @@ impl Prepared {
     }
 }
 
-/// Usage errors of the baseline flags (rank 0 reports them once).
-pub fn validate(cli: &Cli) -> Result<(), String> {
-    if cli.nccl_lib.is_some() && cli.baseline.is_none() {
-        return Err("--nccl-lib only applies with --baseline nccl: add --baseline nccl or drop --nccl-lib".into());
-    }
-    Ok(())
-}
-
 /// This rank's preparation: sets NCCL's environment (before any NCCL call reads it), loads
 /// NCCL, and finds the GPU of every local endpoint. `None` without `--baseline`.
 pub fn prepare(
-    cli: &Cli,
+    settings: Option<&BaselineSettings>,
     plugin: &nccl_net::Plugin,
     props: &nccl_net::Properties,
     topo: &Topology,
     rank: usize,
 ) -> Result<Option<Prepared>, String> {
-    if cli.baseline.is_none() {
+    let Some(settings) = settings else {
         return Ok(None);
-    }
+    };
     let log_file = std::env::temp_dir().join(format!("tcpx-perf-nccl-{}.log", std::process::id()));
     let mut env: Vec<(String, String)> = vec![
         ("NCCL_NET_PLUGIN".into(), plugin.path().display().to_string()),
@@ -132,7 +123,7 @@ pub fn prepare(
         // threads do not read it concurrently (the engine has not started).
         std::env::set_var(k, v);
     }
-    let lib = Arc::new(NcclLib::open(cli.nccl_lib.as_deref())?);
+    let lib = Arc::new(NcclLib::open(settings.nccl_lib.as_deref())?);
     let probe = tcpx_gpu::Gpu::probe().map_err(|e| format!("--baseline nccl: {e}"))?;
     let Some(found) = probe.filter(|g| g.count() > 0) else {
         return Err("--baseline nccl runs NCCL on a GPU per endpoint, and this host has no CUDA driver or no visible GPU: run on a GPU host or drop --baseline".into());
@@ -311,7 +302,7 @@ impl NcclBaseline {
     /// timing, one checked operation.
     pub fn measure<C: Collectives + ?Sized>(
         &mut self,
-        cli: &Cli,
+        iterations: &Iterations,
         mpi: &C,
         plan: &Plan,
         tcpx_busbw: f64,
@@ -323,17 +314,17 @@ impl NcclBaseline {
         let all_ops = ops::for_plan(plan);
         let ids = self.session.endpoint_ids();
         let mine: Vec<&EndpointOp> = ids.iter().map(|&e| &all_ops[e]).collect();
-        self.session.warm_up(&mine, cli.warmup_iters)?;
-        let batch = self.session.time_batch(mpi, &mine, cli.iters)?;
-        let barrier = self.session.time_barrier(mpi, &mine, cli.iters)?;
-        let wrong = if cli.check_enabled() {
+        self.session.warm_up(&mine, iterations.warmup)?;
+        let batch = self.session.time_batch(mpi, &mine, iterations.iters)?;
+        let barrier = self.session.time_barrier(mpi, &mine, iterations.iters)?;
+        let wrong = if iterations.check {
             self.checked_operation(mpi, plan, &mine)?
         } else {
             None
         };
         self.watchdog.disarm();
-        let (samples, time_us) = reduce(mpi, &barrier, cli);
-        let (batch_samples, batch_time_us) = reduce(mpi, &batch, cli);
+        let (samples, time_us) = reduce(mpi, &barrier, iterations.average);
+        let (batch_samples, batch_time_us) = reduce(mpi, &batch, iterations.average);
         let bytes = ops::nccl_size(plan);
         let factor = plan.busbw_factor();
         let algbw = tcpx_units::gbps(bytes, time_us);
@@ -418,11 +409,11 @@ impl NcclBaseline {
 
 /// Per-iteration samples reduced over ranks with -a, and the time as tcpx-perf reduces it
 /// (each rank's mean, reduced over ranks).
-fn reduce<C: Collectives + ?Sized>(mpi: &C, mine: &RankTimes, cli: &Cli) -> (Vec<f64>, f64) {
+fn reduce<C: Collectives + ?Sized>(mpi: &C, mine: &RankTimes, average: TimeReduction) -> (Vec<f64>, f64) {
     let all = mpi.gather_f64(&mine.samples_us);
     let means = mpi.gather_f64(&[mine.mean_us]);
-    let samples = tcpx_units::reduce_each_iteration(&all, mine.samples_us.len(), cli.average);
-    (samples, tcpx_units::reduce(&means, cli.average))
+    let samples = tcpx_units::reduce_each_iteration(&all, mine.samples_us.len(), average);
+    (samples, tcpx_units::reduce(&means, average))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser};
 use serde::Serialize;
 
+use nccl_net::abi::NCCL_NET_MAX_REQUESTS;
 use tcpx_units::{format_size, parse_size, TimeReduction};
 
 use crate::engine::backoff::PollMode;
@@ -248,7 +249,7 @@ pub struct Cli {
     /// nccl-tests' CUDA events around a batch) and the ratio go into the table, results.csv and
     /// summary.json. Needs one GPU per endpoint and libnccl.so.2 (see --nccl-lib).
     #[arg(long, value_enum)]
-    pub baseline: Option<crate::baseline::BaselineKind>,
+    pub baseline: Option<BaselineKind>,
 
     /// libnccl.so.2 for --baseline nccl (default: the dynamic loader's search for libnccl.so.2)
     #[arg(long = "nccl-lib")]
@@ -396,9 +397,10 @@ impl Cli {
         if self.max_reg.is_some_and(|m| m < 4096) {
             return Err("--max-reg below 4K cannot hold a page: use --max-reg 4K or more, or drop it".into());
         }
-        if !(1..=32).contains(&self.window) {
+        // NCCL's own bound; the plugin's (TCPX's 16) is checked once the plugin is open.
+        if !(1..=NCCL_NET_MAX_REQUESTS).contains(&self.window) {
             return Err(format!(
-                "--window {} is out of range: use 1 to 32 requests outstanding per communicator",
+                "--window {} is out of range: use 1 to {NCCL_NET_MAX_REQUESTS} requests outstanding per communicator",
                 self.window
             ));
         }
@@ -423,7 +425,10 @@ impl Cli {
                 self.pattern
             ));
         }
-        crate::baseline::validate(self)
+        if self.nccl_lib.is_some() && self.baseline.is_none() {
+            return Err("--nccl-lib only applies with --baseline nccl: add --baseline nccl or drop --nccl-lib".into());
+        }
+        Ok(())
     }
 }
 

@@ -9,6 +9,14 @@ use serde::Serialize;
 use super::{Dir, Pattern};
 use crate::placement::{CpuBind, NetDevSpec};
 
+/// `--baseline`: what to measure beside tcpx-perf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaselineKind {
+    /// NCCL (libnccl.so.2, loaded at run time) through the same plugin, same GPUs, same job.
+    Nccl,
+}
+
 /// Which endpoint pairs carry traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]

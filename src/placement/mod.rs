@@ -26,6 +26,19 @@ use sysfs::Sysfs;
 /// Environment variable standing in for the GPUs' CUDA bus ids (comma list in CUDA order).
 pub const GPU_PCI_ENV: &str = "TCPX_PERF_GPU_PCI";
 
+/// Where endpoints run (`--channels --spread-channels --net-dev --cpu-bind`), typed once from
+/// the flags by `crate::run`.
+#[derive(Debug, Clone)]
+pub struct PlacementSettings {
+    /// Communicators per peer.
+    pub channels: usize,
+    /// Spread an endpoint's channels over the devices as close to its GPU as its own.
+    pub spread_channels: bool,
+    /// The plugin device per GPU; `None`: by PCIe distance.
+    pub net_dev: Option<NetDevSpec>,
+    pub cpu_bind: CpuBind,
+}
+
 /// One entry of `--net-dev`: a plugin device index or name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]

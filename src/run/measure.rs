@@ -1,24 +1,36 @@
 //! One size: warm-up, the timed iterations with the data check, the byte check, and the reductions
 //! over ranks into one [`SizeResult`].
 
-use super::*;
+use super::Fatal;
+use crate::collectives::Collectives;
+use crate::cputime::{CpuCost, CpuTime};
+use crate::delivery::{self, WireProbe};
+use crate::engine::progress::Delivered;
+use crate::engine::Engine;
+use crate::mpi_boot::Mpi;
+use crate::plan::{Iterations, Plan};
+use crate::report::{PairResult, SizeResult};
+use crate::stats;
+use crate::topology::Topology;
+use std::sync::Arc;
 
-pub(super) fn progress_bar(cli: &Cli, rank: usize, total: usize) -> Option<indicatif::ProgressBar> {
-    if rank != 0 || !cli.progress_enabled(std::io::stderr().is_terminal()) {
-        return None;
-    }
-    let bar = indicatif::ProgressBar::new(total as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} iterations {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    Some(bar)
+/// This rank's view of one size's timed iterations, before the reductions over ranks.
+struct Sampled {
+    /// Per timed iteration, microseconds.
+    times: Vec<f64>,
+    delivered: Delivered,
+    /// [sends, receives]: the most distinct peers in flight at once.
+    peers_in_flight: [f64; 2],
+    cpu: CpuTime,
+    cpu_window: f64,
+    wire_before: Option<delivery::Snapshot>,
+    wrong: u64,
 }
 
 /// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn measure(
-    cli: &Cli,
+    it: &Iterations,
     mpi: &Mpi,
     engine: &Engine,
     topo: &Topology,
@@ -27,29 +39,44 @@ pub(super) fn measure(
     pattern_iter: &mut u32,
     progress: Option<&indicatif::ProgressBar>,
 ) -> Result<SizeResult, Fatal> {
-    let check = cli.check_enabled();
     engine.prepare(plan.clone()).map_err(Fatal::Here)?;
     if let Some(bar) = progress {
         bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
-    let mut times = Vec::with_capacity(cli.iters);
-    let mut delivered = Delivered::default();
-    let mut peers_in_flight = [0.0f64; 2];
-    let (mut cpu, mut cpu_window) = (crate::cputime::CpuTime::default(), 0.0f64);
-    let mut wire_before = None;
-    let mut wrong = 0u64;
-    for i in 0..cli.warmup_iters + cli.iters {
-        let timed = i >= cli.warmup_iters;
-        if i == cli.warmup_iters {
+    let sampled = iterate(it, mpi, engine, probe, pattern_iter, progress)?;
+    reduce(it, mpi, engine, topo, probe, plan, sampled)
+}
+
+/// Warm-up and timed iterations of the prepared size on this rank.
+fn iterate(
+    it: &Iterations,
+    mpi: &Mpi,
+    engine: &Engine,
+    probe: &WireProbe,
+    pattern_iter: &mut u32,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<Sampled, Fatal> {
+    let mut s = Sampled {
+        times: Vec::with_capacity(it.iters),
+        delivered: Delivered::default(),
+        peers_in_flight: [0.0f64; 2],
+        cpu: CpuTime::default(),
+        cpu_window: 0.0,
+        wire_before: None,
+        wrong: 0,
+    };
+    for i in 0..it.warmup + it.iters {
+        let timed = i >= it.warmup;
+        if i == it.warmup {
             // Every rank of the host is done with the warm-up before its counters are read.
             mpi.barrier();
-            wire_before = Some(probe.snapshot());
+            s.wire_before = Some(probe.snapshot());
         }
         *pattern_iter = pattern_iter.wrapping_add(1);
-        if check || i == 0 {
+        if it.check || i == 0 {
             engine.fill(*pattern_iter).map_err(Fatal::Here)?;
         }
-        let it = engine.run(mpi, timed).map_err(|e| {
+        let one = engine.run(mpi, timed).map_err(|e| {
             if engine.shared().stalled.load(std::sync::atomic::Ordering::Relaxed) {
                 Fatal::Stalled(e)
             } else {
@@ -57,45 +84,56 @@ pub(super) fn measure(
             }
         })?;
         if timed {
-            times.push(it.elapsed.as_secs_f64() * 1e6);
-            delivered.add(&it.delivered);
-            peers_in_flight[0] = peers_in_flight[0].max(it.peers_in_flight.0 as f64);
-            peers_in_flight[1] = peers_in_flight[1].max(it.peers_in_flight.1 as f64);
-            cpu.add(it.cpu);
-            cpu_window += it.window.as_secs_f64();
-            if check {
-                wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
+            s.times.push(one.elapsed.as_secs_f64() * 1e6);
+            s.delivered.add(&one.delivered);
+            s.peers_in_flight[0] = s.peers_in_flight[0].max(one.peers_in_flight.0 as f64);
+            s.peers_in_flight[1] = s.peers_in_flight[1].max(one.peers_in_flight.1 as f64);
+            s.cpu.add(one.cpu);
+            s.cpu_window += one.window.as_secs_f64();
+            if it.check {
+                s.wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
         }
         if let Some(bar) = progress {
             bar.inc(1);
         }
     }
+    Ok(s)
+}
 
-    // Reductions over ranks.
-    let all = mpi.gather_f64(&times);
-    let samples_us = tcpx_units::reduce_each_iteration(&all, cli.iters, cli.average);
+/// Reductions over ranks, the byte check, and the size's result.
+fn reduce(
+    it: &Iterations,
+    mpi: &Mpi,
+    engine: &Engine,
+    topo: &Topology,
+    probe: &WireProbe,
+    plan: &Plan,
+    s: Sampled,
+) -> Result<SizeResult, Fatal> {
+    let all = mpi.gather_f64(&s.times);
+    let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.average);
     // The host's counters are read once every rank on it has its last byte: a rank whose own
     // iterations ended first must not read while others still receive.
     mpi.barrier();
     let wire_after = probe.snapshot();
-    let everyone = mpi.gather_f64(&peers_in_flight);
+    let everyone = mpi.gather_f64(&s.peers_in_flight);
     let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
     let peers_in_flight = (peer_max(0), peer_max(1));
     let cpu = CpuCost::from_ranks(
-        &mpi.gather_f64(&CpuCost::local(cpu, cpu_window)),
-        plan.network_bytes() * cli.iters as u64,
+        &mpi.gather_f64(&CpuCost::local(s.cpu, s.cpu_window)),
+        plan.network_bytes() * it.iters as u64,
     );
-    let mut counters = [wrong];
+    let mut counters = [s.wrong];
     mpi.sum_u64(&mut counters);
     let [wrong] = counters;
-    let mut sums = delivered.to_array();
+    let mut sums = s.delivered.to_array();
     mpi.sum_u64(&mut sums);
     let delivered = Delivered::from_array(sums);
     let wire = probe.exchange(
         mpi,
         topo,
-        &wire_before.expect("at least one timed iteration"),
+        &s.wire_before.expect("at least one timed iteration"),
         &wire_after,
     );
     let mut flow_sums = vec![0.0; plan.flows.len()];
@@ -106,7 +144,7 @@ pub(super) fn measure(
     }
     mpi.sum_f64(&mut flow_sums);
 
-    let bytes = delivery::check(plan, topo, cli.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
+    let bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
     if probe.devmem_required {
         let errors = bytes.devmem_errors();
         if !errors.is_empty() {
@@ -115,29 +153,27 @@ pub(super) fn measure(
     }
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
-    let time_us = tcpx_units::reduce(&tcpx_units::rank_means(&all, cli.iters), cli.average);
+    let time_us = tcpx_units::reduce(&tcpx_units::rank_means(&all, it.iters), it.average);
     let algbw = tcpx_units::gbps(plan.size, time_us);
     let factor = plan.busbw_factor();
-    let netbw = algbw * plan.netbw_factor();
-    let pairs = pair_results(plan, topo, &flow_sums, cli.iters);
     Ok(SizeResult {
         size_bytes: plan.size,
         count: plan.size / 4,
-        iters: cli.iters,
+        iters: it.iters,
         time_us,
         algbw_gbps: algbw,
         busbw_gbps: algbw * factor,
-        wrong: check.then_some(wrong),
+        wrong: it.check.then_some(wrong),
         stats,
         bytes_planned: plan.network_bytes(),
         bytes,
         samples_us,
         busbw_factor: factor,
-        netbw_gbps: netbw,
+        netbw_gbps: algbw * plan.netbw_factor(),
         peers_in_flight,
         cpu,
         rank_samples_us: all,
-        pairs,
+        pairs: pair_results(plan, topo, &flow_sums, it.iters),
         nccl: None,
     })
 }

@@ -1,10 +1,124 @@
-//! Placement on every rank (NIC, CPUs, preflight findings), gathered to rank 0, and `--dry-run`'s report.
+//! The place phase: placement on every rank (NIC, CPUs, preflight findings), gathered to rank 0,
+//! the check that every rank runs the same plan, and `--dry-run`'s report.
 
-use super::*;
+use super::settings::Settings;
+use super::vet::{run_info, Vetted};
+use super::{agree, Fatal, Job, EXIT_ERROR, EXIT_OK};
+use crate::collectives::Collectives;
+use crate::engine::gpu::CudaPath;
+use crate::engine::MemKind;
+use crate::mpi_boot::Mpi;
+use crate::placement::rank::EndpointPlace;
+use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
+use crate::report::{self, RunInfo};
+use crate::topology::Topology;
+use nccl_net::Plugin;
+
+/// How the place phase ended.
+pub(super) enum Placed {
+    /// `--dry-run`: the exit status.
+    DryRun(i32),
+    /// Placed and agreed: the run's description and this rank's endpoints.
+    Ready(Box<Ready>),
+}
+
+pub(super) struct Ready {
+    pub info: RunInfo,
+    pub endpoints: Vec<EndpointPlace>,
+}
+
+/// Places this rank's endpoints, checks that every rank runs exactly the same plan, and (without
+/// `--dry-run`) describes the run.
+pub(super) fn place(
+    settings: &Settings,
+    mpi: &Mpi,
+    job: &Job,
+    vetted: &Vetted,
+    mut notes: Vec<String>,
+    start_time: String,
+) -> Result<Placed, Fatal> {
+    let fields = agreement_fields(settings, job, vetted);
+    let rank_plan = agree(
+        mpi,
+        place_rank(
+            &settings.placement,
+            &job.topo,
+            mpi.rank(),
+            &job.connections,
+            &vetted.plugin,
+            &vetted.sha256,
+            vetted.mem() == MemKind::Cuda(CudaPath::Direct),
+        ),
+    )?;
+    notes.extend(rank_plan.notes.iter().cloned());
+    let same_plan = mpi.check_same_plan(&fields);
+    let mut placement = gather_placement(mpi, &rank_plan.report);
+    if settings.dry_run {
+        if let Err(e) = same_plan {
+            placement.findings.insert(
+                0,
+                placement::dry_run::NodeFinding {
+                    level: placement::preflight::Level::Error,
+                    text: e,
+                    hosts: vec![job.topo.hostnames[0].clone()],
+                },
+            );
+        }
+        let code = dry_run_report(mpi, &job.topo, &vetted.plugin, &vetted.sha256, &placement, &notes);
+        return Ok(Placed::DryRun(code));
+    }
+    same_plan.map_err(Fatal::Everywhere)?;
+    let mut info = run_info(settings, mpi, job, vetted, start_time);
+    info.notes = notes;
+    info.placement = placement;
+    info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());
+    Ok(Placed::Ready(Box::new(Ready {
+        info,
+        endpoints: rank_plan.endpoints,
+    })))
+}
+
+/// What every rank must run exactly: `(name, value)`, compared over ranks before data moves.
+fn agreement_fields(settings: &Settings, job: &Job, vetted: &Vetted) -> Vec<(&'static str, String)> {
+    let (sweep, it, tr) = (&settings.sweep, &settings.iterations, &settings.transport);
+    let sizes: Vec<String> = job.plans.iter().map(|p| p.size.to_string()).collect();
+    let plugin = &vetted.plugin;
+    vec![
+        ("tool version", report::TOOL_VERSION.to_string()),
+        ("pattern", sweep.pattern.to_string()),
+        ("scope", job.scope.to_string()),
+        ("dir", sweep.dir.to_string()),
+        ("sizes", sizes.join(",")),
+        ("iters", it.iters.to_string()),
+        ("warmup", it.warmup.to_string()),
+        ("check", u32::from(it.check).to_string()),
+        ("mem", format!("{:?}", vetted.mem())),
+        ("average", it.average.to_string()),
+        ("ngpus", settings.job.endpoints_per_rank.to_string()),
+        ("chunk", tr.chunk.to_string()),
+        ("max-reg", vetted.resources.reg_segment.to_string()),
+        ("channels", tr.channels.to_string()),
+        ("window", tr.window.to_string()),
+        ("timeout", settings.timeout.as_secs().to_string()),
+        ("max-peers", format!("{:?}", sweep.max_peers)),
+        ("net-dev", format!("{:?}", settings.placement.net_dev)),
+        ("plugin name", plugin.name().to_string()),
+        ("plugin ABI", plugin.abi().to_string()),
+        ("plugin sha256", vetted.sha256.clone()),
+        (
+            "NCCL baseline",
+            vetted
+                .resources
+                .nccl
+                .as_ref()
+                .map_or("none".into(), |p| p.version().to_string()),
+        ),
+    ]
+}
 
 /// This rank's placement: its endpoints' NICs and CPUs, and its preflight findings.
 pub(super) fn place_rank(
-    cli: &Cli,
+    settings: &PlacementSettings,
     topo: &Topology,
     rank: usize,
     connections: &[(usize, usize)],
@@ -20,10 +134,10 @@ pub(super) fn place_rank(
         topo,
         rank,
         connections,
-        channels: cli.channels,
-        spread_channels: cli.spread_channels,
-        net_dev: cli.net_dev.as_ref(),
-        cpu_bind: &cli.cpu_bind,
+        channels: settings.channels,
+        spread_channels: settings.spread_channels,
+        net_dev: settings.net_dev.as_ref(),
+        cpu_bind: &settings.cpu_bind,
         props: &props,
         plugin_name: plugin.name(),
         plugin_sha256: sha,

@@ -1,0 +1,96 @@
+//! The sweep phase: every size measured in order (tcpx-perf, then the NCCL baseline when asked
+//! for), rank 0 printing each row as it lands; a hook sees each size's result.
+
+use super::connect::Connected;
+use super::measure::measure;
+use super::settings::Settings;
+use super::{Fatal, Job};
+use crate::collectives::Collectives;
+use crate::delivery::WireProbe;
+use crate::export::table;
+use crate::mpi_boot::Mpi;
+use crate::plan::Plan;
+use crate::report::SizeResult;
+
+/// What the sweep produced: every size measured, in order, and why it stopped early if it did.
+pub(super) struct Swept {
+    pub results: Vec<SizeResult>,
+    pub failure: Option<Fatal>,
+}
+
+/// Called after each size is measured (on every rank, in the same order).
+pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &SizeResult) + 'a;
+
+/// Measures every size of the job in order; stops at the first failure, keeping what was measured.
+pub(super) fn sweep(
+    settings: &Settings,
+    mpi: &Mpi,
+    job: &Job,
+    probe: &WireProbe,
+    connected: &mut Connected,
+    after_size: &mut AfterSize<'_>,
+) -> Swept {
+    let it = &settings.iterations;
+    let rank = mpi.rank();
+    let progress = progress_bar(settings, rank, job.plans.len() * (it.iters + it.warmup));
+    let mut results = Vec::new();
+    let mut pattern_iter: u32 = 0;
+    let mut failure = None;
+    for plan in &job.plans {
+        let started = std::time::Instant::now();
+        let measured = measure(
+            it,
+            mpi,
+            &connected.engine,
+            &job.topo,
+            probe,
+            plan,
+            &mut pattern_iter,
+            progress.as_ref(),
+        );
+        // --baseline nccl: NCCL's figures of this size, right after tcpx-perf's.
+        let measured = match (measured, connected.nccl.as_mut()) {
+            (Ok(mut r), Some(b)) => b
+                .measure(it, mpi, plan, r.busbw_gbps, started)
+                .map_err(Fatal::Here)
+                .map(|f| {
+                    r.nccl = Some(f);
+                    r
+                }),
+            (m, _) => m,
+        };
+        match measured {
+            Ok(r) => {
+                if rank == 0 {
+                    let line = table::row(&r);
+                    match &progress {
+                        Some(bar) => bar.println(line.trim_end()),
+                        None => println!("{}", line.trim_end()),
+                    }
+                }
+                after_size(plan, &r);
+                results.push(r);
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
+    Swept { results, failure }
+}
+
+fn progress_bar(settings: &Settings, rank: usize, total: usize) -> Option<indicatif::ProgressBar> {
+    if rank != 0 || !settings.output.progress {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} iterations {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
