@@ -202,7 +202,6 @@ impl Plan {
         if inter && topo.nodes < 2 {
             return Err("--scope inter-node needs at least 2 nodes; use --scope all or --ranks-per-node".into());
         }
-        let node = |e: usize| topo.endpoints[e].node;
         let mut plan = Plan {
             pattern,
             scope,
@@ -213,99 +212,120 @@ impl Plan {
             flows: Vec::new(),
         };
         match pattern {
-            Pattern::Sendrecv => {
-                let order = topo.order(inter)?;
-                plan.two_region_buffers(size);
-                for (p, &src) in order.iter().enumerate() {
-                    let dst = order[(p + 1) % n];
-                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
-                }
-            }
-            Pattern::Pairs => {
-                if n % 2 != 0 {
-                    return Err(format!(
-                        "pattern pairs needs an even number of endpoints, the job has {n}"
-                    ));
-                }
-                plan.two_region_buffers(size);
-                for src in 0..n {
-                    let dst = (src + n / 2) % n;
-                    if (dir == Direction::Uni && src >= n / 2) || (inter && node(src) == node(dst)) {
-                        continue;
-                    }
-                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
-                }
-            }
-            Pattern::Ring => {
-                let order = topo.order(inter)?;
-                let block = size / n as u64;
-                plan.size = block * n as u64;
-                let steps = 2 * (n - 1);
-                // Region 0 holds the endpoint's own block; step k sends region k and receives into
-                // region k+1, which step k+1 forwards: the dependency chain of a ring all-reduce.
-                for &e in &order {
-                    plan.buffer_len[e] = block * (steps as u64 + 1);
-                    plan.fills[e].push(Fill {
-                        off: 0,
-                        len: block,
-                        origin_off: 0,
-                    });
-                }
-                for (p, &src) in order.iter().enumerate() {
-                    let dst = order[(p + 1) % n];
-                    for k in 0..steps {
-                        let origin = order[(p + n - k % n) % n];
-                        plan.flows.push(Flow {
-                            src,
-                            dst,
-                            src_off: k as u64 * block,
-                            dst_off: (k as u64 + 1) * block,
-                            len: block,
-                            origin,
-                            origin_off: 0,
-                            forwards: k > 0,
-                            round: 0,
-                        });
-                    }
-                }
-            }
-            Pattern::Fullmesh => {
-                let block = size / n as u64;
-                plan.size = block * n as u64;
-                let half = block * n as u64;
-                for e in 0..n {
-                    plan.buffer_len[e] = 2 * half;
-                    plan.fills[e].push(Fill {
-                        off: 0,
-                        len: half,
-                        origin_off: 0,
-                    });
-                }
-                let per_round = max_peers.unwrap_or(n).max(1);
-                for src in 0..n {
-                    for shift in 0..n {
-                        let dst = (src + shift) % n;
-                        if inter && node(src) == node(dst) {
-                            continue;
-                        }
-                        let round = if shift == 0 {
-                            0
-                        } else {
-                            ((shift - 1) / per_round) as u32
-                        };
-                        plan.flows.push(Flow::plain(
-                            src,
-                            dst,
-                            dst as u64 * block,
-                            half + src as u64 * block,
-                            block,
-                            round,
-                        ));
-                    }
-                }
-            }
+            Pattern::Sendrecv => plan.sendrecv_flows(topo, inter)?,
+            Pattern::Pairs => plan.pairs_flows(topo, inter)?,
+            Pattern::Ring => plan.ring_flows(topo, inter)?,
+            Pattern::Fullmesh => plan.fullmesh_flows(topo, inter, max_peers),
         }
         Ok(plan)
+    }
+
+    /// sendrecv: endpoint e sends to the next in the (node-interleaved with inter) order.
+    fn sendrecv_flows(&mut self, topo: &Topology, inter: bool) -> Result<(), String> {
+        let (n, size) = (topo.len(), self.size);
+        let order = topo.order(inter)?;
+        self.two_region_buffers(size);
+        for (p, &src) in order.iter().enumerate() {
+            let dst = order[(p + 1) % n];
+            self.flows.push(Flow::plain(src, dst, 0, size, size, 0));
+        }
+        Ok(())
+    }
+
+    /// pairs: endpoint e with e + n/2 (the lower half only with `--dir uni`).
+    fn pairs_flows(&mut self, topo: &Topology, inter: bool) -> Result<(), String> {
+        let (n, size) = (topo.len(), self.size);
+        let node = |e: usize| topo.endpoints[e].node;
+        if n % 2 != 0 {
+            return Err(format!(
+                "pattern pairs needs an even number of endpoints, the job has {n}"
+            ));
+        }
+        self.two_region_buffers(size);
+        for src in 0..n {
+            let dst = (src + n / 2) % n;
+            if (self.dir == Direction::Uni && src >= n / 2) || (inter && node(src) == node(dst)) {
+                continue;
+            }
+            self.flows.push(Flow::plain(src, dst, 0, size, size, 0));
+        }
+        Ok(())
+    }
+
+    /// ring: 2(n-1) steps of one size/n block each to the next endpoint.
+    fn ring_flows(&mut self, topo: &Topology, inter: bool) -> Result<(), String> {
+        let n = topo.len();
+        let order = topo.order(inter)?;
+        let block = self.size / n as u64;
+        self.size = block * n as u64;
+        let steps = 2 * (n - 1);
+        // Region 0 holds the endpoint's own block; step k sends region k and receives into
+        // region k+1, which step k+1 forwards: the dependency chain of a ring all-reduce.
+        for &e in &order {
+            self.buffer_len[e] = block * (steps as u64 + 1);
+            self.fills[e].push(Fill {
+                off: 0,
+                len: block,
+                origin_off: 0,
+            });
+        }
+        for (p, &src) in order.iter().enumerate() {
+            let dst = order[(p + 1) % n];
+            for k in 0..steps {
+                let origin = order[(p + n - k % n) % n];
+                self.flows.push(Flow {
+                    src,
+                    dst,
+                    src_off: k as u64 * block,
+                    dst_off: (k as u64 + 1) * block,
+                    len: block,
+                    origin,
+                    origin_off: 0,
+                    forwards: k > 0,
+                    round: 0,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// fullmesh: size/n to every endpoint, peers in shifted rounds of `max_peers`.
+    fn fullmesh_flows(&mut self, topo: &Topology, inter: bool, max_peers: Option<usize>) {
+        let n = topo.len();
+        let node = |e: usize| topo.endpoints[e].node;
+        let block = self.size / n as u64;
+        self.size = block * n as u64;
+        let half = block * n as u64;
+        for e in 0..n {
+            self.buffer_len[e] = 2 * half;
+            self.fills[e].push(Fill {
+                off: 0,
+                len: half,
+                origin_off: 0,
+            });
+        }
+        let per_round = max_peers.unwrap_or(n).max(1);
+        for src in 0..n {
+            for shift in 0..n {
+                let dst = (src + shift) % n;
+                if inter && node(src) == node(dst) {
+                    continue;
+                }
+                let round = if shift == 0 {
+                    0
+                } else {
+                    ((shift - 1) / per_round) as u32
+                };
+                self.flows.push(Flow::plain(
+                    src,
+                    dst,
+                    dst as u64 * block,
+                    half + src as u64 * block,
+                    block,
+                    round,
+                ));
+            }
+        }
     }
 
     /// sendrecv / pairs: the send half [0, size) filled, the receive half [size, 2 size).

@@ -15,7 +15,7 @@ use super::HandleKey;
 use super::{EngineConfig, MemKind, Shared};
 use crate::plan::Lanes;
 use crate::plan::Plan;
-use nccl_net::{ListenComm, MemType, NetHandle, Plugin};
+use nccl_net::{ListenComm, MemType, NetHandle, Plugin, RecvComm, SendComm};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -265,6 +265,17 @@ impl Worker {
         })?;
         let (sends, recvs) = (std::mem::take(&mut done.sends), std::mem::take(&mut done.recvs));
         self.listens.clear();
+        self.register_lanes(sends, recvs, &send_peers)?;
+        Ok((done.elapsed, done.threads))
+    }
+
+    /// Registers the buffer with every connected comm and makes its lane.
+    fn register_lanes(
+        &mut self,
+        sends: Vec<SendComm>,
+        recvs: Vec<RecvComm>,
+        send_peers: &[usize],
+    ) -> Result<(), String> {
         let memory = self.memory.as_mut().expect("listen allocated the buffer");
         let (base, len, mem) = memory.net_view();
         if mem == MemType::Cuda && base as usize % PAGE != 0 {
@@ -317,7 +328,7 @@ impl Worker {
             self.shared.watch(("recv", lane.peer.clone(), lane.stats.clone()));
             self.recv.push(lane);
         }
-        Ok((done.elapsed, done.threads))
+        Ok(())
     }
 
     /// Builds this endpoint's post sequences for a new size (before any clock runs).

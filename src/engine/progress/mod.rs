@@ -535,32 +535,7 @@ fn pump_recv(
                 progressed = true;
                 // Bytes that still have to reach the device buffer are queued on the GPU; the
                 // receive counts as delivered (and its slot is released) when that has run.
-                let queued = match gpu.as_deref_mut() {
-                    Some(g) => match lane.unpack {
-                        Some(ring) => {
-                            // The descriptors say where every received byte lies: they must
-                            // cover the receive exactly.
-                            let described = ring.descriptor_bytes(k);
-                            if described != op.len {
-                                return Err(IterationError::SizeMismatch {
-                                    peer: lane.peer.clone(),
-                                    source: "the unpack descriptors cover",
-                                    expected: op.len,
-                                    got: described,
-                                });
-                            }
-                            clock.delivered.unpacked += described;
-                            g.queue_unpack(ring.job(k, g.dev_base() + op.off, op.len)?)?;
-                            Some(g.pending_batch())
-                        }
-                        None if g.path == CudaPath::Staged => {
-                            g.queue_stage_in(op.off, op.len)?;
-                            Some(g.pending_batch())
-                        }
-                        None => None,
-                    },
-                    None => None,
-                };
+                let queued = queue_to_device(lane, op, k, gpu.as_deref_mut(), clock)?;
                 if lane.unpack.is_none() {
                     clock.delivered.unpacked_missed += 1;
                 }
@@ -573,6 +548,43 @@ fn pump_recv(
         }
     }
     Ok(progressed)
+}
+
+/// Queues a completed receive's bytes on the GPU when they still have to reach the device
+/// buffer (device unpack, or staging); the GPU batch it waits for, or `None` when the bytes are
+/// already in the user buffer.
+#[inline]
+fn queue_to_device(
+    lane: &RecvLane,
+    op: RecvOp,
+    k: u64,
+    gpu: Option<&mut GpuState>,
+    clock: &mut Clock,
+) -> Result<Option<u64>, IterationError> {
+    let Some(g) = gpu else { return Ok(None) };
+    Ok(match lane.unpack {
+        Some(ring) => {
+            // The descriptors say where every received byte lies: they must
+            // cover the receive exactly.
+            let described = ring.descriptor_bytes(k);
+            if described != op.len {
+                return Err(IterationError::SizeMismatch {
+                    peer: lane.peer.clone(),
+                    source: "the unpack descriptors cover",
+                    expected: op.len,
+                    got: described,
+                });
+            }
+            clock.delivered.unpacked += described;
+            g.queue_unpack(ring.job(k, g.dev_base() + op.off, op.len)?)?;
+            Some(g.pending_batch())
+        }
+        None if g.path == CudaPath::Staged => {
+            g.queue_stage_in(op.off, op.len)?;
+            Some(g.pending_batch())
+        }
+        None => None,
+    })
 }
 
 /// Releases, in order, the landing receives whose GPU batch has completed.
