@@ -175,11 +175,9 @@ fn load(shown: &str, cands: &[PathBuf], opts: &OpenOptions) -> Result<(libloadin
 
 /// The address of `ncclNetPlugin_v{version}` in `lib`, if exported and non-NULL.
 fn symbol(lib: &libloading::Library, name: &str) -> Option<*const c_void> {
-    let mut cname = name.as_bytes().to_vec();
-    cname.push(0);
     // SAFETY: a data symbol looked up as a pointer type: `*sym` is the symbol's address, which is
     // only read as a table after checking it is non-NULL.
-    let sym = unsafe { lib.get::<*const c_void>(&cname) }.ok()?;
+    let sym = unsafe { lib.get::<*const c_void>(name) }.ok()?;
     let p: *const c_void = *sym;
     (!p.is_null()).then_some(p)
 }
