@@ -344,15 +344,12 @@ pub fn from_runs(
 ) -> Result<String, String> {
     use std::fmt::Write;
     let first = runs.first().ok_or("no runs")?;
-    let ser = match first.series.as_slice() {
-        [s] => s,
-        _ => {
-            return Err(format!(
-                "{}: one pattern per baseline file (found {})",
-                first.source,
-                first.series.len()
-            ))
-        }
+    let [ser] = first.series.as_slice() else {
+        return Err(format!(
+            "{}: one pattern per baseline file (found {})",
+            first.source,
+            first.series.len()
+        ));
     };
     let shape0 = crate::compare::shape(first);
     for r in runs {

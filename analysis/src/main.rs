@@ -268,7 +268,7 @@ fn metrics(v: &[String], default: &[Metric]) -> Result<Vec<Metric>, Failure> {
         .collect()
 }
 
-fn size_range(v: &Option<String>) -> Result<Option<(u64, u64)>, Failure> {
+fn size_range(v: Option<&str>) -> Result<Option<(u64, u64)>, Failure> {
     let Some(t) = v else { return Ok(None) };
     let bad = || Failure::Usage(format!("--sizes {t:?}: use MIN..MAX, e.g. 1M..64M"));
     let (a, b) = t.split_once("..").ok_or_else(bad)?;
@@ -286,7 +286,7 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
         threshold: a.rule.threshold,
         alpha: a.rule.alpha,
         pass_alpha: a.rule.pass_alpha,
-        sizes: size_range(&a.sizes)?,
+        sizes: size_range(a.sizes.as_deref())?,
         force: a.force,
         convert_units: a.convert_units,
         allow_point_estimates: a.allow_point_estimates,
@@ -481,7 +481,7 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                 println!("  status: {s}");
             }
             for ser in &run.series {
-                let fam = ser.family.map(|f| f.short()).unwrap_or("unknown");
+                let fam = ser.family.map_or("unknown", tcpx_analyze::model::Family::short);
                 println!("\npattern {} (family {fam}) {}", ser.pattern, ser.variant);
                 println!("| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | n samples | median busbw | min busbw | max busbw |");
                 println!("|---|---|---|---|---|---|---|---|---|");
@@ -492,8 +492,8 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                     } else {
                         (
                             format!("{:.3}", tcpx_analyze::stats::median(&b)),
-                            format!("{:.3}", b.iter().cloned().fold(f64::INFINITY, f64::min)),
-                            format!("{:.3}", b.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
+                            format!("{:.3}", b.iter().copied().fold(f64::INFINITY, f64::min)),
+                            format!("{:.3}", b.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
                         )
                     };
                     println!(
@@ -502,7 +502,7 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                         r.summary.time_us,
                         r.summary.algbw,
                         r.summary.busbw,
-                        r.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into()),
+                        r.wrong.map_or_else(|| "N/A".into(), |w| w.to_string()),
                         r.samples.len()
                     );
                 }

@@ -210,7 +210,7 @@ pub fn outliers(links: &[PairLink], z: f64) -> Vec<Outlier> {
 /// Heatmap of the per-pair link matrix (source rank x destination rank), outliers outlined in red.
 pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Result<Vec<Outlier>, String> {
     // Links measured several times (several runs) are averaged per cell.
-    let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = Default::default();
+    let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = std::collections::BTreeMap::new();
     for p in links {
         cells.entry((p.src_rank, p.dst_rank)).or_default().push(p.gbps);
     }

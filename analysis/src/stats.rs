@@ -21,7 +21,7 @@ impl Rng {
     }
     /// Uniform index in `0..n` (n > 0), by the multiply-shift method.
     pub fn index(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
     }
     /// Uniform in (0, 1).
     pub fn uniform(&mut self) -> f64 {

@@ -37,12 +37,12 @@ pub(super) struct Group {
 }
 
 /// Picks the series of `fam` in a run (filtered by `--variant`).
-fn pick<'a>(run: &'a Run, fam: Option<Family>, variant: &Option<String>) -> Result<Option<&'a Series>, String> {
+fn pick<'a>(run: &'a Run, fam: Option<Family>, variant: Option<&str>) -> Result<Option<&'a Series>, String> {
     let hits: Vec<&Series> = run
         .series
         .iter()
         .filter(|s| s.family == fam)
-        .filter(|s| variant.as_ref().is_none_or(|v| s.variant.contains(v.as_str())))
+        .filter(|s| variant.is_none_or(|v| s.variant.contains(v)))
         .collect();
     match hits.len() {
         0 => Ok(None),
@@ -61,8 +61,7 @@ pub(super) fn sizes_of(series: &[&Series]) -> BTreeSet<u64> {
 }
 
 pub(super) fn fam_name(f: Option<Family>, fallback: &str) -> String {
-    f.map(|f| f.short().to_string())
-        .unwrap_or_else(|| format!("unknown ({fallback})"))
+    f.map_or_else(|| format!("unknown ({fallback})"), |f| f.short().to_string())
 }
 
 /// Selects, in each candidate run, the series comparable with the reference family.
@@ -77,7 +76,7 @@ fn select_candidates<'a>(
     let mut out = Vec::new();
     for run in cands {
         let found = if fam.is_some() {
-            pick(run, fam, &s.variant)
+            pick(run, fam, s.variant.as_deref())
         } else {
             Ok(None)
         };
@@ -164,7 +163,7 @@ pub(super) fn groups_vs_runs(
         let ref_series: Vec<&Series> = refs
             .iter()
             .filter_map(|r| {
-                pick(r, fam, &s.variant).unwrap_or_else(|e| {
+                pick(r, fam, s.variant.as_deref()).unwrap_or_else(|e| {
                     problems.push(e);
                     None
                 })
@@ -288,7 +287,9 @@ pub(super) fn groups_vs_baseline(
         let mut vals = e.values.clone();
         if e.unit == Unit::GiBps {
             if s.convert_units {
-                vals.iter_mut().for_each(|v| *v *= GIB_PER_GB);
+                for v in &mut vals {
+                    *v *= GIB_PER_GB;
+                }
                 warnings.push(format!(
                     "baseline {} entry {} converted from GiB/s to GB/s (x{GIB_PER_GB})",
                     b.name, e.metric

@@ -67,7 +67,7 @@ impl Default for Spec<'_> {
 }
 
 fn factor(pattern: &str, n: u32) -> f64 {
-    let n = n as f64;
+    let n = f64::from(n);
     match pattern {
         "ring" => 2.0 * (n - 1.0) / n,
         "fullmesh" => (n - 1.0) / n,
@@ -98,7 +98,7 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
         let a = size as f64 / mean / 1e3;
-        let planned = size * s.ranks as u64;
+        let planned = size * u64::from(s.ranks);
         writeln!(
             res,
             "1,{},all,bi,cuda,{size},{},float,{},{mean:.4},{a:.6},{:.6},{},{:.4},{:.4},{:.4},1.0,{planned},{planned},{},{},1,tcpx-emu,8",

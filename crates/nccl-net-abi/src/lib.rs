@@ -634,7 +634,11 @@ macro_rules! assert_layout {
 
 #[cfg(target_pointer_width = "64")]
 mod layout {
-    use super::*;
+    use super::{
+        offset_of, size_of, DeviceHandleV7, LoadMeta, NetAttrV11, NetUnpackMeta, NetV10, NetV11, NetV12, NetV7, NetV8,
+        NetV9, PropertiesV11, PropertiesV12, PropertiesV7, PropertiesV8, PropertiesV9, UnpackNetDeviceHandle,
+        VDevicePropsV12, VDevicePropsV9,
+    };
     assert_layout!(DeviceHandleV7, size = 32, handle @ 8, size @ 16, needs_proxy_progress @ 24);
     assert_layout!(PropertiesV7, size = 56, guid @ 16, ptr_support @ 24, speed @ 28, port @ 32, latency @ 36,
         max_comms @ 40, max_recvs @ 44, net_device_type @ 48, net_device_version @ 52);

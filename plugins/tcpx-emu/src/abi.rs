@@ -3,6 +3,8 @@
 //! Every adapter body runs inside [`guard`]: an error becomes its code plus a WARN, a panic
 //! `ncclInternalError`, never an unwind into C.
 
+// The shims are thin wrappers over lib.rs's core_* functions and the ABI types it imports.
+#[allow(clippy::wildcard_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

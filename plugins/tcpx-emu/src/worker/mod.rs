@@ -153,7 +153,7 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
     let mut lane = sh
         .gpu
         .as_ref()
-        .map(|g| g.lanes[idx].lock().unwrap_or_else(|e| e.into_inner()));
+        .map(|g| g.lanes[idx].lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     let mut gl = lane.as_deref_mut().map(|lane| GpuLane {
         shared: sh,
         lane,
