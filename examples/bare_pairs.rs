@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use nccl_net::{MemType, MrId, OpenOptions, Plugin, PluginSource, Poll, RecvComm, SendComm};
-use tcpx_perf::cli::parse_size;
 use tcpx_perf::cputime::CpuTime;
 use tcpx_perf::engine::backoff::{Backoff, Outlook, PollMode};
 use tcpx_perf::engine::buffer::HostBuffer;
 use tcpx_perf::stats::summarize;
+use tcpx_units::parse_size;
 
 #[derive(Parser)]
 #[command(about = "tcpx-perf's pairs/uni pattern over a bare plugin: one process, two threads")]

@@ -70,9 +70,9 @@ pub fn check_chunk(chunk: u64, abi_version: u32, props: &Properties, cuda_unpack
     if chunk > cap {
         return Err(format!(
             "--chunk {} exceeds the {} bytes per request that plugin ABI v{abi_version} allows (maxP2pBytes, or NCCL's MAX_NET_SIZE before v9): use --chunk {} or less",
-            crate::cli::format_size(chunk),
+            tcpx_units::format_size(chunk),
             cap,
-            crate::cli::format_size(cap)
+            tcpx_units::format_size(cap)
         ));
     }
     let mut notes = Vec::new();
@@ -80,13 +80,13 @@ pub fn check_chunk(chunk: u64, abi_version: u32, props: &Properties, cuda_unpack
         if chunk > UNPACK_MAX_REQUEST {
             return Err(format!(
                 "--chunk {} is above 4M: a device-unpack plugin (GPUDirect-TCPX) receives at most 2048 fragments per request and exit(1)s beyond; use --chunk 4M or less (2M is safe at any MTU)",
-                crate::cli::format_size(chunk)
+                tcpx_units::format_size(chunk)
             ));
         }
         if chunk > UNPACK_SAFE_REQUEST {
             notes.push(format!(
                 "--chunk {} fits TCPX's 2048 fragments per receive only with 4 KiB fragments (MTU 8244); at MTU 1460 use --chunk 2M or less",
-                crate::cli::format_size(chunk)
+                tcpx_units::format_size(chunk)
             ));
         }
     }

@@ -184,11 +184,6 @@ pub struct PairResult {
     pub gbps: f64,
 }
 
-/// GB/s (GB = 10^9 bytes) for `bytes` moved in `time_us` microseconds.
-pub fn gbps(bytes: u64, time_us: f64) -> f64 {
-    bytes as f64 / time_us / 1e3
-}
-
 /// Whether an environment variable may be recorded. An allow-list, never the whole
 /// environment: launch environments carry tokens and credentials.
 fn env_allowed(name: &str) -> bool {
@@ -323,12 +318,5 @@ mod tests {
         let t = now_rfc3339();
         assert_eq!(t.len(), 20, "{t}");
         assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T');
-    }
-
-    #[test]
-    fn gbps_units() {
-        // 1 GB in 1 s is 1 GB/s; 1 MB in 1 us is 1000 GB/s.
-        assert_eq!(gbps(1_000_000_000, 1e6), 1.0);
-        assert_eq!(gbps(1_000_000, 1.0), 1000.0);
     }
 }

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::cli::TimeReduction;
+use tcpx_units::{median_sorted, nearest_rank};
 
 /// Summary of a set of samples (microseconds in practice, but unit-agnostic).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -56,14 +56,8 @@ pub fn summarize(samples: &[f64]) -> SampleStats {
     let mean = sorted.iter().sum::<f64>() / n as f64;
     let var = sorted.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64;
     let stdev = var.sqrt();
-    let median = if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    };
-    // ceil(n * 0.99) in integers, as nccl-tests: (n*99 + 99) / 100.
-    let rank = (n * 99).div_ceil(100);
-    let p99 = sorted[(rank.max(1) - 1).min(n - 1)];
+    let median = median_sorted(&sorted);
+    let p99 = nearest_rank(&sorted, 99);
     SampleStats {
         n,
         mean,
@@ -74,39 +68,6 @@ pub fn summarize(samples: &[f64]) -> SampleStats {
         stdev,
         cv_pct: stdev / mean * 100.0,
     }
-}
-
-/// Reduces one value per rank (indexed by rank) to one number as nccl-tests' `-a`:
-/// rank 0's value, the mean, the minimum or the maximum. An empty slice gives NaN.
-pub fn reduce(values: &[f64], how: TimeReduction) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    match how {
-        TimeReduction::Rank0 => values[0],
-        TimeReduction::Avg => values.iter().sum::<f64>() / values.len() as f64,
-        TimeReduction::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
-        TimeReduction::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    }
-}
-
-/// Per-rank samples gathered rank-major (`all[r * iters + i]`, as MPI's allgather lays them
-/// out), each iteration reduced over ranks with `-a`.
-pub fn reduce_each_iteration(all: &[f64], iters: usize, how: TimeReduction) -> Vec<f64> {
-    let ranks = all.len().checked_div(iters).unwrap_or(0);
-    (0..iters)
-        .map(|i| {
-            let per_rank: Vec<f64> = (0..ranks).map(|r| all[r * iters + i]).collect();
-            reduce(&per_rank, how)
-        })
-        .collect()
-}
-
-/// Each rank's mean over its iterations, from samples gathered rank-major.
-pub fn rank_means(all: &[f64], iters: usize) -> Vec<f64> {
-    all.chunks(iters.max(1))
-        .map(|t| t.iter().sum::<f64>() / t.len() as f64)
-        .collect()
 }
 
 #[cfg(test)]
@@ -124,7 +85,6 @@ mod tests {
         for v in [s.mean, s.min, s.max, s.median, s.p99, s.stdev, s.cv_pct] {
             assert!(v.is_nan());
         }
-        assert!(reduce(&[], TimeReduction::Avg).is_nan());
     }
 
     #[test]
@@ -169,30 +129,9 @@ mod tests {
     }
 
     #[test]
-    fn reductions() {
-        let v = [3.0, 1.0, 2.0, 6.0];
-        assert_eq!(reduce(&v, TimeReduction::Rank0), 3.0);
-        assert_eq!(reduce(&v, TimeReduction::Avg), 3.0);
-        assert_eq!(reduce(&v, TimeReduction::Min), 1.0);
-        assert_eq!(reduce(&v, TimeReduction::Max), 6.0);
-    }
-
-    #[test]
     fn serializes_nan_as_null() {
         let v = serde_json::to_value(summarize(&[])).expect("serialize");
         assert!(v["mean"].is_null());
         assert_eq!(v["n"], 0);
-    }
-
-    #[test]
-    fn rank_major_samples_reduce_per_iteration_and_per_rank() {
-        // 2 ranks x 3 iterations: rank 0 = 1, 2, 3; rank 1 = 5, 4, 9.
-        let all = [1.0, 2.0, 3.0, 5.0, 4.0, 9.0];
-        assert_eq!(reduce_each_iteration(&all, 3, TimeReduction::Max), vec![5.0, 4.0, 9.0]);
-        assert_eq!(
-            reduce_each_iteration(&all, 3, TimeReduction::Rank0),
-            vec![1.0, 2.0, 3.0]
-        );
-        assert_eq!(rank_means(&all, 3), vec![2.0, 6.0]);
     }
 }

@@ -27,7 +27,6 @@ use crate::cli::Cli;
 use crate::engine::watchdog::Watchdog;
 use crate::mpi_boot::Mpi;
 use crate::plan::Plan;
-use crate::report;
 use crate::stats::{self, SampleStats};
 use crate::topology::Topology;
 use nccl::{RankTimes, Session};
@@ -419,8 +418,8 @@ impl NcclBaseline {
         let (batch_samples, batch_time_us) = reduce(mpi, &batch, cli);
         let bytes = ops::nccl_size(plan);
         let factor = plan.busbw_factor();
-        let algbw = report::gbps(bytes, time_us);
-        let batch_algbw = report::gbps(bytes, batch_time_us);
+        let algbw = tcpx_units::gbps(bytes, time_us);
+        let batch_algbw = tcpx_units::gbps(bytes, batch_time_us);
         let end = Instant::now();
         let offset = |t: Instant| t.saturating_duration_since(self.epoch).as_secs_f64();
         self.info.blocks.push(Block {
@@ -504,8 +503,8 @@ impl NcclBaseline {
 fn reduce<C: Collectives + ?Sized>(mpi: &C, mine: &RankTimes, cli: &Cli) -> (Vec<f64>, f64) {
     let all = mpi.gather_f64(&mine.samples_us);
     let means = mpi.gather_f64(&[mine.mean_us]);
-    let samples = stats::reduce_each_iteration(&all, mine.samples_us.len(), cli.average);
-    (samples, stats::reduce(&means, cli.average))
+    let samples = tcpx_units::reduce_each_iteration(&all, mine.samples_us.len(), cli.average);
+    (samples, tcpx_units::reduce(&means, cli.average))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use clap::{CommandFactory, Parser};
 use serde::Serialize;
 
+use tcpx_units::{format_size, parse_size, TimeReduction};
+
 use crate::engine::backoff::PollMode;
 use crate::placement::{CpuBind, NetDevSpec};
 
@@ -97,6 +99,7 @@ pub struct Cli {
 
     /// How the per-rank time is reduced before computing bandwidth: 0 rank0, 1 avg, 2 min, 3 max
     #[arg(short = 'a', long = "average", default_value = "1", value_parser = parse_reduction)]
+    #[serde(serialize_with = "serialize_reduction")]
     pub average: TimeReduction,
 
     /// Watchdog in seconds for every phase (connect, warmup, each size); must be >= 1
@@ -425,8 +428,18 @@ impl Cli {
 }
 
 mod values;
+
+/// Parses `-a` (clap wants a function; the grammar is `TimeReduction`'s).
+fn parse_reduction(s: &str) -> Result<TimeReduction, String> {
+    s.parse()
+}
+
+/// `-a` in the flag record, by name as before (`avg`).
+fn serialize_reduction<S: serde::Serializer>(how: &TimeReduction, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(how.as_str())
+}
 pub use values::*;
-use values::{parse_cpu_bind, parse_net_dev, parse_reduction};
+use values::{parse_cpu_bind, parse_net_dev};
 
 #[cfg(test)]
 mod tests;

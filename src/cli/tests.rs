@@ -64,40 +64,6 @@ fn nccl_tests_flags() {
 }
 
 #[test]
-fn size_parsing() {
-    assert_eq!(parse_size("100"), Ok(100));
-    assert_eq!(parse_size("1K"), Ok(1024));
-    assert_eq!(parse_size("1k"), Ok(1024));
-    assert_eq!(parse_size("64M"), Ok(64 << 20));
-    assert_eq!(parse_size("1G"), Ok(1 << 30));
-    assert_eq!(parse_size("1.5M"), Ok(1_572_864));
-    assert_eq!(parse_size(" 2.0 "), Ok(2));
-    assert_eq!(parse_size("0"), Ok(0));
-    assert_eq!(
-        parse_size("12X").unwrap_err(),
-        "invalid size '12X': use a number with an optional K, M or G suffix (binary)"
-    );
-    for bad in ["", "M", "-1", "1e3", "inf", "nan", "1.2.3", ".", "1 M", "0x10"] {
-        assert!(parse_size(bad).is_err(), "{bad:?} should be rejected");
-    }
-    assert!(parse_size("0.5").unwrap_err().contains("whole number"));
-    assert!(parse_size("99999999999999999999").is_err());
-    assert!(parse_size("17179869184G").is_err());
-}
-
-#[test]
-fn size_formatting_roundtrips() {
-    assert_eq!(format_size(64 << 20), "64M");
-    assert_eq!(format_size(1 << 30), "1G");
-    assert_eq!(format_size(1536 << 10), "1536K");
-    assert_eq!(format_size(100), "100");
-    assert_eq!(format_size(0), "0");
-    for v in [0, 1, 1023, 1024, 1536 << 10, 3 << 30, u64::MAX] {
-        assert_eq!(parse_size(&format_size(v)), Ok(v));
-    }
-}
-
-#[test]
 fn sweep() {
     let c = cli(&["-b", "1M", "-e", "8M"]);
     assert_eq!(c.sizes(), vec![1 << 20, 2 << 20, 4 << 20, 8 << 20]);

@@ -1,5 +1,5 @@
-//! The values of flags: the option enums and the parsers of sizes, reductions, NIC lists and CPU
-//! lists (each error one line that names the fix), and the size format of the table.
+//! The values of flags: the option enums and the parsers of NIC lists and CPU lists (each error
+//! one line that names the fix). Sizes and `-a` parse with `tcpx-units`' grammar.
 
 use std::fmt;
 
@@ -8,20 +8,6 @@ use serde::Serialize;
 
 use super::{Dir, Pattern};
 use crate::placement::{CpuBind, NetDevSpec};
-
-/// How per-rank times are reduced to one number before bandwidth is computed (nccl-tests `-a`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TimeReduction {
-    /// `-a 0`: rank 0's time.
-    Rank0,
-    /// `-a 1`: the mean over ranks (default).
-    Avg,
-    /// `-a 2`: the fastest rank.
-    Min,
-    /// `-a 3`: the slowest rank.
-    Max,
-}
 
 /// Which endpoint pairs carry traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -71,28 +57,6 @@ pub enum PluginLog {
     Trace,
     /// Nothing.
     None,
-}
-
-impl TimeReduction {
-    /// The name used in reports: `rank0`, `avg`, `min`, `max`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TimeReduction::Rank0 => "rank0",
-            TimeReduction::Avg => "avg",
-            TimeReduction::Min => "min",
-            TimeReduction::Max => "max",
-        }
-    }
-
-    /// nccl-tests' `-a` number.
-    pub fn code(self) -> u32 {
-        match self {
-            TimeReduction::Rank0 => 0,
-            TimeReduction::Avg => 1,
-            TimeReduction::Min => 2,
-            TimeReduction::Max => 3,
-        }
-    }
 }
 
 // Names for the plan's enums, as the other enums here have. (Inherent impls may live in any
@@ -172,7 +136,7 @@ macro_rules! display_as_str {
         }
     )*};
 }
-display_as_str!(TimeReduction, Scope, Mem, PluginLog);
+display_as_str!(Scope, Mem, PluginLog);
 
 pub(super) fn parse_net_dev(s: &str) -> Result<NetDevSpec, String> {
     s.parse()
@@ -180,70 +144,4 @@ pub(super) fn parse_net_dev(s: &str) -> Result<NetDevSpec, String> {
 
 pub(super) fn parse_cpu_bind(s: &str) -> Result<CpuBind, String> {
     s.parse()
-}
-
-/// Parses `-a`: nccl-tests' numbers 0..=3, or the names rank0, avg, min, max.
-pub(super) fn parse_reduction(s: &str) -> Result<TimeReduction, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "0" | "rank0" => Ok(TimeReduction::Rank0),
-        "1" | "avg" => Ok(TimeReduction::Avg),
-        "2" | "min" => Ok(TimeReduction::Min),
-        "3" | "max" => Ok(TimeReduction::Max),
-        _ => Err(format!(
-            "invalid time reduction '{s}': use 0 (rank0), 1 (avg), 2 (min) or 3 (max)"
-        )),
-    }
-}
-
-/// Parses a size: a number (fractions allowed) with an optional binary suffix K, M or G
-/// (case-insensitive, 1024-based, as nccl-tests). `"1.5M"` is 1572864. The result must be a
-/// whole number of bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let invalid = || format!("invalid size '{s}': use a number with an optional K, M or G suffix (binary)");
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1u64 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1u64 << 30),
-        Some(_) => (t, 1u64),
-        None => return Err(invalid()),
-    };
-    // Only plain decimal numbers: f64's parser would also take "inf", "nan" and "1e3".
-    if num.is_empty()
-        || !num.chars().all(|c| c.is_ascii_digit() || c == '.')
-        || !num.chars().any(|c| c.is_ascii_digit())
-    {
-        return Err(invalid());
-    }
-    if !num.contains('.') {
-        return num
-            .parse::<u64>()
-            .ok()
-            .and_then(|v| v.checked_mul(mult))
-            .ok_or_else(|| format!("invalid size '{s}': too large"));
-    }
-    let v: f64 = num.parse().map_err(|_| invalid())?;
-    let bytes = v * mult as f64;
-    if bytes >= u64::MAX as f64 {
-        return Err(format!("invalid size '{s}': too large"));
-    }
-    if bytes.fract() != 0.0 {
-        return Err(format!("invalid size '{s}': {bytes} is not a whole number of bytes"));
-    }
-    Ok(bytes as u64)
-}
-
-/// Formats a size with the largest binary suffix that divides it exactly:
-/// `64M`, `1G`, `1536K`, `100`, `0`. [`parse_size`] reads it back to the same value.
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
-    if bytes == 0 {
-        return "0".into();
-    }
-    for (unit, suffix) in UNITS {
-        if bytes & (unit - 1) == 0 {
-            return format!("{}{}", bytes / unit, suffix);
-        }
-    }
-    bytes.to_string()
 }

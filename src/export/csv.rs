@@ -154,7 +154,7 @@ fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
             let timed = [("barrier", &n.samples_us), ("batch", &n.batch_samples_us)];
             timed.into_iter().flat_map(move |(timing, samples)| {
                 samples.iter().enumerate().map(move |(iter, &t)| {
-                    let algbw = crate::report::gbps(n.size_bytes, t);
+                    let algbw = tcpx_units::gbps(n.size_bytes, t);
                     NcclSampleRow {
                         schema_version: SCHEMA_VERSION,
                         pattern: &info.pattern,

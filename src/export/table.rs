@@ -6,9 +6,9 @@
 
 use std::fmt::Write as _;
 
-use crate::cli::format_size;
 use crate::cputime::CpuCost;
 use crate::report::{RunInfo, SizeResult};
+use tcpx_units::format_size;
 
 use super::{avg_busbw, wrong_total};
 

@@ -30,7 +30,7 @@ pub(super) fn measure(
     let check = cli.check_enabled();
     engine.prepare(plan.clone()).map_err(Fatal::Here)?;
     if let Some(bar) = progress {
-        bar.set_message(format!("size {}", crate::cli::format_size(plan.size)));
+        bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
     let mut times = Vec::with_capacity(cli.iters);
     let mut delivered = Delivered::default();
@@ -74,7 +74,7 @@ pub(super) fn measure(
 
     // Reductions over ranks.
     let all = mpi.gather_f64(&times);
-    let samples_us = stats::reduce_each_iteration(&all, cli.iters, cli.average);
+    let samples_us = tcpx_units::reduce_each_iteration(&all, cli.iters, cli.average);
     // The host's counters are read once every rank on it has its last byte: a rank whose own
     // iterations ended first must not read while others still receive.
     mpi.barrier();
@@ -115,8 +115,8 @@ pub(super) fn measure(
     }
     let stats = stats::summarize(&samples_us);
     // nccl-tests' -a: each rank's mean time over the iterations, then reduced over ranks.
-    let time_us = stats::reduce(&stats::rank_means(&all, cli.iters), cli.average);
-    let algbw = report::gbps(plan.size, time_us);
+    let time_us = tcpx_units::reduce(&tcpx_units::rank_means(&all, cli.iters), cli.average);
+    let algbw = tcpx_units::gbps(plan.size, time_us);
     let factor = plan.busbw_factor();
     let netbw = algbw * plan.netbw_factor();
     let pairs = pair_results(plan, topo, &flow_sums, cli.iters);
@@ -169,7 +169,7 @@ pub(super) fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iter
                 dst_host: topo.hostnames[d.rank].clone(),
                 bytes,
                 time_us,
-                gbps: report::gbps(bytes, time_us),
+                gbps: tcpx_units::gbps(bytes, time_us),
             }
         })
         .collect()

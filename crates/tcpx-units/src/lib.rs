@@ -1,0 +1,33 @@
+//! The vocabulary tcpx-perf and tcpx-analyze share, so each fact has one home:
+//! - [`size`]: the one size grammar (`parse_size`) and its two spellings (`format_size` for
+//!   flags and tables, `format_size_label` for prose and plot axes).
+//! - [`gbps`]: GB/s with GB = 10^9 bytes.
+//! - [`quantile`]: the median and quantiles of samples.
+//! - [`reduction`]: nccl-tests' `-a`, reducing per-rank times to one number.
+//!
+//! Only `std`: every crate of the workspace may depend on this one.
+
+pub mod quantile;
+pub mod reduction;
+pub mod size;
+
+pub use quantile::{median, median_sorted, nearest_rank, quantile_sorted};
+pub use reduction::{rank_means, reduce, reduce_each_iteration, TimeReduction};
+pub use size::{format_size, format_size_label, parse_size};
+
+/// GB/s (GB = 10^9 bytes) for `bytes` moved in `time_us` microseconds.
+pub fn gbps(bytes: u64, time_us: f64) -> f64 {
+    bytes as f64 / time_us / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gbps;
+
+    #[test]
+    fn gbps_is_decimal() {
+        // 1e9 bytes in one second is 1 GB/s; 1 GiB in one second is 1.073741824 GB/s.
+        assert_eq!(gbps(1_000_000_000, 1e6), 1.0);
+        assert!((gbps(1 << 30, 1e6) - 1.073741824).abs() < 1e-12);
+    }
+}
