@@ -1,9 +1,10 @@
 //! Declarative baseline files (TOML). See `analysis/README.md` ("Baseline files").
 
 use crate::error::ParseError;
-use crate::model::{parse_size, Family, Metric};
+use crate::model::{Family, Metric};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tcpx_units::parse_size;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -189,7 +190,7 @@ impl Baseline {
 fn size(file: &str, what: &str, s: &SizeSpec) -> Result<u64, ParseError> {
     match s {
         SizeSpec::Int(n) => Ok(*n),
-        SizeSpec::Str(t) => parse_size(t).ok_or_else(|| {
+        SizeSpec::Str(t) => parse_size(t).map_err(|_| {
             ParseError::new(
                 file,
                 None,

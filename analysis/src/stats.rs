@@ -1,7 +1,9 @@
-//! Statistical primitives: a seeded generator, medians, moments and quantiles, Student's t
-//! (statrs), Holm-Bonferroni, robust z-scores. The gate's run-level test is in [`crate::decision`].
+//! Statistical primitives: a seeded generator, moments, Student's t (statrs), Holm-Bonferroni,
+//! robust z-scores (medians and quantiles are
+//! tcpx-units', shared with tcpx-perf). The gate's run-level test is in [`crate::decision`].
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
+use tcpx_units::median;
 
 /// SplitMix64: a tiny deterministic generator (simulations and the fuzz loop must be
 /// reproducible from their seed).
@@ -34,25 +36,6 @@ impl Rng {
     }
 }
 
-/// Median (mean of the two middle values for even n). NaN for an empty slice.
-pub fn median(x: &[f64]) -> f64 {
-    if x.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = x.to_vec();
-    v.sort_by(f64::total_cmp);
-    median_sorted(&v)
-}
-
-fn median_sorted(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
 pub fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64
 }
@@ -64,17 +47,6 @@ pub fn var(x: &[f64]) -> f64 {
     }
     let m = mean(x);
     x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64
-}
-
-/// Quantile with linear interpolation between order statistics (Hyndman-Fan type 7).
-pub fn quantile_sorted(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let h = (v.len() - 1) as f64 * q.clamp(0.0, 1.0);
-    let lo = h.floor() as usize;
-    let hi = h.ceil() as usize;
-    v[lo] + (h - lo as f64) * (v[hi] - v[lo])
 }
 
 /// Student's t distribution with `df` degrees of freedom (None when df is not positive).
@@ -139,14 +111,6 @@ pub fn robust_z(x: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians_quantiles() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
-        assert_eq!(quantile_sorted(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.25), 2.0);
-    }
 
     #[test]
     fn holm_matches_reference() {

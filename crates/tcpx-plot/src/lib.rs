@@ -42,16 +42,9 @@ const REFERENCE_COLORS: [RGBColor; 4] = [
     RGBColor(0, 100, 0),
 ];
 
-/// A size in binary units when it is a whole number of them (`64 MiB`), else bytes (`1000 B`).
-pub fn fmt_size(b: u64) -> String {
-    const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (name, m) in U {
-        if b >= m && b.is_multiple_of(m) {
-            return format!("{} {}", b / m, name);
-        }
-    }
-    format!("{b} B")
-}
+/// The size label of axes and titles. src/export/svg.rs still names it `tcpx_plot::fmt_size`;
+/// new code calls `tcpx_units::format_size_label` (the one size grammar).
+pub use tcpx_units::format_size_label as fmt_size;
 
 /// (size in bytes, value, optional band drawn around the line, e.g. the iterations' p10-p90)
 pub type Point = (u64, f64, Option<(f64, f64)>);
@@ -111,7 +104,7 @@ fn size_label(x: f64) -> String {
     if (x - r).abs() > 1e-6 || !(0.0..63.0).contains(&r) {
         return String::new();
     }
-    fmt_size(1u64 << (r as u32))
+    tcpx_units::format_size_label(1u64 << (r as u32))
 }
 
 /// Labels for a log10 axis: the value 10^v with three significant digits.
