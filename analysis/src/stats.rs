@@ -1,40 +1,13 @@
-//! Statistical primitives: a seeded generator, moments, Student's t (statrs), Holm-Bonferroni,
-//! robust z-scores (medians and quantiles are
-//! tcpx-units', shared with tcpx-perf). The gate's run-level test is in [`crate::decision`].
+//! Statistical primitives: moments, Student's t (statrs), Holm-Bonferroni, robust z-scores. The
+//! seeded generator, medians and quantiles are tcpx-units', shared with tcpx-perf and tcpx-gpu.
+//! The gate's run-level test is in [`crate::decision`].
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
 use tcpx_units::median;
 
-/// SplitMix64: a tiny deterministic generator (simulations and the fuzz loop must be
-/// reproducible from their seed).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform index in `0..n` (n > 0), by the multiply-shift method.
-    pub fn index(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
-    }
-    /// Uniform in (0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// Standard normal (Box-Muller), for the simulations that check the gate's power.
-    pub fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
+/// The workspace's one seeded generator (splitmix64): simulations and the fuzz loop must be
+/// reproducible from their seed.
+pub use tcpx_units::Rng;
 
 pub fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64

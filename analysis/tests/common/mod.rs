@@ -22,17 +22,14 @@ pub fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-/// Tiny deterministic noise in [-1, 1).
-pub struct Noise(u64);
+/// Tiny deterministic noise in [-1, 1), from the workspace's one generator.
+pub struct Noise(tcpx_analyze::stats::Rng);
 impl Noise {
     pub fn new(seed: u64) -> Noise {
-        Noise(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Noise(tcpx_analyze::stats::Rng::new(seed))
     }
     pub fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        2.0 * self.0.uniform() - 1.0
     }
 }
 

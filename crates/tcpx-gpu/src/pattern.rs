@@ -23,22 +23,13 @@
 //!   step, an unaligned tail) can be filled or verified on its own and agrees with the
 //!   whole-buffer fill.
 
+use tcpx_units::rng::{mix, GOLDEN};
+
 /// Seed folded into the key so that `(origin 0, iter 0)` is not the all-zero input.
 const SEED: u64 = 0x7463_7078_7065_7266; // "tcpxperf"
-/// splitmix64's increment (the golden ratio in 64-bit fixed point).
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// splitmix64 finalizer: a fast bijective 64-bit mixer.
 // inline(always): the per-byte check and fill loops call these billions of times; an
-// out-of-line call costs more than the hash.
-#[allow(clippy::inline_always)]
-#[inline(always)]
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
+// out-of-line call costs more than the hash (`mix`, tcpx-units' splitmix64 finalizer, is #[inline]).
 #[allow(clippy::inline_always)]
 #[inline(always)]
 fn key(origin: u32, iter: u32) -> u64 {

@@ -184,39 +184,9 @@ pub fn check_exact_cover(metas: &[LoadMeta], len: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A small deterministic RNG (splitmix64) for layouts, so tests need no extra crates and the
-/// GPU check can reproduce a failing seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Fisher–Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
+/// The workspace's one seeded generator (splitmix64), for layouts: the GPU check reproduces a
+/// failing layout from its seed.
+pub use tcpx_units::Rng;
 
 /// Descriptors of one receive plus the bounce-buffer size they need.
 #[derive(Debug, Clone, PartialEq, Eq)]
