@@ -78,7 +78,7 @@ pub const MAX_COMMS: c_int = 65_536;
 /// `maxP2pBytes` reported by the v9+ adapters (NCCL caps v7/v8 at `MAX_NET_SIZE` itself).
 pub const MAX_P2P_BYTES: usize = MAX_NET_SIZE;
 /// `maxCollBytes` (NCCL's `MAX_COLLNET_SIZE`).
-pub const MAX_COLL_BYTES: usize = 512 << 20;
+pub const MAX_COLL_BYTES: usize = MAX_COLLNET_SIZE;
 
 /// Process-wide state, built by the first `init` and kept for the process lifetime (the device
 /// strings handed to NCCL must stay valid anyway).

@@ -70,8 +70,8 @@ use io::recv_all;
 use pipes::{GpuLane, GpuTx};
 use zerocopy::{block_sigpipe, chunk_read};
 
-/// Outstanding requests per comm (TCPX's `MAX_REQUESTS`).
-pub const MAX_REQUESTS: usize = 16;
+/// Outstanding requests per comm: TCPX's `MAX_REQUESTS` (its one home is the ABI crate).
+pub use nccl_net_abi::TCPX_MAX_REQUESTS as MAX_REQUESTS;
 
 /// Which way data flows on a comm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
