@@ -171,7 +171,7 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The job shape in the keys of [`crate::compare::shape`].
+    /// The job shape in the keys of [`Run::shape`](crate::model::Run::shape).
     pub fn shape(&self) -> BTreeMap<&'static str, String> {
         let mut m = BTreeMap::new();
         for (k, v) in [
@@ -352,14 +352,14 @@ pub fn from_runs(
             first.series.len()
         ));
     };
-    let shape0 = crate::compare::shape(first);
+    let shape0 = first.shape();
     for r in runs {
-        if crate::compare::shape(r) != shape0 {
+        if r.shape() != shape0 {
             return Err(format!(
                 "{}: another job shape than {} ({:?} vs {shape0:?})",
                 r.source,
                 first.source,
-                crate::compare::shape(r)
+                r.shape()
             ));
         }
     }

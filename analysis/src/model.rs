@@ -212,6 +212,29 @@ impl Run {
             .sum();
         rows.max(self.wrong_total.unwrap_or(0.0))
     }
+
+    /// The job shape a run reports: endpoints (GPUs, NCCL ranks), MPI ranks and nodes.
+    /// nccl-tests' "ranks" are NCCL ranks, i.e. endpoints; its MPI layout and nodes are not parsed.
+    pub fn shape(&self) -> BTreeMap<&'static str, String> {
+        let l = |k: &str| self.labels.get(k).cloned();
+        let mut out = BTreeMap::new();
+        let pairs = match self.format {
+            Format::TcpxPerfDir | Format::TcpxPerfCsv | Format::TcpxPerfText => [
+                ("endpoints", l("endpoints")),
+                ("MPI ranks", l("ranks")),
+                ("nodes", l("nodes")),
+            ],
+            Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson => {
+                [("endpoints", l("ranks")), ("MPI ranks", None), ("nodes", None)]
+            }
+        };
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                out.insert(k, v);
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
