@@ -1,9 +1,10 @@
 //! Declarative baseline files (TOML). See `analysis/README.md` ("Baseline files").
 
 use crate::error::ParseError;
-use crate::model::{parse_size, Family, Metric};
+use crate::model::{Family, Metric};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use tcpx_units::parse_size;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -170,7 +171,7 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The job shape in the keys of [`crate::compare::shape`].
+    /// The job shape in the keys of [`Run::shape`](crate::model::Run::shape).
     pub fn shape(&self) -> BTreeMap<&'static str, String> {
         let mut m = BTreeMap::new();
         for (k, v) in [
@@ -189,7 +190,7 @@ impl Baseline {
 fn size(file: &str, what: &str, s: &SizeSpec) -> Result<u64, ParseError> {
     match s {
         SizeSpec::Int(n) => Ok(*n),
-        SizeSpec::Str(t) => parse_size(t).ok_or_else(|| {
+        SizeSpec::Str(t) => parse_size(t).map_err(|_| {
             ParseError::new(
                 file,
                 None,
@@ -344,24 +345,21 @@ pub fn from_runs(
 ) -> Result<String, String> {
     use std::fmt::Write;
     let first = runs.first().ok_or("no runs")?;
-    let ser = match first.series.as_slice() {
-        [s] => s,
-        _ => {
-            return Err(format!(
-                "{}: one pattern per baseline file (found {})",
-                first.source,
-                first.series.len()
-            ))
-        }
+    let [ser] = first.series.as_slice() else {
+        return Err(format!(
+            "{}: one pattern per baseline file (found {})",
+            first.source,
+            first.series.len()
+        ));
     };
-    let shape0 = crate::compare::shape(first);
+    let shape0 = first.shape();
     for r in runs {
-        if crate::compare::shape(r) != shape0 {
+        if r.shape() != shape0 {
             return Err(format!(
                 "{}: another job shape than {} ({:?} vs {shape0:?})",
                 r.source,
                 first.source,
-                crate::compare::shape(r)
+                r.shape()
             ));
         }
     }

@@ -200,7 +200,7 @@ pub fn decide(cand: &[f64], reference: RefLogs, rule: &Rule) -> Outcome {
     };
     o.df = Some(df);
     o.spread = Some(match (how, reference) {
-        ("Welch", RefLogs::Runs(r)) => ((var(cand) + var(r)) / 2.0).sqrt(),
+        ("Welch", RefLogs::Runs(r)) => f64::midpoint(var(cand), var(r)).sqrt(),
         _ => se / (1.0 / cand.len() as f64 + n_ref.map_or(0.0, |n| 1.0 / n as f64)).sqrt(),
     });
     let spread = o.spread.unwrap_or(f64::NAN);

@@ -7,9 +7,10 @@ use tcpx_analyze::baseline::{self, Baseline};
 use tcpx_analyze::compare::{self, Reference, Settings};
 use tcpx_analyze::decision;
 use tcpx_analyze::error::{exit, Failure};
-use tcpx_analyze::model::{fmt_size, parse_size, Metric, Run};
+use tcpx_analyze::model::{Metric, Run};
 use tcpx_analyze::parse::{self, ParseOptions, Placement};
 use tcpx_analyze::{plot, report};
+use tcpx_units::{format_size_label, parse_size};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -268,11 +269,11 @@ fn metrics(v: &[String], default: &[Metric]) -> Result<Vec<Metric>, Failure> {
         .collect()
 }
 
-fn size_range(v: &Option<String>) -> Result<Option<(u64, u64)>, Failure> {
+fn size_range(v: Option<&str>) -> Result<Option<(u64, u64)>, Failure> {
     let Some(t) = v else { return Ok(None) };
     let bad = || Failure::Usage(format!("--sizes {t:?}: use MIN..MAX, e.g. 1M..64M"));
     let (a, b) = t.split_once("..").ok_or_else(bad)?;
-    let (a, b) = (parse_size(a).ok_or_else(bad)?, parse_size(b).ok_or_else(bad)?);
+    let (a, b) = (parse_size(a).map_err(|_| bad())?, parse_size(b).map_err(|_| bad())?);
     if a > b {
         return Err(bad());
     }
@@ -286,7 +287,7 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
         threshold: a.rule.threshold,
         alpha: a.rule.alpha,
         pass_alpha: a.rule.pass_alpha,
-        sizes: size_range(&a.sizes)?,
+        sizes: size_range(a.sizes.as_deref())?,
         force: a.force,
         convert_units: a.convert_units,
         allow_point_estimates: a.allow_point_estimates,
@@ -403,7 +404,7 @@ fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
 
 fn run_heatmap(a: &HeatmapArgs) -> Result<i32, Failure> {
     let size = match &a.size {
-        Some(s) => Some(parse_size(s).ok_or_else(|| Failure::Usage(format!("bad size {s:?}")))?),
+        Some(s) => Some(parse_size(s).map_err(|_| Failure::Usage(format!("bad size {s:?}")))?),
         None => None,
     };
     let runs = parse::load_paths(&a.inputs, &ParseOptions::default())?;
@@ -411,13 +412,13 @@ fn run_heatmap(a: &HeatmapArgs) -> Result<i32, Failure> {
     let title = a
         .title
         .clone()
-        .unwrap_or_else(|| format!("per-pair bandwidth (GB/s) at {}", fmt_size(size)));
+        .unwrap_or_else(|| format!("per-pair bandwidth (GB/s) at {}", format_size_label(size)));
     let out = plot::plot_heatmap(&a.out, &title, &links, a.z).map_err(Failure::Input)?;
     println!(
         "wrote {} ({} links at {})",
         a.out.display(),
         links.len(),
-        fmt_size(size)
+        format_size_label(size)
     );
     if out.is_empty() {
         println!("no outliers (|robust z| <= {})", a.z);
@@ -460,8 +461,8 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                     "| {} | {:?} | {}..{} | {vals} | {} | {} | {} |",
                     e.metric,
                     e.statistic,
-                    fmt_size(e.size_min),
-                    fmt_size(e.size_max),
+                    format_size_label(e.size_min),
+                    format_size_label(e.size_max),
                     e.spread.map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
                     e.unit.as_str(),
                     e.note
@@ -481,7 +482,7 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                 println!("  status: {s}");
             }
             for ser in &run.series {
-                let fam = ser.family.map(|f| f.short()).unwrap_or("unknown");
+                let fam = ser.family.map_or("unknown", tcpx_analyze::model::Family::short);
                 println!("\npattern {} (family {fam}) {}", ser.pattern, ser.variant);
                 println!("| size | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | n samples | median busbw | min busbw | max busbw |");
                 println!("|---|---|---|---|---|---|---|---|---|");
@@ -491,18 +492,18 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
                         ("-".to_string(), "-".to_string(), "-".to_string())
                     } else {
                         (
-                            format!("{:.3}", tcpx_analyze::stats::median(&b)),
-                            format!("{:.3}", b.iter().cloned().fold(f64::INFINITY, f64::min)),
-                            format!("{:.3}", b.iter().cloned().fold(f64::NEG_INFINITY, f64::max)),
+                            format!("{:.3}", tcpx_units::median(&b)),
+                            format!("{:.3}", b.iter().copied().fold(f64::INFINITY, f64::min)),
+                            format!("{:.3}", b.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
                         )
                     };
                     println!(
                         "| {} | {:.2} | {:.3} | {:.3} | {} | {} | {med} | {lo} | {hi} |",
-                        fmt_size(r.size),
+                        format_size_label(r.size),
                         r.summary.time_us,
                         r.summary.algbw,
                         r.summary.busbw,
-                        r.wrong.map(|w| w.to_string()).unwrap_or_else(|| "N/A".into()),
+                        r.wrong.map_or_else(|| "N/A".into(), |w| w.to_string()),
                         r.samples.len()
                     );
                 }

@@ -212,39 +212,34 @@ impl Run {
             .sum();
         rows.max(self.wrong_total.unwrap_or(0.0))
     }
-}
 
-/// Parses sizes such as `1048576`, `1K`, `64M`, `1G`, `1KiB`, `1MiB`, `1GiB` (K = 1024, as nccl-tests).
-pub fn parse_size(s: &str) -> Option<u64> {
-    let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
-    let (num, mult) = match t.chars().last()? {
-        'K' | 'k' => (&t[..t.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&t[..t.len() - 1], 1u64 << 20),
-        'G' | 'g' => (&t[..t.len() - 1], 1u64 << 30),
-        'T' | 't' => (&t[..t.len() - 1], 1u64 << 40),
-        _ => (t, 1),
-    };
-    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+    /// The job shape a run reports: endpoints (GPUs, NCCL ranks), MPI ranks and nodes.
+    /// nccl-tests' "ranks" are NCCL ranks, i.e. endpoints; its MPI layout and nodes are not parsed.
+    pub fn shape(&self) -> BTreeMap<&'static str, String> {
+        let l = |k: &str| self.labels.get(k).cloned();
+        let mut out = BTreeMap::new();
+        let pairs = match self.format {
+            Format::TcpxPerfDir | Format::TcpxPerfCsv | Format::TcpxPerfText => [
+                ("endpoints", l("endpoints")),
+                ("MPI ranks", l("ranks")),
+                ("nodes", l("nodes")),
+            ],
+            Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson => {
+                [("endpoints", l("ranks")), ("MPI ranks", None), ("nodes", None)]
+            }
+        };
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                out.insert(k, v);
+            }
+        }
+        out
+    }
 }
-
-pub use tcpx_plot::fmt_size;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1K"), Some(1024));
-        assert_eq!(parse_size("64M"), Some(64 << 20));
-        assert_eq!(parse_size("1GiB"), Some(1 << 30));
-        assert_eq!(parse_size("1048576"), Some(1048576));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
-        assert_eq!(fmt_size(1 << 30), "1 GiB");
-        assert_eq!(fmt_size(1000), "1000 B");
-    }
 
     #[test]
     fn families() {

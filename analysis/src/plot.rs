@@ -4,11 +4,12 @@
 
 use crate::baseline::{Baseline, Statistic, Unit};
 use crate::compare::GIB_PER_GB;
-use crate::model::{fmt_size, Metric, PairLink, Run};
+use crate::model::{Metric, PairLink, Run};
 use crate::stats;
 use std::path::Path;
 use tcpx_plot::{BandwidthChart, Cell, Heatmap, Level, LevelStyle, Reference};
 pub use tcpx_plot::{Line, Point};
+use tcpx_units::format_size_label;
 
 /// The shortest trailing path of each source that tells it apart from the others
 /// (`a/r1` and `b/r1` rather than `r1` twice).
@@ -50,7 +51,12 @@ pub fn lines_from_runs(runs: &[Run], metric: Metric) -> Vec<Line> {
             for (size, row) in &ser.rows {
                 let mut v: Vec<f64> = row.samples.iter().map(|s| s.get(metric)).collect();
                 v.sort_by(f64::total_cmp);
-                let band = (v.len() >= 5).then(|| (stats::quantile_sorted(&v, 0.1), stats::quantile_sorted(&v, 0.9)));
+                let band = (v.len() >= 5).then(|| {
+                    (
+                        tcpx_units::quantile_sorted(&v, 0.1),
+                        tcpx_units::quantile_sorted(&v, 0.9),
+                    )
+                });
                 pts.push((*size, row.summary.get(metric), band));
             }
             let what = if pts.iter().any(|p| p.2.is_some()) {
@@ -85,15 +91,15 @@ fn references(baselines: &[Baseline], metric: Metric, convert_units: bool) -> Re
                 ));
             }
             let f = if e.unit == Unit::GiBps { GIB_PER_GB } else { 1.0 };
-            let v = stats::median(&e.values) * f;
+            let v = tcpx_units::median(&e.values) * f;
             let (label, style) = match e.statistic {
                 Statistic::MeanOverSizes => (
                     format!(
                         "{}: mean {} over {}..{} = {v:.3}",
                         b.name,
                         e.metric,
-                        fmt_size(e.size_min),
-                        fmt_size(e.size_max)
+                        format_size_label(e.size_min),
+                        format_size_label(e.size_max)
                     ),
                     LevelStyle::MeanOverSizes,
                 ),
@@ -109,8 +115,8 @@ fn references(baselines: &[Baseline], metric: Metric, convert_units: bool) -> Re
                         "{}: {} floor {}..{} = {v:.3}",
                         b.name,
                         e.metric,
-                        fmt_size(e.size_min),
-                        fmt_size(e.size_max)
+                        format_size_label(e.size_min),
+                        format_size_label(e.size_max)
                     ),
                     LevelStyle::Floor,
                 ),
@@ -210,7 +216,7 @@ pub fn outliers(links: &[PairLink], z: f64) -> Vec<Outlier> {
 /// Heatmap of the per-pair link matrix (source rank x destination rank), outliers outlined in red.
 pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Result<Vec<Outlier>, String> {
     // Links measured several times (several runs) are averaged per cell.
-    let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = Default::default();
+    let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = std::collections::BTreeMap::new();
     for p in links {
         cells.entry((p.src_rank, p.dst_rank)).or_default().push(p.gbps);
     }
@@ -225,7 +231,7 @@ pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Resu
                 src_host: first.map(|p| p.src_host.clone()).unwrap_or_default(),
                 dst_rank: d,
                 dst_host: first.map(|p| p.dst_host.clone()).unwrap_or_default(),
-                gbps: stats::median(v),
+                gbps: tcpx_units::median(v),
             }
         })
         .collect();

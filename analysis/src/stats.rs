@@ -1,57 +1,13 @@
-//! Statistical primitives: a seeded generator, medians, moments and quantiles, Student's t
-//! (statrs), Holm-Bonferroni, robust z-scores. The gate's run-level test is in [`crate::decision`].
+//! Statistical primitives: moments, Student's t (statrs), Holm-Bonferroni, robust z-scores. The
+//! seeded generator, medians and quantiles are tcpx-units', shared with tcpx-perf and tcpx-gpu.
+//! The gate's run-level test is in [`crate::decision`].
 
 use statrs::distribution::{ContinuousCDF, StudentsT};
+use tcpx_units::median;
 
-/// SplitMix64: a tiny deterministic generator (simulations and the fuzz loop must be
-/// reproducible from their seed).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform index in `0..n` (n > 0), by the multiply-shift method.
-    pub fn index(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-    /// Uniform in (0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// Standard normal (Box-Muller), for the simulations that check the gate's power.
-    pub fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-}
-
-/// Median (mean of the two middle values for even n). NaN for an empty slice.
-pub fn median(x: &[f64]) -> f64 {
-    if x.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = x.to_vec();
-    v.sort_by(f64::total_cmp);
-    median_sorted(&v)
-}
-
-fn median_sorted(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
+/// The workspace's one seeded generator (splitmix64): simulations and the fuzz loop must be
+/// reproducible from their seed.
+pub use tcpx_units::Rng;
 
 pub fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64
@@ -64,17 +20,6 @@ pub fn var(x: &[f64]) -> f64 {
     }
     let m = mean(x);
     x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64
-}
-
-/// Quantile with linear interpolation between order statistics (Hyndman-Fan type 7).
-pub fn quantile_sorted(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let h = (v.len() - 1) as f64 * q.clamp(0.0, 1.0);
-    let lo = h.floor() as usize;
-    let hi = h.ceil() as usize;
-    v[lo] + (h - lo as f64) * (v[hi] - v[lo])
 }
 
 /// Student's t distribution with `df` degrees of freedom (None when df is not positive).
@@ -139,14 +84,6 @@ pub fn robust_z(x: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians_quantiles() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
-        assert_eq!(quantile_sorted(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.25), 2.0);
-    }
 
     #[test]
     fn holm_matches_reference() {

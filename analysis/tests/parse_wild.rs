@@ -356,7 +356,7 @@ fn crashed_and_cut_runs_are_refused() {
         "{e}"
     );
     // A short row followed by more rows is a malformed row, not a crash.
-    let mut mid: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let mut mid: Vec<String> = lines.iter().map(std::string::ToString::to_string).collect();
     mid[13].truncate(60);
     let e = parse::parse_text("mid.log", &mid.join("\n"), &opts(true))
         .unwrap_err()

@@ -187,7 +187,7 @@ fn simulate(n: usize, sigma: f64, ratio: f64, want: Verdict, trials: usize, draw
             hits += 1;
         }
     }
-    hits as f64 / trials as f64
+    f64::from(hits) / trials as f64
 }
 
 #[test]

@@ -36,7 +36,7 @@ const TOKENS: &[&str] = &[
 
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
-    for _ in 0..1 + rng.index(8) {
+    for _ in 0..=rng.index(8) {
         let pos = rng.index(v.len() + 1);
         match rng.index(6) {
             0 if !v.is_empty() => {
@@ -63,7 +63,7 @@ fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
                 if let Some(i) = v.iter().skip(pos).position(u8::is_ascii_digit) {
                     let i = pos + i;
                     let num = (rng.next_u64() % 100_000).to_string();
-                    v.splice(i..i + 1, num.bytes());
+                    v.splice(i..=i, num.bytes());
                 }
             }
         }

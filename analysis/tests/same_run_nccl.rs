@@ -15,8 +15,7 @@ fn add_nccl(dir: &Path, speedup: f64) {
     let cols: Vec<&str> = header.split(',').collect();
     let at = |name: &str| cols.iter().position(|c| *c == name).unwrap();
     let mut out = format!(
-        "{},nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n",
-        header
+        "{header},nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
     );
     for l in lines {
         let v: Vec<&str> = l.split(',').collect();

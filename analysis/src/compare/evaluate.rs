@@ -4,8 +4,9 @@
 use super::groups::{Figures, Group, GroupRef};
 use super::{Combine, Comparison, Settings, SizeRow, NEAR_ZERO_GBPS};
 use crate::decision::{self, Outcome, RefLogs, Rule};
-use crate::model::{fmt_size, Metric};
+use crate::model::Metric;
 use crate::stats;
+use tcpx_units::format_size_label;
 
 /// Performance (higher is better) of a figure.
 fn perf(m: Metric, x: f64) -> f64 {
@@ -123,8 +124,8 @@ pub(super) fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
                 pattern: g.pattern.clone(),
                 size: z,
                 label: match g.combine {
-                    Combine::Minimum => format!("{} (floor)", fmt_size(z)),
-                    _ => fmt_size(z),
+                    Combine::Minimum => format!("{} (floor)", format_size_label(z)),
+                    _ => format_size_label(z),
                 },
                 metric: m,
                 n_candidate: c.len(),

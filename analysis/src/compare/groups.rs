@@ -3,9 +3,9 @@
 
 use super::{Combine, Settings, GIB_PER_GB};
 use crate::baseline::{Baseline, Statistic, Unit};
-use crate::model::{fmt_size, Family, Metric, Run, Series};
-use crate::stats;
+use crate::model::{Family, Metric, Run, Series};
 use std::collections::{BTreeMap, BTreeSet};
+use tcpx_units::format_size_label;
 
 /// One run's headline figures of one metric, by size.
 pub(super) type Figures = BTreeMap<u64, f64>;
@@ -37,12 +37,12 @@ pub(super) struct Group {
 }
 
 /// Picks the series of `fam` in a run (filtered by `--variant`).
-fn pick<'a>(run: &'a Run, fam: Option<Family>, variant: &Option<String>) -> Result<Option<&'a Series>, String> {
+fn pick<'a>(run: &'a Run, fam: Option<Family>, variant: Option<&str>) -> Result<Option<&'a Series>, String> {
     let hits: Vec<&Series> = run
         .series
         .iter()
         .filter(|s| s.family == fam)
-        .filter(|s| variant.as_ref().is_none_or(|v| s.variant.contains(v.as_str())))
+        .filter(|s| variant.is_none_or(|v| s.variant.contains(v)))
         .collect();
     match hits.len() {
         0 => Ok(None),
@@ -61,8 +61,7 @@ pub(super) fn sizes_of(series: &[&Series]) -> BTreeSet<u64> {
 }
 
 pub(super) fn fam_name(f: Option<Family>, fallback: &str) -> String {
-    f.map(|f| f.short().to_string())
-        .unwrap_or_else(|| format!("unknown ({fallback})"))
+    f.map_or_else(|| format!("unknown ({fallback})"), |f| f.short().to_string())
 }
 
 /// Selects, in each candidate run, the series comparable with the reference family.
@@ -77,7 +76,7 @@ fn select_candidates<'a>(
     let mut out = Vec::new();
     for run in cands {
         let found = if fam.is_some() {
-            pick(run, fam, &s.variant)
+            pick(run, fam, s.variant.as_deref())
         } else {
             Ok(None)
         };
@@ -142,8 +141,13 @@ fn in_range(s: &Settings, z: u64) -> bool {
 
 fn sizes_label(sizes: &[u64], what: &str) -> String {
     match (sizes.first(), sizes.last()) {
-        (Some(a), Some(b)) if a != b => format!("{}..{} ({} sizes, {what})", fmt_size(*a), fmt_size(*b), sizes.len()),
-        (Some(a), _) => fmt_size(*a),
+        (Some(a), Some(b)) if a != b => format!(
+            "{}..{} ({} sizes, {what})",
+            format_size_label(*a),
+            format_size_label(*b),
+            sizes.len()
+        ),
+        (Some(a), _) => format_size_label(*a),
         _ => "no sizes".into(),
     }
 }
@@ -164,7 +168,7 @@ pub(super) fn groups_vs_runs(
         let ref_series: Vec<&Series> = refs
             .iter()
             .filter_map(|r| {
-                pick(r, fam, &s.variant).unwrap_or_else(|e| {
+                pick(r, fam, s.variant.as_deref()).unwrap_or_else(|e| {
                     problems.push(e);
                     None
                 })
@@ -183,11 +187,11 @@ pub(super) fn groups_vs_runs(
         let mut sizes = Vec::new();
         for &z in all.iter().filter(|&&z| in_range(s, z)) {
             if ref_series.iter().any(|r| !r.rows.contains_key(&z)) {
-                problems.push(format!("size {} missing from some reference run", fmt_size(z)));
+                problems.push(format!("size {} missing from some reference run", format_size_label(z)));
             } else if cs.iter().any(|c| !c.rows.contains_key(&z)) {
                 problems.push(format!(
                     "missing size: {} ({z} B) is in the reference but not in every candidate run",
-                    fmt_size(z)
+                    format_size_label(z)
                 ));
             } else {
                 sizes.push(z);
@@ -196,7 +200,7 @@ pub(super) fn groups_vs_runs(
         let extra: Vec<String> = sizes_of(&cs)
             .difference(&all)
             .filter(|&&z| in_range(s, z))
-            .map(|&x| fmt_size(x))
+            .map(|&x| format_size_label(x))
             .collect();
         if !extra.is_empty() {
             warnings.push(format!(
@@ -275,7 +279,7 @@ pub(super) fn groups_vs_baseline(
         if !ok {
             problems.push(format!(
                 "missing size: {} ({z} B) is in baseline {} but not in every candidate run",
-                fmt_size(z),
+                format_size_label(z),
                 b.name
             ));
         }
@@ -288,7 +292,9 @@ pub(super) fn groups_vs_baseline(
         let mut vals = e.values.clone();
         if e.unit == Unit::GiBps {
             if s.convert_units {
-                vals.iter_mut().for_each(|v| *v *= GIB_PER_GB);
+                for v in &mut vals {
+                    *v *= GIB_PER_GB;
+                }
                 warnings.push(format!(
                     "baseline {} entry {} converted from GiB/s to GB/s (x{GIB_PER_GB})",
                     b.name, e.metric
@@ -301,7 +307,7 @@ pub(super) fn groups_vs_baseline(
             }
         }
         let runs_aligned = known_runs.is_some_and(|r| vals.len() == r);
-        let constant = stats::median(&vals);
+        let constant = tcpx_units::median(&vals);
         match e.statistic {
             Statistic::PerSize if e.size_min == e.size_max => {
                 if in_range(s, e.size_min) && missing(e.size_min, problems) {
@@ -319,8 +325,8 @@ pub(super) fn groups_vs_baseline(
                 if sizes.is_empty() {
                     problems.push(format!(
                         "missing sizes: the candidate has no size in {}..{} (baseline {} {})",
-                        fmt_size(e.size_min),
-                        fmt_size(e.size_max),
+                        format_size_label(e.size_min),
+                        format_size_label(e.size_max),
                         b.name,
                         e.metric
                     ));
@@ -330,8 +336,8 @@ pub(super) fn groups_vs_baseline(
                     pattern: pname.clone(),
                     label: format!(
                         "floor {constant} over {}..{} ({} sizes, slowest size)",
-                        fmt_size(e.size_min),
-                        fmt_size(e.size_max),
+                        format_size_label(e.size_min),
+                        format_size_label(e.size_max),
                         sizes.len()
                     ),
                     reference: desc.clone(),
@@ -348,8 +354,8 @@ pub(super) fn groups_vs_baseline(
                 let mut other_range = false;
                 let label = format!(
                     "mean over {}..{} ({} sizes)",
-                    fmt_size(e.size_min),
-                    fmt_size(e.size_max),
+                    format_size_label(e.size_min),
+                    format_size_label(e.size_max),
                     want.len()
                 );
                 for ser in &cs {
@@ -364,8 +370,8 @@ pub(super) fn groups_vs_baseline(
                         let (lo, hi) = (have.first().copied().unwrap_or(0), have.last().copied().unwrap_or(0));
                         refusals.push(format!(
                             "baseline {} {} is a mean over {} sizes {}..{} (step x{}); the candidate covers {}..{} ({} of those sizes present): a mean over a different size range is not comparable",
-                            b.name, e.metric, want.len(), fmt_size(e.size_min), fmt_size(e.size_max), e.step_factor,
-                            fmt_size(lo), fmt_size(hi), want.iter().filter(|z| present.contains(z)).count()
+                            b.name, e.metric, want.len(), format_size_label(e.size_min), format_size_label(e.size_max), e.step_factor,
+                            format_size_label(lo), format_size_label(hi), want.iter().filter(|z| present.contains(z)).count()
                         ));
                     }
                 }
@@ -395,7 +401,7 @@ pub(super) fn groups_vs_baseline(
         let aligned = known_runs.filter(|&r| list.iter().all(|(_, v)| v.len() == r));
         let refr = match aligned {
             Some(r) => GroupRef::Runs((0..r).map(|i| list.iter().map(|(z, v)| (*z, v[i])).collect()).collect()),
-            None => GroupRef::Constants(list.iter().map(|(z, v)| (*z, stats::median(v))).collect()),
+            None => GroupRef::Constants(list.iter().map(|(z, v)| (*z, tcpx_units::median(v))).collect()),
         };
         out.push(Group {
             pattern: pname.clone(),

@@ -7,7 +7,7 @@ mod groups;
 
 use crate::baseline::Baseline;
 use crate::decision::{Outcome, Verdict};
-use crate::model::{Format, Metric, Run};
+use crate::model::{Metric, Run};
 use crate::stats;
 use evaluate::evaluate;
 use groups::{groups_vs_baseline, groups_vs_runs, sources, Group};
@@ -158,29 +158,6 @@ fn check_runs(runs: &[Run], side: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// The job shape a run reports: endpoints (GPUs, NCCL ranks), MPI ranks and nodes.
-/// nccl-tests' "ranks" are NCCL ranks, i.e. endpoints; its MPI layout and nodes are not parsed.
-pub fn shape(run: &Run) -> BTreeMap<&'static str, String> {
-    let l = |k: &str| run.labels.get(k).cloned();
-    let mut out = BTreeMap::new();
-    let pairs = match run.format {
-        Format::TcpxPerfDir | Format::TcpxPerfCsv | Format::TcpxPerfText => [
-            ("endpoints", l("endpoints")),
-            ("MPI ranks", l("ranks")),
-            ("nodes", l("nodes")),
-        ],
-        Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson => {
-            [("endpoints", l("ranks")), ("MPI ranks", None), ("nodes", None)]
-        }
-    };
-    for (k, v) in pairs {
-        if let Some(v) = v {
-            out.insert(k, v);
-        }
-    }
-    out
-}
-
 /// Refuses sides whose job shapes differ (a side's runs must agree among themselves too).
 fn check_shapes(
     sides: &[(String, Vec<BTreeMap<&'static str, String>>)],
@@ -226,14 +203,17 @@ pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report 
     if references.is_empty() {
         problems.push("no reference".into());
     }
-    let mut shapes = vec![("candidate".to_string(), cands.iter().map(shape).collect::<Vec<_>>())];
+    let mut shapes = vec![(
+        "candidate".to_string(),
+        cands.iter().map(Run::shape).collect::<Vec<_>>(),
+    )];
     let mut ref_desc = Vec::new();
     for r in references {
         match r {
             Reference::Runs(refs) => {
                 ref_desc.push(format!("{} run(s): {}", refs.len(), sources(refs)));
                 check_runs(refs, "reference", &mut problems);
-                shapes.push(("reference runs".into(), refs.iter().map(shape).collect()));
+                shapes.push(("reference runs".into(), refs.iter().map(Run::shape).collect()));
                 groups_vs_runs(cands, refs, s, &mut groups, &mut refusals, &mut problems, &mut warnings);
             }
             Reference::Baseline(b) => {

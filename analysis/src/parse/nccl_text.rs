@@ -323,12 +323,11 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
     let mut zero_repeats = 0;
     for (ln, r) in &tab.rows {
         let key = (r.dtype.clone(), r.redop.clone());
-        let g = match groups.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                groups.push((key, BTreeMap::new()));
-                groups.len() - 1
-            }
+        let g = if let Some(i) = groups.iter().position(|(k, _)| *k == key) {
+            i
+        } else {
+            groups.push((key, BTreeMap::new()));
+            groups.len() - 1
         };
         let p = r.placed[idx];
         let wrongs: Vec<f64> = r.placed.iter().filter_map(|p| p.wrong).collect();
@@ -375,7 +374,9 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         let variant = if several {
             let mut v = format!("type={dtype}");
             if !redop.is_empty() {
-                v.push_str(&format!(",redop={redop}"));
+                v.push(',');
+                v.push_str("redop=");
+                v.push_str(&redop);
             }
             v
         } else if tcpx {

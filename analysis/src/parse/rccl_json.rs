@@ -120,12 +120,11 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
             max_error: None,
             samples: Vec::new(),
         };
-        let i = match series.iter().position(|(n, k, _)| *n == name && *k == key) {
-            Some(i) => i,
-            None => {
-                series.push((name.clone(), key.clone(), BTreeMap::new()));
-                series.len() - 1
-            }
+        let i = if let Some(i) = series.iter().position(|(n, k, _)| *n == name && *k == key) {
+            i
+        } else {
+            series.push((name.clone(), key.clone(), BTreeMap::new()));
+            series.len() - 1
         };
         if series[i].2.insert(size, row).is_some() {
             return Err(ParseError::new(
@@ -145,7 +144,7 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
     let mut run = Run::new(file, Format::RcclTestsJson);
     let several = series.len() > 1;
     for (name, key, mut rows) in series {
-        for (size, row) in rows.iter_mut() {
+        for (size, row) in &mut rows {
             row.wrong = wrong.get(&(name.clone(), key.clone(), *size)).copied();
         }
         let (pattern, family) = resolve_collective(file, Some(&name), opts, true)?;

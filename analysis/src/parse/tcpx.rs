@@ -39,7 +39,7 @@ impl Table {
         for rec in rdr.records() {
             match rec {
                 Ok(r) => {
-                    let line = r.position().map(|p| p.line() as usize).unwrap_or(0);
+                    let line = r.position().map_or(0, |p| p.line() as usize);
                     rows.push((line, r.iter().map(str::to_string).collect()));
                 }
                 Err(e) => {
@@ -124,17 +124,16 @@ pub fn parse_results_csv(file: &str, text: &str) -> Result<(Vec<Series>, BTreeMa
                 labels.entry(c.to_string()).or_insert_with(|| v.to_string());
             }
         }
-        let idx = match series.iter().position(|s| s.pattern == pattern && s.variant == variant) {
-            Some(i) => i,
-            None => {
-                series.push(Series {
-                    family: Family::from_name(&pattern),
-                    pattern: pattern.clone(),
-                    variant: variant.clone(),
-                    rows: BTreeMap::new(),
-                });
-                series.len() - 1
-            }
+        let idx = if let Some(i) = series.iter().position(|s| s.pattern == pattern && s.variant == variant) {
+            i
+        } else {
+            series.push(Series {
+                family: Family::from_name(&pattern),
+                pattern: pattern.clone(),
+                variant: variant.clone(),
+                rows: BTreeMap::new(),
+            });
+            series.len() - 1
         };
         let row = Row {
             size,
@@ -341,21 +340,20 @@ pub fn nccl_reference(run: &Run) -> Result<Option<Run>, Failure> {
             "" => None,
             w => Some(num(&res_name, ln, "nccl_wrong", w)?),
         };
-        let idx = match out
+        let idx = if let Some(i) = out
             .series
             .iter()
             .position(|s| s.pattern == pattern && s.variant == variant)
         {
-            Some(i) => i,
-            None => {
-                out.series.push(Series {
-                    family: Family::from_name(&pattern),
-                    pattern: pattern.clone(),
-                    variant,
-                    rows: BTreeMap::new(),
-                });
-                out.series.len() - 1
-            }
+            i
+        } else {
+            out.series.push(Series {
+                family: Family::from_name(&pattern),
+                pattern: pattern.clone(),
+                variant,
+                rows: BTreeMap::new(),
+            });
+            out.series.len() - 1
         };
         out.series[idx].rows.insert(
             size,

@@ -22,17 +22,14 @@ pub fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-/// Tiny deterministic noise in [-1, 1).
-pub struct Noise(u64);
+/// Tiny deterministic noise in [-1, 1), from the workspace's one generator.
+pub struct Noise(tcpx_analyze::stats::Rng);
 impl Noise {
     pub fn new(seed: u64) -> Noise {
-        Noise(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Noise(tcpx_analyze::stats::Rng::new(seed))
     }
     pub fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        2.0 * self.0.uniform() - 1.0
     }
 }
 
@@ -67,7 +64,7 @@ impl Default for Spec<'_> {
 }
 
 fn factor(pattern: &str, n: u32) -> f64 {
-    let n = n as f64;
+    let n = f64::from(n);
     match pattern {
         "ring" => 2.0 * (n - 1.0) / n,
         "fullmesh" => (n - 1.0) / n,
@@ -98,7 +95,7 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
         let a = size as f64 / mean / 1e3;
-        let planned = size * s.ranks as u64;
+        let planned = size * u64::from(s.ranks);
         writeln!(
             res,
             "1,{},all,bi,cuda,{size},{},float,{},{mean:.4},{a:.6},{:.6},{},{:.4},{:.4},{:.4},1.0,{planned},{planned},{},{},1,tcpx-emu,8",

@@ -115,10 +115,25 @@ pub const NCCL_PTR_HOST: c_int = 0x1;
 pub const NCCL_PTR_CUDA: c_int = 0x2;
 pub const NCCL_PTR_DMABUF: c_int = 0x4;
 
-/// Outstanding requests per comm NCCL (>= 2.19) asks a plugin to support. TCPX supports only 16.
+/// Outstanding requests per comm NCCL (>= 2.19; 8 before) asks a plugin to support
+/// (`NCCL_NET_MAX_REQUESTS`, `src/include/plugin/nccl_net.h`). GPUDirect-TCPX supports only
+/// [`TCPX_MAX_REQUESTS`].
 pub const NCCL_NET_MAX_REQUESTS: usize = 32;
-/// Largest size NCCL passes to plugins whose sizes are `int` (v7/v8 isend/irecv): 1 GiB.
+/// Largest size NCCL passes to plugins whose sizes are `int` (v7/v8 isend/irecv): 1 GiB
+/// (`MAX_NET_SIZE`, `src/include/plugin/nccl_net.h`; applied in `src/plugin/net/net_v7.cc`).
+/// It is also the `maxP2pBytes` NCCL fills in for those ABIs.
 pub const MAX_NET_SIZE: usize = 1 << 30;
+/// The `maxCollBytes` NCCL fills in for ABIs without it (`MAX_COLLNET_SIZE`, 512 MiB,
+/// `src/plugin/net/net_v7.cc`).
+pub const MAX_COLLNET_SIZE: usize = 512 << 20;
+
+// Limits of GPUDirect-TCPX itself (google/nccl-plugin-gpudirecttcpx), which tcpx-perf honours
+// and tcpx-emu enforces; the contracts are listed in plugins/tcpx-emu/README.md.
+
+/// Outstanding requests per comm GPUDirect-TCPX accepts (`MAX_REQUESTS 16`, `work_queue.h:20`),
+/// counting receives not yet released by `irecvConsumed` (`net_tcpx.cc:1477-1543`); one more
+/// fails with "unable to allocate requests". Fewer than NCCL's [`NCCL_NET_MAX_REQUESTS`].
+pub const TCPX_MAX_REQUESTS: usize = 16;
 /// v10+ `ncclNetCommConfig.trafficClass` "undefined".
 pub const NCCL_NET_TRAFFIC_CLASS_UNDEF: c_int = -1;
 /// v11+ `ncclNetAttr` "undefined".
@@ -634,7 +649,11 @@ macro_rules! assert_layout {
 
 #[cfg(target_pointer_width = "64")]
 mod layout {
-    use super::*;
+    use super::{
+        offset_of, size_of, DeviceHandleV7, LoadMeta, NetAttrV11, NetUnpackMeta, NetV10, NetV11, NetV12, NetV7, NetV8,
+        NetV9, PropertiesV11, PropertiesV12, PropertiesV7, PropertiesV8, PropertiesV9, UnpackNetDeviceHandle,
+        VDevicePropsV12, VDevicePropsV9,
+    };
     assert_layout!(DeviceHandleV7, size = 32, handle @ 8, size @ 16, needs_proxy_progress @ 24);
     assert_layout!(PropertiesV7, size = 56, guid @ 16, ptr_support @ 24, speed @ 28, port @ 32, latency @ 36,
         max_comms @ 40, max_recvs @ 44, net_device_type @ 48, net_device_version @ 52);

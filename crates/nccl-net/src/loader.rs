@@ -83,6 +83,8 @@ unsafe impl Send for Plugin {}
 // (devices, getProperties, listen, connect).
 unsafe impl Sync for Plugin {}
 
+// The library handle and the function table are raw pointers: meaningless in a dump.
+#[allow(clippy::missing_fields_in_debug)]
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Plugin")
@@ -102,6 +104,8 @@ static INITIALISED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 fn candidates(src: &PluginSource, opts: &OpenOptions) -> (String, Vec<PathBuf>) {
     fn by_name(x: &str, dirs: &[PathBuf]) -> Vec<PathBuf> {
         let mut names = vec![x.to_owned()];
+        // The dynamic loader matches file names case-sensitively, and so does this.
+        #[allow(clippy::case_sensitive_file_extension_comparisons)]
         let is_lib_so = x.starts_with("lib") && x.ends_with(".so");
         if !x.contains('/') && !is_lib_so {
             names.push(format!("libnccl-net-{x}.so"));
@@ -175,11 +179,9 @@ fn load(shown: &str, cands: &[PathBuf], opts: &OpenOptions) -> Result<(libloadin
 
 /// The address of `ncclNetPlugin_v{version}` in `lib`, if exported and non-NULL.
 fn symbol(lib: &libloading::Library, name: &str) -> Option<*const c_void> {
-    let mut cname = name.as_bytes().to_vec();
-    cname.push(0);
     // SAFETY: a data symbol looked up as a pointer type: `*sym` is the symbol's address, which is
     // only read as a table after checking it is non-NULL.
-    let sym = unsafe { lib.get::<*const c_void>(&cname) }.ok()?;
+    let sym = unsafe { lib.get::<*const c_void>(name) }.ok()?;
     let p: *const c_void = *sym;
     (!p.is_null()).then_some(p)
 }
@@ -189,7 +191,7 @@ fn file_of(addr: *const c_void) -> Option<PathBuf> {
     // SAFETY: dladdr only inspects the loader's tables; `info` is a valid out-struct.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let ok = unsafe { libc::dladdr(addr, &mut info) };
+    let ok = unsafe { libc::dladdr(addr, &raw mut info) };
     if ok == 0 || info.dli_fname.is_null() {
         return None;
     }
@@ -265,11 +267,11 @@ impl Plugin {
         // processes in logs.
         let comm_id = u64::from(std::process::id());
         let init_once = version <= 10;
-        let mut initialised = INITIALISED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut initialised = INITIALISED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !init_once || !initialised.contains(&(sym as usize)) {
             // SAFETY: the logger is the shim (never NULL); ctx and config are valid for v11+, and the
             // config box is kept alive in the Plugin.
-            let rc = unsafe { table.init(logger, &mut ctx, &mut *init_config, comm_id) };
+            let rc = unsafe { table.init(logger, &mut ctx, &raw mut *init_config, comm_id) };
             if rc != abi::NCCL_SUCCESS {
                 return Err(NetError::call(
                     "init",
@@ -346,6 +348,8 @@ impl Plugin {
         self.table.has_irecv_consumed()
     }
 
+    // A method, so that a later ABI with more devices can check against this plugin's count.
+    #[allow(clippy::unused_self)]
     pub(crate) fn dev_index(&self, dev: usize) -> Result<c_int, NetError> {
         c_int::try_from(dev).map_err(|_| NetError::Usage(format!("device index {dev} out of range")))
     }

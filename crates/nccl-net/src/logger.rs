@@ -79,7 +79,7 @@ static SEEN: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
 
 /// Whether this line is to be printed: its first [`REPEAT_VERBATIM`] occurrences are.
 fn first_few(line: &str) -> bool {
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let seen = seen.get_or_insert_with(HashMap::new);
     if let Some(n) = seen.get_mut(line) {
         *n += 1;
@@ -94,7 +94,7 @@ fn first_few(line: &str) -> bool {
 /// The messages whose repeats were not printed: one line each, `"<line> (N more times)"`, most
 /// frequent first. Empty when nothing was held back.
 pub fn suppressed_summary() -> Vec<String> {
-    let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut held: Vec<(&String, u64)> = seen
         .iter()
         .flat_map(|m| m.iter())
@@ -122,6 +122,8 @@ thread_local! {
 
 /// Installs the sink (once per process), sets the verbosity, and returns the logger to pass to
 /// `init`: never NULL.
+// abi::DebugLogger is the C type: an Option of a function pointer, never None from here.
+#[allow(clippy::unnecessary_wraps)]
 pub(crate) fn logger_for(level: LogLevel) -> abi::DebugLogger {
     INSTALL.call_once(|| {
         // SAFETY: `sink` has exactly the signature the shim calls; installing is an atomic store.
@@ -183,12 +185,11 @@ unsafe extern "C" fn sink(level: c_int, _flags: c_ulong, file: *const c_char, li
             at: Instant::now(),
             thread: thread
                 .name()
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("{:?}", thread.id())),
+                .map_or_else(|| format!("{:?}", thread.id()), str::to_owned),
             text: format!("{file}:{line}: {msg}"),
         };
         let _ = THREAD_LAST.try_with(|t| *t.borrow_mut() = Some(w.clone()));
-        let mut recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent = RECENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if recent.len() == KEEP_WARNINGS {
             recent.pop_front();
         }
@@ -205,7 +206,7 @@ pub(crate) fn last_warning() -> Option<String> {
     if let Some(w) = mine.filter(|w| now.duration_since(w.at) <= WARNING_RELEVANCE) {
         return Some(format!("plugin's last WARN: {}", w.text));
     }
-    let recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let recent = RECENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let w = recent
         .back()
         .filter(|w| now.duration_since(w.at) <= WARNING_RELEVANCE)?;
@@ -219,7 +220,7 @@ pub(crate) fn last_warning() -> Option<String> {
 
 /// The last few plugin warnings, oldest first, for diagnostics (stall dumps).
 pub fn recent_warnings() -> Vec<String> {
-    let recent = RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    let recent = RECENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     recent.iter().map(|w| format!("[{}] {}", w.thread, w.text)).collect()
 }
 

@@ -189,7 +189,7 @@ fn check_pattern(dev: &Device, check_only: bool) -> Result<bool, GpuError> {
     }
     e1.record(s)?;
     e1.synchronize()?;
-    let fill_gbs = 5.0 * big.len() as f64 / (e0.elapsed_ms(&e1)? as f64 * 1e-3) / 1e9;
+    let fill_gbs = 5.0 * big.len() as f64 / (f64::from(e0.elapsed_ms(&e1)?) * 1e-3) / 1e9;
     let t = Instant::now();
     let wrong = dev.verify(&big, 0..big.len(), 1, 4, 0, s)?;
     let ver_gbs = big.len() as f64 / t.elapsed().as_secs_f64() / 1e9;
@@ -458,7 +458,7 @@ fn time_op(
         }
         b.record(s)?;
         b.synchronize()?;
-        v.push(a.elapsed_ms(&b)? as f64 * 1e-3 / reps as f64);
+        v.push(f64::from(a.elapsed_ms(&b)?) * 1e-3 / reps as f64);
     }
     v.sort_by(|x, y| x.partial_cmp(y).unwrap());
     Ok(v[v.len() / 2])
@@ -530,7 +530,7 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
             shifted += l
                 .metas
                 .iter()
-                .filter(|m| (m.src_off as u64).wrapping_sub(m.dst_off) % 16 != 0)
+                .filter(|m| u64::from(m.src_off).wrapping_sub(m.dst_off) % 16 != 0)
                 .count();
             metas.extend_from_slice(&l.metas);
         }
@@ -582,7 +582,7 @@ fn bench(dev: &Device, quick: bool) -> Result<(), GpuError> {
                         pools.dst.as_raw() + (k * size) as u64,
                         pools.bounce.as_raw() + (k * stride) as u64,
                         size,
-                    )?
+                    )?;
                 };
             }
             Ok(())

@@ -91,7 +91,7 @@ fn function(module: CUmodule, name: &CStr) -> Result<CUfunction, GpuError> {
     let mut f: CUfunction = std::ptr::null_mut();
     // SAFETY: module is live; name is NUL-terminated; out-pointer is live.
     check(
-        unsafe { sys::cuModuleGetFunction(&mut f, module, name.as_ptr()) },
+        unsafe { sys::cuModuleGetFunction(&raw mut f, module, name.as_ptr()) },
         "cuModuleGetFunction",
     )?;
     Ok(f)
@@ -103,7 +103,7 @@ fn load_kernels(ctx: &Ctx, cc: (u32, u32)) -> Result<Kernels, GpuError> {
     let mut module: CUmodule = std::ptr::null_mut();
     // SAFETY: image is a complete CUBIN from NVRTC; the context is current.
     check(
-        unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) },
+        unsafe { sys::cuModuleLoadData(&raw mut module, image.as_ptr().cast()) },
         "cuModuleLoadData",
     )?;
     let funcs = (|| {
@@ -247,8 +247,8 @@ impl Device {
     }
 
     fn grid_for(&self, words: u64) -> u32 {
-        let max = self.inner.info.sm_count.max(1) as u64 * 8;
-        words.div_ceil(BLOCK as u64).clamp(1, max) as u32
+        let max = u64::from(self.inner.info.sm_count.max(1)) * 8;
+        words.div_ceil(u64::from(BLOCK)).clamp(1, max) as u32
     }
 
     fn launch(
@@ -320,11 +320,11 @@ impl Device {
         let words = (offset + len as u64 - 1) / 8 - offset / 8 + 1;
         // Kernel: tcpx_fill(u8* p, u64 len, u32 origin, u32 iter, u64 offset)
         let mut params: [*mut c_void; 5] = [
-            (&mut p as *mut u64).cast(),
-            (&mut l as *mut u64).cast(),
-            (&mut o as *mut u32).cast(),
-            (&mut i as *mut u32).cast(),
-            (&mut off as *mut u64).cast(),
+            (&raw mut p).cast(),
+            (&raw mut l).cast(),
+            (&raw mut o).cast(),
+            (&raw mut i).cast(),
+            (&raw mut off).cast(),
         ];
         self.launch(
             self.kernels()?.f_fill,
@@ -365,7 +365,11 @@ impl Device {
         stream: &Stream,
     ) -> Result<u64, GpuError> {
         check_offset(offset, len)?;
-        let mut st = self.inner.verify.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .inner
+            .verify
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         st.counter.memset(0..8, 0, stream)?;
         let words = if len == 0 {
             0
@@ -375,12 +379,12 @@ impl Device {
         let (mut p, mut l, mut o, mut i, mut off, mut c) = (ptr, len as u64, origin, iter, offset, st.counter.as_raw());
         // Kernel: tcpx_verify(const u8* p, u64 len, u32 origin, u32 iter, u64 offset, u64* wrong)
         let mut params: [*mut c_void; 6] = [
-            (&mut p as *mut u64).cast(),
-            (&mut l as *mut u64).cast(),
-            (&mut o as *mut u32).cast(),
-            (&mut i as *mut u32).cast(),
-            (&mut off as *mut u64).cast(),
-            (&mut c as *mut u64).cast(),
+            (&raw mut p).cast(),
+            (&raw mut l).cast(),
+            (&raw mut o).cast(),
+            (&raw mut i).cast(),
+            (&raw mut off).cast(),
+            (&raw mut c).cast(),
         ];
         self.launch(
             self.kernels()?.f_verify,
@@ -446,7 +450,7 @@ impl Device {
         threads_per_block: u32,
         max_blocks_per_job: u32,
     ) -> Result<(), GpuError> {
-        if threads_per_block % 32 != 0 || threads_per_block > BLOCK {
+        if !threads_per_block.is_multiple_of(32) || threads_per_block > BLOCK {
             return Err(GpuError::invalid(format!(
                 "unpack block of {threads_per_block} threads: use 0 (automatic) or a multiple of 32 up to {BLOCK}"
             )));
@@ -479,10 +483,10 @@ impl Device {
             }
             // Kernel: tcpx_unpack(const TcpxUnpackBatch batch, u32 njobs, u32 per_block, u64* errors)
             let mut params: [*mut c_void; 4] = [
-                (&mut batch as *mut UnpackBatch).cast(),
-                (&mut n as *mut u32).cast(),
-                (&mut per_block as *mut u32).cast(),
-                (&mut errs as *mut u64).cast(),
+                (&raw mut batch).cast(),
+                (&raw mut n).cast(),
+                (&raw mut per_block).cast(),
+                (&raw mut errs).cast(),
             ];
             let block = warps * 32;
             self.launch(self.kernels()?.f_unpack, (grid_x, n), block, &mut params, stream)?;
@@ -498,14 +502,17 @@ impl Device {
         let attr = |a: sys::CUfunction_attribute| -> Result<i32, GpuError> {
             let mut v = 0;
             // SAFETY: f is a live function of this context's module; the out-pointer is live.
-            check(unsafe { sys::cuFuncGetAttribute(&mut v, a, f) }, "cuFuncGetAttribute")?;
+            check(
+                unsafe { sys::cuFuncGetAttribute(&raw mut v, a, f) },
+                "cuFuncGetAttribute",
+            )?;
             Ok(v)
         };
         let mut blocks = 0;
         // SAFETY: as above.
         check(
             unsafe {
-                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, f, (AUTO_UNPACK_WARPS * 32) as i32, 0)
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&raw mut blocks, f, (AUTO_UNPACK_WARPS * 32) as i32, 0)
             },
             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
         )?;

@@ -88,16 +88,19 @@ impl Gpu {
     pub fn probe() -> Result<Option<GpuInfo>, String> {
         match init() {
             Ok(()) => {}
-            Err(GpuError::NoDriver) | Err(GpuError::NoDevice) => return Ok(None),
+            Err(GpuError::NoDriver | GpuError::NoDevice) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         }
         let r = catch_unwind(|| -> Result<Option<GpuInfo>, GpuError> {
             let mut version = 0;
             // SAFETY: out-pointer to a live c_int.
-            check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
+            check(
+                unsafe { sys::cuDriverGetVersion(&raw mut version) },
+                "cuDriverGetVersion",
+            )?;
             let mut count: c_int = 0;
             // SAFETY: out-pointer to a live c_int.
-            check(unsafe { sys::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount")?;
+            check(unsafe { sys::cuDeviceGetCount(&raw mut count) }, "cuDeviceGetCount")?;
             if count <= 0 {
                 return Ok(None);
             }
@@ -119,7 +122,10 @@ pub(crate) fn cu_device(ordinal: usize) -> Result<CUdevice, GpuError> {
     init()?;
     let mut dev: CUdevice = 0;
     // SAFETY: out-pointer to a live CUdevice; the driver is initialised.
-    check(unsafe { sys::cuDeviceGet(&mut dev, ordinal as c_int) }, "cuDeviceGet")?;
+    check(
+        unsafe { sys::cuDeviceGet(&raw mut dev, ordinal as c_int) },
+        "cuDeviceGet",
+    )?;
     Ok(dev)
 }
 
@@ -127,7 +133,7 @@ fn attr(dev: CUdevice, a: CUdevice_attribute) -> Result<i32, GpuError> {
     let mut v = 0;
     // SAFETY: out-pointer to a live c_int; dev is valid.
     check(
-        unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) },
+        unsafe { sys::cuDeviceGetAttribute(&raw mut v, a, dev) },
         "cuDeviceGetAttribute",
     )?;
     Ok(v)
@@ -153,8 +159,14 @@ pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
     let pci_bus_id = unsafe { CStr::from_ptr(bus.as_ptr()) }.to_string_lossy().to_lowercase();
     let mut total = 0usize;
     // SAFETY: out-pointer to a live usize.
-    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, dev) }, "cuDeviceTotalMem")?;
-    use CUdevice_attribute::*;
+    check(
+        unsafe { sys::cuDeviceTotalMem_v2(&raw mut total, dev) },
+        "cuDeviceTotalMem",
+    )?;
+    use CUdevice_attribute::{
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    };
     Ok(DeviceInfo {
         ordinal,
         name,
@@ -192,7 +204,7 @@ impl Ctx {
         let mut raw: CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a live CUcontext; dev is valid. Released in Drop.
         check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, dev) },
+            unsafe { sys::cuDevicePrimaryCtxRetain(&raw mut raw, dev) },
             "cuDevicePrimaryCtxRetain",
         )?;
         let ctx = Arc::new(Ctx { dev, raw, owned: true });
@@ -208,17 +220,17 @@ impl Ctx {
         init()?;
         let mut raw: CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a live CUcontext.
-        check(unsafe { sys::cuCtxGetCurrent(&mut raw) }, "cuCtxGetCurrent")?;
+        check(unsafe { sys::cuCtxGetCurrent(&raw mut raw) }, "cuCtxGetCurrent")?;
         if raw.is_null() {
             return Ctx::retain(0);
         }
         let mut dev: CUdevice = 0;
         // SAFETY: out-pointer to a live CUdevice; a context is current.
-        check(unsafe { sys::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+        check(unsafe { sys::cuCtxGetDevice(&raw mut dev) }, "cuCtxGetDevice")?;
         let mut primary: CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a live CUcontext; dev is valid. Released below or in Drop.
         check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, dev) },
+            unsafe { sys::cuDevicePrimaryCtxRetain(&raw mut primary, dev) },
             "cuDevicePrimaryCtxRetain",
         )?;
         if primary == raw {
@@ -263,7 +275,7 @@ pub fn pointer_is_device(addr: u64) -> Result<bool, GpuError> {
     // SAFETY: out-pointer to a live u32 (the attribute is a CUmemorytype, 4 bytes).
     let r = unsafe {
         sys::cuPointerGetAttribute(
-            (&mut ty as *mut u32).cast(),
+            (&raw mut ty).cast(),
             sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
             addr,
         )
@@ -271,6 +283,6 @@ pub fn pointer_is_device(addr: u64) -> Result<bool, GpuError> {
     match r {
         CUresult::CUDA_SUCCESS => Ok(ty == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32),
         CUresult::CUDA_ERROR_INVALID_VALUE => Ok(false),
-        r => check(r, "cuPointerGetAttribute").map(|_| false),
+        r => check(r, "cuPointerGetAttribute").map(|()| false),
     }
 }

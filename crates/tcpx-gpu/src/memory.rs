@@ -69,7 +69,7 @@ impl DeviceBuffer {
             .ok_or_else(|| GpuError::invalid(format!("device buffer of {len} bytes is too large")))?;
         let mut base: CUdeviceptr = 0;
         // SAFETY: out-pointer to a live CUdeviceptr; the context is current.
-        check(unsafe { sys::cuMemAlloc_v2(&mut base, bytes) }, "cuMemAlloc")?;
+        check(unsafe { sys::cuMemAlloc_v2(&raw mut base, bytes) }, "cuMemAlloc")?;
         let align = DEVICE_BUFFER_ALIGN as u64;
         let ptr = (base + align - 1) & !(align - 1);
         Ok(DeviceBuffer { ctx, base, ptr, len })
@@ -117,7 +117,7 @@ impl DeviceBuffer {
         check(
             unsafe {
                 sys::cuMemGetHandleForAddressRange(
-                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    (&raw mut fd).cast(),
                     addr,
                     range.len(),
                     sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
@@ -228,7 +228,10 @@ impl PinnedHostBuffer {
         }
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a live pointer; the context is current.
-        check(unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), f) }, "cuMemHostAlloc")?;
+        check(
+            unsafe { sys::cuMemHostAlloc(&raw mut p, len.max(1), f) },
+            "cuMemHostAlloc",
+        )?;
         // SAFETY: p points to at least len.max(1) writable bytes we own.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
         Ok(PinnedHostBuffer {
@@ -294,7 +297,7 @@ impl PinnedHostBuffer {
         let mut d: CUdeviceptr = 0;
         // SAFETY: ptr is a live cuMemHostAlloc(DEVICEMAP) allocation.
         check(
-            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, self.ptr.cast(), 0) },
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&raw mut d, self.ptr.cast(), 0) },
             "cuMemHostGetDevicePointer",
         )?;
         Ok(d)
@@ -334,7 +337,7 @@ impl Stream {
         let mut raw: CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a live CUstream; the context is current.
         check(
-            unsafe { sys::cuStreamCreate(&mut raw, CU_STREAM_NON_BLOCKING) },
+            unsafe { sys::cuStreamCreate(&raw mut raw, CU_STREAM_NON_BLOCKING) },
             "cuStreamCreate",
         )?;
         Ok(Stream { ctx, raw })
@@ -455,7 +458,7 @@ impl Event {
         let flags = if timing { 0 } else { CU_EVENT_DISABLE_TIMING };
         let mut raw: CUevent = std::ptr::null_mut();
         // SAFETY: out-pointer to a live CUevent; the context is current.
-        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        check(unsafe { sys::cuEventCreate(&raw mut raw, flags) }, "cuEventCreate")?;
         Ok(Event { ctx, raw })
     }
 
@@ -473,7 +476,7 @@ impl Event {
         match unsafe { sys::cuEventQuery(self.raw) } {
             CUresult::CUDA_SUCCESS => Ok(true),
             CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            r => check(r, "cuEventQuery").map(|_| false),
+            r => check(r, "cuEventQuery").map(|()| false),
         }
     }
 
@@ -490,7 +493,7 @@ impl Event {
         let mut ms = 0f32;
         // SAFETY: both handles are live; out-pointer to a live f32.
         check(
-            unsafe { sys::cuEventElapsedTime(&mut ms, self.raw, end.raw) },
+            unsafe { sys::cuEventElapsedTime(&raw mut ms, self.raw, end.raw) },
             "cuEventElapsedTime",
         )?;
         Ok(ms)

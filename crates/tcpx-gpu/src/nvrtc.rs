@@ -67,7 +67,7 @@ pub fn nvrtc_candidates() -> Vec<String> {
         }
     }
     let names = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
-    v.extend(names.iter().map(|s| s.to_string()));
+    v.extend(names.iter().map(std::string::ToString::to_string));
     let mut dirs = Vec::new();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Ok(d) = std::env::var(var) {
@@ -122,9 +122,8 @@ fn load() -> Result<Nvrtc, String> {
             Vec::new()
         };
         // SAFETY: loading NVRTC runs its (trusted, vendor) initialisers only.
-        let lib = match unsafe { libloading::Library::new(c) } {
-            Ok(l) => l,
-            Err(_) => continue,
+        let Ok(lib) = (unsafe { libloading::Library::new(c) }) else {
+            continue;
         };
         // SAFETY: the symbol types match NVRTC's C prototypes (nvrtc.h, stable since CUDA 11);
         // the fn pointers are kept together with `lib`, which is never unloaded before them.
@@ -144,7 +143,7 @@ fn load() -> Result<Nvrtc, String> {
             }
             let version_fn: VersionFn = sym!(VersionFn, "nvrtcVersion");
             let (mut maj, mut min) = (0, 0);
-            version_fn(&mut maj, &mut min);
+            version_fn(&raw mut maj, &raw mut min);
             let n = Nvrtc {
                 path: c.clone(),
                 version: (maj, min),
@@ -193,7 +192,7 @@ impl Nvrtc {
         let mut size = 0usize;
         // SAFETY: prog is a live program; the buffer has `size` bytes as NVRTC asked.
         unsafe {
-            if (self.log_size)(prog, &mut size) != 0 || size == 0 {
+            if (self.log_size)(prog, &raw mut size) != 0 || size == 0 {
                 return String::new();
             }
             let mut buf = vec![0u8; size];
@@ -217,7 +216,7 @@ impl Nvrtc {
         // program is destroyed on every path below.
         unsafe {
             let r = (self.create)(
-                &mut prog,
+                &raw mut prog,
                 src_c.as_ptr(),
                 name.as_ptr(),
                 0,
@@ -230,7 +229,7 @@ impl Nvrtc {
             let r = (self.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr());
             if r != 0 {
                 let log = self.program_log(prog);
-                (self.destroy)(&mut prog);
+                (self.destroy)(&raw mut prog);
                 let log: String = log.lines().take(8).collect::<Vec<_>>().join(" | ");
                 return Err(GpuError::Nvrtc(format!(
                     "NVRTC {}.{} ({}) could not compile the kernels for {arch}: {log}: use an NVRTC that supports {arch} (set {NVRTC_ENV})",
@@ -238,14 +237,14 @@ impl Nvrtc {
                 )));
             }
             let mut size = 0usize;
-            let r = (self.cubin_size)(prog, &mut size);
+            let r = (self.cubin_size)(prog, &raw mut size);
             if r != 0 || size == 0 {
-                (self.destroy)(&mut prog);
+                (self.destroy)(&raw mut prog);
                 return Err(self.err("nvrtcGetCUBINSize", r));
             }
             let mut image = vec![0u8; size];
             let r = (self.cubin)(prog, image.as_mut_ptr().cast());
-            (self.destroy)(&mut prog);
+            (self.destroy)(&raw mut prog);
             if r != 0 {
                 return Err(self.err("nvrtcGetCUBIN", r));
             }
@@ -266,7 +265,7 @@ pub fn kernel_image(cc: (u32, u32)) -> Result<Arc<Vec<u8>>, GpuError> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     // Holding the lock while compiling makes concurrent first callers wait for one compile.
-    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(img) = map.get(&cc) {
         return Ok(img.clone());
     }

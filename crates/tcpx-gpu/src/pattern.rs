@@ -23,24 +23,20 @@
 //!   step, an unaligned tail) can be filled or verified on its own and agrees with the
 //!   whole-buffer fill.
 
+use tcpx_units::rng::{mix, GOLDEN};
+
 /// Seed folded into the key so that `(origin 0, iter 0)` is not the all-zero input.
 const SEED: u64 = 0x7463_7078_7065_7266; // "tcpxperf"
-/// splitmix64's increment (the golden ratio in 64-bit fixed point).
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// splitmix64 finalizer: a fast bijective 64-bit mixer.
-#[inline(always)]
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
+// inline(always): the per-byte check and fill loops call these billions of times; an
+// out-of-line call costs more than the hash (`mix`, tcpx-units' splitmix64 finalizer, is #[inline]).
+#[allow(clippy::inline_always)]
 #[inline(always)]
 fn key(origin: u32, iter: u32) -> u64 {
-    mix((((origin as u64) << 32) | iter as u64) ^ SEED)
+    mix(((u64::from(origin) << 32) | u64::from(iter)) ^ SEED)
 }
 
+#[allow(clippy::inline_always)]
 #[inline(always)]
 fn word(key: u64, index: u64) -> u64 {
     mix(key.wrapping_add(index.wrapping_mul(GOLDEN)))
@@ -51,6 +47,7 @@ pub fn pattern_byte(origin: u32, iter: u32, offset: u64) -> u8 {
     byte_of(key(origin, iter), offset)
 }
 
+#[allow(clippy::inline_always)]
 #[inline(always)]
 fn byte_of(key: u64, offset: u64) -> u8 {
     (word(key, offset / 8) >> (8 * (offset % 8))) as u8
@@ -95,7 +92,7 @@ fn differing_bytes(a: u64, b: u64) -> u64 {
     x |= x >> 4;
     x |= x >> 2;
     x |= x >> 1;
-    (x & 0x0101_0101_0101_0101).count_ones() as u64
+    u64::from((x & 0x0101_0101_0101_0101).count_ones())
 }
 
 /// Counts the bytes of `buf` that differ from the pattern (see [`fill`]); 0 means intact.

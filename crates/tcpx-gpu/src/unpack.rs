@@ -101,7 +101,7 @@ impl UnpackJob {
                 self.cnt
             )));
         }
-        if self.cnt > 0 && (self.metas == 0 || self.metas % 16 != 0) {
+        if self.cnt > 0 && (self.metas == 0 || !self.metas.is_multiple_of(16)) {
             return Err(GpuError::invalid(format!(
                 "unpack job metas address {:#x} is null or not 16-byte aligned: pass the LoadMeta array address",
                 self.metas
@@ -127,8 +127,8 @@ pub fn validate_metas(metas: &[LoadMeta], bounce_len: usize, dst_len: usize) -> 
     }
     let mut total = 0usize;
     for (i, m) in metas.iter().enumerate() {
-        let src_end = m.src_off as u64 + m.len as u64;
-        let dst_end = m.dst_off.checked_add(m.len as u64);
+        let src_end = u64::from(m.src_off) + u64::from(m.len);
+        let dst_end = m.dst_off.checked_add(u64::from(m.len));
         if src_end > bounce_len as u64 || dst_end.is_none_or(|e| e > dst_len as u64) {
             return Err(GpuError::invalid(format!(
                 "fragment {i} (src_off {}, len {}, dst_off {}) is outside the bounce buffer ({bounce_len} B) or destination ({dst_len} B): the plugin's metadata is corrupt or the wrong ring slot was read",
@@ -164,7 +164,7 @@ pub fn check_exact_cover(metas: &[LoadMeta], len: usize) -> Result<(), String> {
     let mut spans: Vec<(u64, u64)> = metas
         .iter()
         .filter(|m| m.len > 0)
-        .map(|m| (m.dst_off, m.dst_off + m.len as u64))
+        .map(|m| (m.dst_off, m.dst_off + u64::from(m.len)))
         .collect();
     spans.sort_unstable();
     let mut at = 0u64;
@@ -184,39 +184,9 @@ pub fn check_exact_cover(metas: &[LoadMeta], len: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A small deterministic RNG (splitmix64) for layouts, so tests need no extra crates and the
-/// GPU check can reproduce a failing seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-
-    /// Fisher–Yates shuffle.
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
+/// The workspace's one seeded generator (splitmix64), for layouts: the GPU check reproduces a
+/// failing layout from its seed.
+pub use tcpx_units::Rng;
 
 /// Descriptors of one receive plus the bounce-buffer size they need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -467,7 +437,7 @@ pub fn alignment_sweep(lens: &[u32], rng: &mut Rng) -> Layout {
                 rng.below(room + 1)
             };
             pieces.push((inpage as u32, n, dst));
-            dst += n as u64;
+            dst += u64::from(n);
         }
     }
     let len = dst as usize;

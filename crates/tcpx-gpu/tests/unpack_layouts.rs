@@ -90,7 +90,7 @@ fn cover_check_catches_gaps_and_overlaps() {
 
 /// `(src_off - dst_off) % 16`: 0 when a fragment can be copied word for word.
 fn misalignment(m: &LoadMeta) -> u64 {
-    (m.src_off as u64).wrapping_sub(m.dst_off) % 16
+    u64::from(m.src_off).wrapping_sub(m.dst_off) % 16
 }
 
 #[test]
@@ -144,7 +144,11 @@ fn tcpx_stream_whole_pages_between_chunk_edges() {
         // the last of each chunk, and only a chunk's first fragment starts inside its page.
         let partial = layout.metas.iter().filter(|m| m.len as usize != PAGE).count();
         assert!(partial <= 2 * chunks, "{partial} partial fragments in {chunks} chunks");
-        let mid_page = layout.metas.iter().filter(|m| m.src_off as usize % PAGE != 0).count();
+        let mid_page = layout
+            .metas
+            .iter()
+            .filter(|m| !(m.src_off as usize).is_multiple_of(PAGE))
+            .count();
         assert!(mid_page <= chunks, "{mid_page} fragments start inside a page");
         assert!(layout.metas.len() <= len.div_ceil(PAGE) + chunks);
     }
@@ -158,7 +162,7 @@ fn tcpx_stream_whole_pages_between_chunk_edges() {
     assert!(layout
         .metas
         .iter()
-        .all(|m| misalignment(m) == 0 && m.src_off as usize % PAGE == 0));
+        .all(|m| misalignment(m) == 0 && (m.src_off as usize).is_multiple_of(PAGE)));
     assert_eq!(layout.metas.len(), (MAX_RECEIVE_BYTES - 100).div_ceil(PAGE));
 }
 

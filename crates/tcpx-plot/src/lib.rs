@@ -42,16 +42,9 @@ const REFERENCE_COLORS: [RGBColor; 4] = [
     RGBColor(0, 100, 0),
 ];
 
-/// A size in binary units when it is a whole number of them (`64 MiB`), else bytes (`1000 B`).
-pub fn fmt_size(b: u64) -> String {
-    const U: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (name, m) in U {
-        if b >= m && b % m == 0 {
-            return format!("{} {}", b / m, name);
-        }
-    }
-    format!("{b} B")
-}
+/// The size label of axes and titles. src/export/svg.rs still names it `tcpx_plot::fmt_size`;
+/// new code calls `tcpx_units::format_size_label` (the one size grammar).
+pub use tcpx_units::format_size_label as fmt_size;
 
 /// (size in bytes, value, optional band drawn around the line, e.g. the iterations' p10-p90)
 pub type Point = (u64, f64, Option<(f64, f64)>);
@@ -111,7 +104,7 @@ fn size_label(x: f64) -> String {
     if (x - r).abs() > 1e-6 || !(0.0..63.0).contains(&r) {
         return String::new();
     }
-    fmt_size(1u64 << (r as u32))
+    tcpx_units::format_size_label(1u64 << (r as u32))
 }
 
 /// Labels for a log10 axis: the value 10^v with three significant digits.
@@ -152,13 +145,13 @@ pub fn bandwidth(out: &Path, chart: &BandwidthChart, lines: &[Line], refs: &[Ref
     if xs.is_empty() {
         return Err("nothing to plot".into());
     }
-    let xmin = xs.iter().cloned().fold(f64::INFINITY, f64::min).floor() - 0.5;
-    let xmax = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
+    let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min).floor() - 0.5;
+    let xmax = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
     // Head room for the legend (upper right).
     let n_legend = lines.len()
         + refs
             .iter()
-            .map(|r| r.levels.len() + r.per_size.is_some() as usize)
+            .map(|r| r.levels.len() + usize::from(r.per_size.is_some()))
             .sum::<usize>();
     let head = 1.1 + 0.07 * n_legend as f64;
     let (y0, y1) = if log_y {
@@ -320,7 +313,7 @@ pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(-0.5..(n as f64 - 0.5), -0.5..(n as f64 - 0.5))
+        .build_cartesian_2d(-0.5..(f64::from(n) - 0.5), -0.5..(f64::from(n) - 0.5))
         .map_err(draw_err)?;
     let fmt = |v: &f64| {
         if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
@@ -340,7 +333,7 @@ pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
         .y_label_formatter(&fmt)
         .draw()
         .map_err(draw_err)?;
-    let sv = |i: u32| i as f64 - 0.5;
+    let sv = |i: u32| f64::from(i) - 0.5;
     let square = |src: u32, dst: u32| [(sv(dst), sv(src)), (sv(dst + 1), sv(src + 1))];
     chart
         .draw_series(
@@ -358,20 +351,14 @@ pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
         .map_err(draw_err)?;
     if n <= 16 {
         // Three significant digits for the usual range (0.31, 12.4, 123).
-        let digits = if hi < 10.0 {
-            2
-        } else if hi < 100.0 {
-            1
-        } else {
-            0
-        };
+        let digits = if hi < 10.0 { 2 } else { usize::from(hi < 100.0) };
         chart
             .draw_series(h.cells.iter().map(|c| {
                 let color = if (c.gbps - lo) / span > 0.6 { BLACK } else { WHITE };
                 let flag = if h.flagged.contains(&(c.src, c.dst)) { "!" } else { "" };
                 Text::new(
                     format!("{:.digits$}{flag}", c.gbps),
-                    (c.dst as f64 - 0.2, c.src as f64 + 0.1),
+                    (f64::from(c.dst) - 0.2, f64::from(c.src) + 0.1),
                     ("sans-serif", 12).into_font().color(&color),
                 )
             }))
@@ -395,9 +382,12 @@ pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
         .map_err(draw_err)?;
     let steps = 64;
     bar.draw_series((0..steps).map(|i| {
-        let a = lo + span * i as f64 / steps as f64;
-        let b = lo + span * (i + 1) as f64 / steps as f64;
-        Rectangle::new([(0.0, a), (1.0, b)], viridis(i as f64 / (steps - 1) as f64).filled())
+        let a = lo + span * f64::from(i) / f64::from(steps);
+        let b = lo + span * f64::from(i + 1) / f64::from(steps);
+        Rectangle::new(
+            [(0.0, a), (1.0, b)],
+            viridis(f64::from(i) / f64::from(steps - 1)).filled(),
+        )
     }))
     .map_err(draw_err)?;
     if let Some(rule) = &h.flag_rule {

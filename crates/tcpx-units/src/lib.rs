@@ -4,15 +4,18 @@
 //! - [`gbps`]: GB/s with GB = 10^9 bytes.
 //! - [`quantile`]: the median and quantiles of samples.
 //! - [`reduction`]: nccl-tests' `-a`, reducing per-rank times to one number.
+//! - [`rng`]: the one pseudo-random generator (splitmix64) and its mixer.
 //!
 //! Only `std`: every crate of the workspace may depend on this one.
 
 pub mod quantile;
 pub mod reduction;
+pub mod rng;
 pub mod size;
 
 pub use quantile::{median, median_sorted, nearest_rank, quantile_sorted};
 pub use reduction::{rank_means, reduce, reduce_each_iteration, TimeReduction};
+pub use rng::Rng;
 pub use size::{format_size, format_size_label, parse_size};
 
 /// GB/s (GB = 10^9 bytes) for `bytes` moved in `time_us` microseconds.

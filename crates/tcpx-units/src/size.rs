@@ -89,7 +89,7 @@ pub fn format_size(bytes: u64) -> String {
 /// (`64 MiB`), else bytes (`1000 B`). [`parse_size`] reads it back to the same value.
 pub fn format_size_label(bytes: u64) -> String {
     for (letter, unit) in UNITS.iter().rev() {
-        if bytes >= *unit && bytes % unit == 0 {
+        if bytes >= *unit && bytes.is_multiple_of(*unit) {
             return format!("{} {letter}iB", bytes / unit);
         }
     }

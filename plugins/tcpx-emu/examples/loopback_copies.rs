@@ -69,7 +69,7 @@ fn setbuf(fd: i32, v: usize) {
     let v = v as libc::c_int;
     for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
         // SAFETY: valid fd and option.
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&v as *const libc::c_int).cast(), 4) };
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&raw const v).cast(), 4) };
     }
 }
 
@@ -92,10 +92,7 @@ fn sender(mut s: TcpStream, chunk: usize, splice: bool, stop: Arc<AtomicBool>) {
         let b = (sent as usize) % ring;
         // SAFETY: inside our mapping.
         let p = unsafe { bufs.0.add(b * chunk) };
-        if !splice {
-            // SAFETY: p..p+chunk is ours.
-            s.write_all(unsafe { std::slice::from_raw_parts(p, chunk) }).unwrap();
-        } else {
+        if splice {
             while sent - acked >= BUFS as u64 {
                 s.read_exact(&mut ack).unwrap();
                 acked += 1;
@@ -108,7 +105,7 @@ fn sender(mut s: TcpStream, chunk: usize, splice: bool, stop: Arc<AtomicBool>) {
                     iov_len: chunk - off,
                 };
                 // SAFETY: the pages stay mapped and unmodified until acknowledged.
-                let n = unsafe { libc::vmsplice(pipe[1], &iov, 1, 0) };
+                let n = unsafe { libc::vmsplice(pipe[1], &raw const iov, 1, 0) };
                 assert!(n > 0, "vmsplice: {}", std::io::Error::last_os_error());
                 let mut left = n as usize;
                 while left > 0 {
@@ -119,6 +116,9 @@ fn sender(mut s: TcpStream, chunk: usize, splice: bool, stop: Arc<AtomicBool>) {
                 }
                 off += n as usize;
             }
+        } else {
+            // SAFETY: p..p+chunk is ours.
+            s.write_all(unsafe { std::slice::from_raw_parts(p, chunk) }).unwrap();
         }
         sent += 1;
     }
@@ -176,7 +176,7 @@ fn cpu_s() -> f64 {
     // SAFETY: getrusage fills the zeroed struct we own.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     secs(ru.ru_utime) + secs(ru.ru_stime)
 }
@@ -206,7 +206,7 @@ fn run(streams: usize, chunk: usize, sockbuf: usize, splice: bool, secs: f64) ->
             let mut n = 0u64;
             while !st.load(Ordering::Relaxed) {
                 n += 1;
-                if n % 64 == 0 {
+                if n.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             }

@@ -17,7 +17,11 @@
 use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
-use nccl_net_abi::*;
+use nccl_net_abi::{
+    result_name, DeviceHandleV7, NetHandle, NetUnpackMeta, PropertiesV7, NCCL_INVALID_ARGUMENT, NCCL_NET_DEVICE_UNPACK,
+    NCCL_NET_DEVICE_UNPACK_VERSION, NCCL_PTR_CUDA, NCCL_PTR_HOST, NCCL_SUCCESS, NET_HANDLE_MAXSIZE,
+    UNPACK_MAX_SLICE_PAGES,
+};
 use nccl_net_tcpxemu::ncclNetPlugin_v7 as T;
 use tcpx_gpu::unpack::{check_exact_cover, validate_metas, UnpackJob};
 use tcpx_gpu::{pattern_byte, Device, PinnedFlags};
@@ -56,7 +60,12 @@ fn sizes(total: usize) -> Vec<usize> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let s = if x % 4 == 0 { (x as usize >> 8) % CAP + 1 } else { CAP }.min(total - sum);
+        let s = if x.is_multiple_of(4) {
+            (x as usize >> 8) % CAP + 1
+        } else {
+            CAP
+        }
+        .min(total - sum);
         v.push(s);
         sum += s;
     }
@@ -79,7 +88,7 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
     while sc.is_null() {
         // SAFETY: a live handle buffer kept in place between retries; out-pointer to `sc`.
         ck!(
-            unsafe { t.connect.unwrap()(0, handle.as_mut_ptr().cast(), &mut sc, std::ptr::null_mut()) },
+            unsafe { t.connect.unwrap()(0, handle.as_mut_ptr().cast(), &raw mut sc, std::ptr::null_mut()) },
             "connect"
         );
         if Instant::now() > end {
@@ -90,7 +99,15 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
     let mut mh: *mut c_void = std::ptr::null_mut();
     // SAFETY: registering our own device buffer.
     ck!(
-        unsafe { t.reg_mr.unwrap()(sc, sbuf.as_mut_ptr().cast(), reg_len as c_int, NCCL_PTR_CUDA, &mut mh) },
+        unsafe {
+            t.reg_mr.unwrap()(
+                sc,
+                sbuf.as_mut_ptr().cast(),
+                reg_len as c_int,
+                NCCL_PTR_CUDA,
+                &raw mut mh,
+            )
+        },
         "regMr(CUDA) on the send comm"
     );
     let mut all = sizes.clone();
@@ -113,7 +130,7 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
                         all[next] as c_int,
                         0,
                         mh,
-                        &mut req,
+                        &raw mut req,
                     )
                 },
                 "isend"
@@ -126,7 +143,7 @@ fn sender(dev: Device, handle: NetHandle, sizes: Vec<usize>, host_tail: usize) -
         let mut done: c_int = 0;
         // SAFETY: testing the oldest outstanding send.
         ck!(
-            unsafe { t.test.unwrap()(*reqs.front().unwrap(), &mut done, std::ptr::null_mut()) },
+            unsafe { t.test.unwrap()(*reqs.front().unwrap(), &raw mut done, std::ptr::null_mut()) },
             "test(send)"
         );
         if done == 1 {
@@ -180,7 +197,7 @@ fn run() -> Result<(), String> {
     let mut lc: *mut c_void = std::ptr::null_mut();
     // SAFETY: handle buffer and out-pointer.
     ck!(
-        unsafe { t.listen.unwrap()(0, handle.as_mut_ptr().cast(), &mut lc) },
+        unsafe { t.listen.unwrap()(0, handle.as_mut_ptr().cast(), &raw mut lc) },
         "listen"
     );
 
@@ -194,11 +211,11 @@ fn run() -> Result<(), String> {
 
     let mut rc: *mut c_void = std::ptr::null_mut();
     let mut dh = DeviceHandleV7::zeroed();
-    let mut dhp: *mut DeviceHandleV7 = &mut dh;
+    let mut dhp: *mut DeviceHandleV7 = &raw mut dh;
     let end = Instant::now() + DEADLINE;
     while rc.is_null() {
         // SAFETY: listen comm from listen; out-pointers; dhp points to our struct.
-        ck!(unsafe { t.accept.unwrap()(lc, &mut rc, &mut dhp) }, "accept");
+        ck!(unsafe { t.accept.unwrap()(lc, &raw mut rc, &raw mut dhp) }, "accept");
         if Instant::now() > end {
             return Err("accept timed out".into());
         }
@@ -237,7 +254,15 @@ fn run() -> Result<(), String> {
     let mut rmh: *mut c_void = std::ptr::null_mut();
     // SAFETY: our device buffer.
     ck!(
-        unsafe { t.reg_mr.unwrap()(rc, rbuf.as_mut_ptr().cast(), rbuf_len as c_int, NCCL_PTR_CUDA, &mut rmh,) },
+        unsafe {
+            t.reg_mr.unwrap()(
+                rc,
+                rbuf.as_mut_ptr().cast(),
+                rbuf_len as c_int,
+                NCCL_PTR_CUDA,
+                &raw mut rmh,
+            )
+        },
         "regMr(CUDA) on the recv comm"
     );
 
@@ -248,7 +273,7 @@ fn run() -> Result<(), String> {
         let mut s: c_int = (CAP + 1) as c_int;
         let mut tag: c_int = 0;
         // SAFETY: one-entry arrays.
-        let r = unsafe { t.irecv.unwrap()(rc, 1, &mut p, &mut s, &mut tag, &mut rmh, &mut req) };
+        let r = unsafe { t.irecv.unwrap()(rc, 1, &raw mut p, &raw mut s, &raw mut tag, &raw mut rmh, &raw mut req) };
         println!(
             "CUDA irecv of 4 MiB + 1: {} (expected ncclInvalidArgument)",
             result_name(r)
@@ -281,7 +306,7 @@ fn run() -> Result<(), String> {
             let mut tag: c_int = 0;
             // SAFETY: one-entry arrays.
             ck!(
-                unsafe { t.irecv.unwrap()(rc, 1, &mut p, &mut s, &mut tag, &mut rmh, &mut req) },
+                unsafe { t.irecv.unwrap()(rc, 1, &raw mut p, &raw mut s, &raw mut tag, &raw mut rmh, &raw mut req) },
                 "irecv"
             );
             reqs.push_back(req);
@@ -292,7 +317,7 @@ fn run() -> Result<(), String> {
         let req = *reqs.front().unwrap();
         // SAFETY: the oldest outstanding receive.
         ck!(
-            unsafe { t.test.unwrap()(req, &mut done, std::ptr::null_mut()) },
+            unsafe { t.test.unwrap()(req, &raw mut done, std::ptr::null_mut()) },
             "test(recv)"
         );
         if done == 0 {
@@ -303,7 +328,7 @@ fn run() -> Result<(), String> {
         // SAFETY: the ring is host memory mapped for the device; the slot is ours until
         // irecvConsumed.
         let (cnt, metas) = unsafe {
-            let cnt = std::ptr::read_volatile(&(*ring).cnt[slot]);
+            let cnt = std::ptr::read_volatile(&raw const (*ring).cnt[slot]);
             (cnt, &(&(*ring).mem[slot])[..(cnt as usize).min(UNPACK_MAX_SLICE_PAGES)])
         };
         let got = validate_metas(metas, bounce_len, sz[k]).map_err(|e| format!("receive {k}: {e}"))?;
@@ -349,7 +374,7 @@ fn run() -> Result<(), String> {
                 hbuf.as_mut_ptr().cast(),
                 host_tail as c_int,
                 NCCL_PTR_HOST,
-                &mut hmh,
+                &raw mut hmh,
             )
         },
         "regMr(HOST)"
@@ -360,7 +385,7 @@ fn run() -> Result<(), String> {
     let mut tag: c_int = 0;
     // SAFETY: one-entry arrays.
     ck!(
-        unsafe { t.irecv.unwrap()(rc, 1, &mut p, &mut s, &mut tag, &mut hmh, &mut req) },
+        unsafe { t.irecv.unwrap()(rc, 1, &raw mut p, &raw mut s, &raw mut tag, &raw mut hmh, &raw mut req) },
         "irecv(host)"
     );
     let mut done: c_int = 0;
@@ -370,13 +395,13 @@ fn run() -> Result<(), String> {
         }
         // SAFETY: the oldest outstanding receive.
         ck!(
-            unsafe { t.test.unwrap()(req, &mut done, std::ptr::null_mut()) },
+            unsafe { t.test.unwrap()(req, &raw mut done, std::ptr::null_mut()) },
             "test(host recv)"
         );
     }
     let slot = n % 16;
     // SAFETY: as above.
-    let cnt = unsafe { std::ptr::read_volatile(&(*ring).cnt[slot]) };
+    let cnt = unsafe { std::ptr::read_volatile(&raw const (*ring).cnt[slot]) };
     let bad = hbuf
         .as_slice()
         .iter()

@@ -3,6 +3,8 @@
 //! Every adapter body runs inside [`guard`]: an error becomes its code plus a WARN, a panic
 //! `ncclInternalError`, never an unwind into C.
 
+// The shims are thin wrappers over lib.rs's core_* functions and the ABI types it imports.
+#[allow(clippy::wildcard_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -47,97 +49,51 @@ unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     guard("devices", || unsafe { core_devices(ndev) })
 }
 
-unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut PropertiesV7) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV7 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
-        Ok(())
-    })
+/// One `getProperties` adapter per older layout: the v12 properties ([`core_props`]) copied into
+/// `$t`: the fields every layout has, plus the ones `$t` adds. The mirror image of nccl-net's
+/// `normalize!`, which reads each layout back into one type.
+macro_rules! get_properties {
+    ($fn_name:ident, $t:ident, |$p:ident| { $($field:ident: $value:expr),* $(,)? }) => {
+        unsafe extern "C" fn $fn_name(dev: c_int, props: *mut $t) -> NcclResult {
+            guard("getProperties", || {
+                let $p = core_props(dev)?;
+                *unsafe { out(props, "props") }? = $t {
+                    name: $p.name,
+                    pci_path: $p.pci_path,
+                    guid: $p.guid,
+                    ptr_support: $p.ptr_support,
+                    speed: $p.speed,
+                    port: $p.port,
+                    latency: $p.latency,
+                    max_comms: $p.max_comms,
+                    max_recvs: $p.max_recvs,
+                    net_device_type: $p.net_device_type,
+                    net_device_version: $p.net_device_version,
+                    $($field: $value,)*
+                };
+                Ok(())
+            })
+        }
+    };
 }
 
-unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut PropertiesV8) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV8 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut PropertiesV9) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV9 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v9(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-        };
-        Ok(())
-    })
-}
-
-unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut PropertiesV11) -> NcclResult {
-    guard("getProperties", || {
-        let p = core_props(dev)?;
-        *unsafe { out(props, "props") }? = PropertiesV11 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v9(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-            max_multi_request_size: p.max_multi_request_size,
-        };
-        Ok(())
-    })
-}
+get_properties!(get_properties_v7, PropertiesV7, |p| {});
+get_properties!(get_properties_v8, PropertiesV8, |p| { reg_is_global: p.reg_is_global });
+get_properties!(get_properties_v9, PropertiesV9, |p| {
+    reg_is_global: p.reg_is_global,
+    force_flush: p.force_flush,
+    v_props: v_props_v9(&p),
+    max_p2p_bytes: p.max_p2p_bytes,
+    max_coll_bytes: p.max_coll_bytes,
+});
+get_properties!(get_properties_v11, PropertiesV11, |p| {
+    reg_is_global: p.reg_is_global,
+    force_flush: p.force_flush,
+    v_props: v_props_v9(&p),
+    max_p2p_bytes: p.max_p2p_bytes,
+    max_coll_bytes: p.max_coll_bytes,
+    max_multi_request_size: p.max_multi_request_size,
+});
 
 unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut PropertiesV12) -> NcclResult {
     guard("getProperties", || {
@@ -417,159 +373,100 @@ unsafe extern "C" fn set_net_attr(_ctx: *mut c_void, _attr: *mut NetAttrV11) -> 
 // Exported tables: v7 .. v12, or only v7 in the v7-only build (package tcpx-emu-v7), as TCPX.
 // ---------------------------------------------------------------------------------------------
 
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v7: NetV7 = NetV7 {
-    name: PLUGIN_NAME.as_ptr(),
+/// One exported table: the entries every version shares, plus the ones that differ (listed per
+/// version below, so the differences between ABI versions read at a glance).
+macro_rules! export_table {
+    ($(#[$attr:meta])* $symbol:ident: $t:ident { $($field:ident: $value:expr),* $(,)? }) => {
+        $(#[$attr])*
+        #[allow(non_upper_case_globals)]
+        #[no_mangle]
+        pub static $symbol: $t = $t {
+            name: PLUGIN_NAME.as_ptr(),
+            devices: Some(devices),
+            accept: Some(accept),
+            dereg_mr: Some(dereg_mr),
+            iflush: Some(iflush),
+            test: Some(test),
+            close_send: Some(close_comm),
+            close_recv: Some(close_comm),
+            close_listen: Some(close_listen),
+            get_device_mr: Some(get_device_mr),
+            irecv_consumed: Some(irecv_consumed),
+            $($field: $value,)*
+        };
+    };
+}
+
+export_table!(ncclNetPlugin_v7: NetV7 {
     init: Some(init_v7),
-    devices: Some(devices),
     get_properties: Some(get_properties_v7),
     listen: Some(listen),
     connect: Some(connect_v7),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v7),
     reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v7),
     irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-};
+});
 
-#[cfg(not(feature = "v7-only"))]
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v8: NetV8 = NetV8 {
-    name: PLUGIN_NAME.as_ptr(),
+export_table!(#[cfg(not(feature = "v7-only"))] ncclNetPlugin_v8: NetV8 {
     init: Some(init_v7),
-    devices: Some(devices),
     get_properties: Some(get_properties_v8),
     listen: Some(listen),
     connect: Some(connect_v7),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
     reg_mr_dma_buf: Some(reg_mr_dma_buf),
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v7),
     irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
-};
+});
 
-#[cfg(not(feature = "v7-only"))]
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v9: NetV9 = NetV9 {
-    name: PLUGIN_NAME.as_ptr(),
+export_table!(#[cfg(not(feature = "v7-only"))] ncclNetPlugin_v9: NetV9 {
     init: Some(init_v7),
-    devices: Some(devices),
     get_properties: Some(get_properties_v9),
     listen: Some(listen),
     connect: Some(connect_v7),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
     reg_mr_dma_buf: Some(reg_mr_dma_buf),
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v9),
     irecv: Some(irecv_v9),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
     make_v_device: Some(make_v_device_v9),
-};
+});
 
-#[cfg(not(feature = "v7-only"))]
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v10: NetV10 = NetV10 {
-    name: PLUGIN_NAME.as_ptr(),
+export_table!(#[cfg(not(feature = "v7-only"))] ncclNetPlugin_v10: NetV10 {
     init: Some(init_v10),
-    devices: Some(devices),
     get_properties: Some(get_properties_v9),
     listen: Some(listen),
     connect: Some(connect_v10),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
     reg_mr_dma_buf: Some(reg_mr_dma_buf),
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
     make_v_device: Some(make_v_device_v9),
-};
+});
 
-#[cfg(not(feature = "v7-only"))]
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v11: NetV11 = NetV11 {
-    name: PLUGIN_NAME.as_ptr(),
+export_table!(#[cfg(not(feature = "v7-only"))] ncclNetPlugin_v11: NetV11 {
     init: Some(init_v11),
-    devices: Some(devices),
     get_properties: Some(get_properties_v11),
     listen: Some(listen_v11),
     connect: Some(connect_v11),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
     reg_mr_dma_buf: Some(reg_mr_dma_buf),
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
     make_v_device: Some(make_v_device_v9),
     finalize: Some(finalize),
     set_net_attr: Some(set_net_attr),
-};
+});
 
-#[cfg(not(feature = "v7-only"))]
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclNetPlugin_v12: NetV12 = NetV12 {
-    name: PLUGIN_NAME.as_ptr(),
+export_table!(#[cfg(not(feature = "v7-only"))] ncclNetPlugin_v12: NetV12 {
     init: Some(init_v11),
-    devices: Some(devices),
     get_properties: Some(get_properties_v12),
     listen: Some(listen_v11),
     connect: Some(connect_v11),
-    accept: Some(accept),
     reg_mr: Some(reg_mr_v8),
     reg_mr_dma_buf: Some(reg_mr_dma_buf),
-    dereg_mr: Some(dereg_mr),
     isend: Some(isend_v10),
     irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: Some(get_device_mr),
-    irecv_consumed: Some(irecv_consumed),
     make_v_device: Some(make_v_device_v12),
     finalize: Some(finalize),
     set_net_attr: Some(set_net_attr),
-};
+});

@@ -228,7 +228,7 @@ impl Comm {
             strict,
             mtu,
         });
-        if (&*comm as *const Comm as usize) & !ADDR_MASK != 0 {
+        if (&raw const *comm as usize) & !ADDR_MASK != 0 {
             return Err(NetError::internal(
                 "comm allocated above 2^48: request tagging unsupported on this address space",
             ));
@@ -289,12 +289,12 @@ impl Comm {
     }
 
     fn lock(&self) -> MutexGuard<'_, Caller> {
-        self.caller.lock().unwrap_or_else(|e| e.into_inner())
+        self.caller.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn handle(&self, seq: u64) -> Request {
         let tag = (seq as usize & 0x7fff) + 1;
-        ((self as *const Comm as usize) | (tag << TAG_SHIFT)) as Request
+        ((std::ptr::from_ref::<Comm>(self) as usize) | (tag << TAG_SHIFT)) as Request
     }
 
     fn tag_of(req: Request) -> usize {
@@ -302,7 +302,8 @@ impl Comm {
     }
 
     fn same_request(&self, req: Request, seq: u64) -> bool {
-        req as usize & ADDR_MASK == self as *const Comm as usize && Self::tag_of(req) == (seq as usize & 0x7fff) + 1
+        req as usize & ADDR_MASK == std::ptr::from_ref::<Comm>(self) as usize
+            && Self::tag_of(req) == (seq as usize & 0x7fff) + 1
     }
 
     /// The comm a request handle belongs to.
@@ -592,7 +593,9 @@ impl Comm {
             .as_ref()
             .and_then(|g| g.recv.as_ref())
             .ok_or_else(|| NetError::internal("CUDA receive without a bounce buffer"))?;
-        let mut plan = self.shared.plans[slot].lock().unwrap_or_else(|e| e.into_inner());
+        let mut plan = self.shared.plans[slot]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         plan.build(size, &ru.geo, self.max_run, &mut c.rng)
             .map_err(NetError::invalid_argument)?;
         // SAFETY: the slot is free (its previous receive was consumed: at most 16 outstanding)

@@ -104,7 +104,7 @@ fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: T) -> std::i
             fd,
             level,
             name,
-            (&val as *const T).cast(),
+            (&raw const val).cast(),
             std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
@@ -141,7 +141,7 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     let len = match addr {
         SocketAddr::V4(a) => {
             // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
             sin.sin_family = libc::AF_INET as libc::sa_family_t;
             sin.sin_port = a.port().to_be();
             sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
@@ -149,7 +149,7 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         }
         SocketAddr::V6(a) => {
             // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            let sin6 = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in6>() };
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_port = a.port().to_be();
             sin6.sin6_addr.s6_addr = a.ip().octets();
@@ -181,13 +181,13 @@ fn dial(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpStream> {
         tune_common(fd.as_raw_fd());
         let (ss, len) = sockaddr(&addr);
         // SAFETY: `ss` holds a valid address of `len` bytes.
-        let r = unsafe { libc::connect(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) };
+        let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const ss).cast(), len) };
         if r == 0 {
             return Ok(TcpStream::from(fd));
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
-            Some(libc::EINTR) | Some(libc::EINPROGRESS) => {
+            Some(libc::EINTR | libc::EINPROGRESS) => {
                 // The connect goes on in the background: wait for it and read its outcome.
                 let mut pfd = libc::pollfd {
                     fd: fd.as_raw_fd(),
@@ -195,7 +195,7 @@ fn dial(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpStream> {
                     revents: 0,
                 };
                 // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut pfd, 1, USER_TIMEOUT_MS) };
+                unsafe { libc::poll(&raw mut pfd, 1, USER_TIMEOUT_MS) };
                 let stream = TcpStream::from(fd);
                 match stream.take_error()? {
                     None => return Ok(stream),
@@ -216,7 +216,7 @@ fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListene
     tune_bufs(fd.as_raw_fd(), sockbuf);
     let (ss, len) = sockaddr(&addr);
     // SAFETY: valid address and our own descriptor.
-    let r = unsafe { libc::bind(fd.as_raw_fd(), (&ss as *const libc::sockaddr_storage).cast(), len) };
+    let r = unsafe { libc::bind(fd.as_raw_fd(), (&raw const ss).cast(), len) };
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -396,7 +396,7 @@ impl ListenComm {
     pub fn bind(ip: IpAddr, scope_id: u32, cfg: &Config) -> NetResult<(Box<ListenComm>, NetHandle)> {
         let addr = match ip {
             IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
-            v4 => SocketAddr::new(v4, 0),
+            v4 @ IpAddr::V4(_) => SocketAddr::new(v4, 0),
         };
         let listener =
             bind_listener(addr, cfg.sockbuf).map_err(|e| NetError::system(format!("listen on {addr}: {e}")))?;
@@ -448,14 +448,25 @@ impl ListenComm {
         if first.elapsed() < setup_delay(&self.cfg, self.shared.info.nsocks, true) {
             return Ok(None);
         }
-        let next = self.shared.ready.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let next = self
+            .shared
+            .ready
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front();
         match next {
             Some(conn) => {
                 let comm = Comm::new(Dir::Recv, conn, comm_opts(&self.cfg))?;
                 self.accepted.store(true, Ordering::Release);
                 Ok(Some(comm))
             }
-            None => match self.shared.error.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            None => match self
+                .shared
+                .error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+            {
                 Some(e) => Err(e),
                 None => Ok(None),
             },
@@ -492,24 +503,20 @@ fn accept_loop(ls: &ListenShared) {
         }
         let (mut sock, from) = match accepted {
             Ok(x) => x,
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EINTR)
-                | Some(libc::ECONNABORTED)
-                | Some(libc::EMFILE)
-                | Some(libc::ENFILE)
-                | Some(libc::ENOBUFS)
-                | Some(libc::ENOMEM) => {
+            Err(e) => {
+                if let Some(
+                    libc::EINTR | libc::ECONNABORTED | libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM,
+                ) = e.raw_os_error()
+                {
                     if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::ECONNABORTED) {
                         std::thread::sleep(Duration::from_millis(10));
                     }
                     continue;
                 }
-                _ => {
-                    *ls.error.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(NetError::system(format!("accept on {}: {e}", ls.info.addr)));
-                    return;
-                }
-            },
+                *ls.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(NetError::system(format!("accept on {}: {e}", ls.info.addr)));
+                return;
+            }
         };
         tune_common(sock.as_raw_fd());
         let mut buf = [0u8; HELLO_LEN];
@@ -554,13 +561,16 @@ fn accept_loop(ls: &ListenShared) {
                 continue;
             };
             let peer = ctrl.peer_addr().unwrap_or(from);
-            ls.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(Connected {
-                ctrl,
-                data,
-                peer,
-                chunk_size: info.chunk_size,
-                zerocopy,
-            });
+            ls.ready
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push_back(Connected {
+                    ctrl,
+                    data,
+                    peer,
+                    chunk_size: info.chunk_size,
+                    zerocopy,
+                });
         }
     }
 }

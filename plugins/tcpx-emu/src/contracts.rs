@@ -158,14 +158,14 @@ pub fn cuda_recv_size(size: usize, mtu: u32) -> Result<(), NetError> {
 
 /// #4: a CUDA registration must start on a 4 KiB page and span whole pages.
 pub fn cuda_registration(addr: usize, size: usize) -> Result<(), NetError> {
-    if addr % PAGE != 0 {
+    if !addr.is_multiple_of(PAGE) {
         return Err(CUDA_REG_ALIGNMENT.refuse(
             NCCL_INTERNAL_ERROR,
             format!("CUDA registration at {addr:#x} is not {PAGE}-byte aligned"),
             format!("register from a {PAGE}-aligned address; {LENIENT}"),
         ));
     }
-    if size == 0 || size % PAGE != 0 {
+    if size == 0 || !size.is_multiple_of(PAGE) {
         return Err(CUDA_REG_ALIGNMENT.refuse(
             NCCL_INTERNAL_ERROR,
             format!("CUDA registration of {size} bytes is not a positive multiple of {PAGE}"),

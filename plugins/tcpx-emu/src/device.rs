@@ -96,7 +96,7 @@ fn interface_addresses() -> Vec<(String, IpAddr, u32)> {
     let mut out = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+    if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
         return out;
     }
     let mut cur = head;
@@ -107,6 +107,8 @@ fn interface_addresses() -> Vec<(String, IpAddr, u32)> {
             let ifa = &*cur;
             if !ifa.ifa_addr.is_null() && !ifa.ifa_name.is_null() {
                 let name = CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned();
+                // getifaddrs allocates each address as the struct its family names, aligned for it.
+                #[allow(clippy::cast_ptr_alignment)]
                 match i32::from((*ifa.ifa_addr).sa_family) {
                     libc::AF_INET => {
                         let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();

@@ -95,7 +95,7 @@ pub fn abort_socket(fd: RawFd) {
             fd,
             libc::SOL_SOCKET,
             libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
+            (&raw const linger).cast(),
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         );
         libc::shutdown(fd, libc::SHUT_RDWR);

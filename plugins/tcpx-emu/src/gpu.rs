@@ -46,7 +46,7 @@ pub struct BouncePool {
 static POOLS: Mutex<Vec<Arc<BouncePool>>> = Mutex::new(Vec::new());
 
 fn pool_for(dev: &Device, bytes: usize) -> NetResult<Arc<BouncePool>> {
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pools = POOLS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(p) = pools.iter().find(|p| p.ctx_id == dev.context_id()) {
         return Ok(Arc::clone(p));
     }
@@ -100,11 +100,11 @@ pub struct RecvUnpack {
 
 impl Drop for RecvUnpack {
     fn drop(&mut self) {
-        self.pool.regions.lock().unwrap_or_else(|e| e.into_inner()).free(
-            self.region_off,
-            self.region_len,
-            REGION_ALIGN,
-        );
+        self.pool
+            .regions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .free(self.region_off, self.region_len, REGION_ALIGN);
     }
 }
 
@@ -124,6 +124,8 @@ impl RecvUnpack {
         self.pool.buf.as_raw()
     }
 
+    // PinnedHostBuffer is page-aligned (cuMemHostAlloc), beyond NetUnpackMeta's 16 bytes.
+    #[allow(clippy::cast_ptr_alignment)]
     fn meta_ptr(&self) -> *mut NetUnpackMeta {
         self.meta.as_ptr() as *mut NetUnpackMeta
     }
@@ -144,14 +146,14 @@ impl RecvUnpack {
     /// done (`*cnt = n; atomic_thread_fence(release); _mm_sfence()`).
     pub fn publish_cnt(&self, slot: usize, cnt: u64) {
         // SAFETY: `cnt[slot]` lies in the live ring; the GPU reads it with volatile loads.
-        unsafe { std::ptr::write_volatile(&mut (*self.meta_ptr()).cnt[slot % UNPACK_QUEUE_DEPTH], cnt) };
+        unsafe { std::ptr::write_volatile(&raw mut (*self.meta_ptr()).cnt[slot % UNPACK_QUEUE_DEPTH], cnt) };
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
     /// `cnt[slot]` as the GPU would read it.
     pub fn cnt(&self, slot: usize) -> u64 {
         // SAFETY: as in publish_cnt.
-        unsafe { std::ptr::read_volatile(&(*self.meta_ptr()).cnt[slot % UNPACK_QUEUE_DEPTH]) }
+        unsafe { std::ptr::read_volatile(&raw const (*self.meta_ptr()).cnt[slot % UNPACK_QUEUE_DEPTH]) }
     }
 }
 
@@ -206,7 +208,7 @@ impl CommGpu {
             let pool = pool_for(&dev, pool_bytes)?;
             let region_len = UNPACK_QUEUE_DEPTH * geo.slot_bytes();
             let region_off = {
-                let mut regions = pool.regions.lock().unwrap_or_else(|e| e.into_inner());
+                let mut regions = pool.regions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let got = regions.alloc(region_len, REGION_ALIGN);
                 got.ok_or_else(|| {
                     NetError::system(format!(

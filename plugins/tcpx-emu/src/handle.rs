@@ -94,7 +94,7 @@ impl ListenInfo {
                 let scope = u32::from_le_bytes([h[32], h[33], h[34], h[35]]);
                 SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
             }
-            v4 => SocketAddr::new(v4, port),
+            v4 @ IpAddr::V4(_) => SocketAddr::new(v4, port),
         };
         let nsocks = usize::from(h[7]);
         let chunk_size = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;

@@ -55,6 +55,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+// The ABI crate is this plugin's vocabulary (C types and constants of every version).
+#[allow(clippy::wildcard_imports)]
 use nccl_net_abi::*;
 
 pub use abi::*;
@@ -76,7 +78,7 @@ pub const MAX_COMMS: c_int = 65_536;
 /// `maxP2pBytes` reported by the v9+ adapters (NCCL caps v7/v8 at `MAX_NET_SIZE` itself).
 pub const MAX_P2P_BYTES: usize = MAX_NET_SIZE;
 /// `maxCollBytes` (NCCL's `MAX_COLLNET_SIZE`).
-pub const MAX_COLL_BYTES: usize = 512 << 20;
+pub const MAX_COLL_BYTES: usize = MAX_COLLNET_SIZE;
 
 /// Process-wide state, built by the first `init` and kept for the process lifetime (the device
 /// strings handed to NCCL must stay valid anyway).
@@ -99,7 +101,7 @@ fn plugin() -> NetResult<&'static Plugin> {
 /// Idempotent initialisation: reads the environment and finds devices on the first call.
 fn core_init(logger: DebugLogger) -> NetResult<()> {
     log::set_logger(logger);
-    let _guard = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = INIT_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if PLUGIN.get().is_none() {
         let (mut cfg, warns) = Config::from_env();
         for w in warns {
@@ -539,6 +541,8 @@ unsafe fn core_reg_mr_dma_buf(
     Ok(())
 }
 
+// Every core_* returns NetResult: the shims run them all through one guard.
+#[allow(clippy::unnecessary_wraps)]
 unsafe fn core_dereg_mr(mhandle: *mut c_void) -> NetResult<()> {
     if !mhandle.is_null() {
         // SAFETY: created by core_reg_mr.
@@ -638,6 +642,8 @@ unsafe fn core_test(request: *mut c_void, done: *mut c_int, sizes: *mut c_int) -
     Ok(())
 }
 
+// Every core_* returns NetResult: the shims run them all through one guard.
+#[allow(clippy::unnecessary_wraps)]
 unsafe fn core_close_comm(comm: *mut c_void) -> NetResult<()> {
     if !comm.is_null() {
         // SAFETY: a `Box<Comm>` from connect/accept, closed once.

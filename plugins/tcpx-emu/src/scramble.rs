@@ -300,7 +300,7 @@ impl RegionAllocator {
             if start + len < off + flen {
                 pieces.push((start + len, off + flen - start - len));
             }
-            self.free.splice(i..i + 1, pieces);
+            self.free.splice(i..=i, pieces);
             return Some(start);
         }
         None

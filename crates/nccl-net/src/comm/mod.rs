@@ -139,6 +139,8 @@ struct DevSlot {
 }
 
 impl DevSlot {
+    // Boxed on purpose: the plugin keeps the slot's address, so it must never move.
+    #[allow(clippy::unnecessary_box_returns)]
     fn new() -> Box<DevSlot> {
         let mut slot = Box::new(DevSlot {
             handle: abi::DeviceHandleV7::zeroed(),
@@ -147,13 +149,13 @@ impl DevSlot {
                 traffic_class: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF,
             },
         });
-        slot.ptr = &mut slot.handle;
+        slot.ptr = &raw mut slot.handle;
         slot
     }
 
     /// After a successful accept: adopt a plugin-allocated handle if the plugin swapped the pointer.
     fn settle(&mut self) {
-        let own: *mut abi::DeviceHandleV7 = &mut self.handle;
+        let own: *mut abi::DeviceHandleV7 = &raw mut self.handle;
         if !self.ptr.is_null() && self.ptr != own {
             // SAFETY: the plugin stored a pointer to its own, live device-handle struct.
             self.handle = unsafe { *self.ptr };

@@ -35,7 +35,7 @@ impl ListenComm {
         let mut rc_comm: *mut c_void = std::ptr::null_mut();
         // SAFETY: the listen comm is open; `slot.ptr` points to the slot's own handle, and the slot
         // lives in a Box that is never freed while the plugin may still use it.
-        let rc = unsafe { self.plugin.table.accept(self.comm, &mut rc_comm, &mut slot.ptr) };
+        let rc = unsafe { self.plugin.table.accept(self.comm, &mut rc_comm, &raw mut slot.ptr) };
         if rc != abi::NCCL_SUCCESS {
             return Err(NetError::call("accept", rc, &self.peer, ""));
         }
@@ -132,10 +132,10 @@ impl PendingConnect {
             self.plugin.table.connect(
                 self.plugin.ctx,
                 dev,
-                &mut slot.config,
+                &raw mut slot.config,
                 handle.as_mut_ptr().cast(),
                 &mut sc,
-                &mut slot.ptr,
+                &raw mut slot.ptr,
             )
         };
         if rc != abi::NCCL_SUCCESS {

@@ -95,15 +95,8 @@ pub fn connect_pair(p: &Arc<Plugin>) -> (SendComm, RecvComm) {
 fn pattern() -> &'static [u8] {
     static P: OnceLock<Vec<u8>> = OnceLock::new();
     P.get_or_init(|| {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        (0..(9 << 20))
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
+        let mut rng = tcpx_units::Rng::new(0x9E37_79B9_7F4A_7C15);
+        (0..(9 << 20)).map(|_| (rng.next_u64() >> 24) as u8).collect()
     })
 }
 

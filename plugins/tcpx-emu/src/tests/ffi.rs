@@ -23,10 +23,10 @@ fn ffi_connect(
     while sc.is_null() || rc.is_null() {
         assert!(Instant::now() < end, "ffi connect timed out");
         if sc.is_null() {
-            assert_eq!(conn(handle.as_mut_ptr().cast(), &mut sc), NCCL_SUCCESS);
+            assert_eq!(conn(handle.as_mut_ptr().cast(), &raw mut sc), NCCL_SUCCESS);
         }
         if rc.is_null() {
-            assert_eq!(acc(&mut rc), NCCL_SUCCESS);
+            assert_eq!(acc(&raw mut rc), NCCL_SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -37,7 +37,7 @@ fn ffi_wait(t: &NetV7, req: *mut c_void, sizes: &mut c_int) -> NcclResult {
     let end = deadline();
     loop {
         let mut done = 0;
-        let rc = call!(t, test(req, &mut done, sizes));
+        let rc = call!(t, test(req, &raw mut done, sizes));
         if rc != NCCL_SUCCESS || done == 1 {
             return rc;
         }
@@ -56,27 +56,30 @@ fn v7_table_end_to_end() {
     assert_eq!(call!(t, init(None)), NCCL_SUCCESS);
     assert_eq!(call!(t, init(None)), NCCL_SUCCESS, "init is idempotent");
     let mut n = 0;
-    assert_eq!(call!(t, devices(&mut n)), NCCL_SUCCESS);
+    assert_eq!(call!(t, devices(&raw mut n)), NCCL_SUCCESS);
     assert!(n >= 1);
     // SAFETY: all-zero is a valid (NULL-pointer) properties value.
     let mut p: PropertiesV7 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(call!(t, get_properties(0, &raw mut p)), NCCL_SUCCESS);
     assert!(!p.name.is_null());
     assert_eq!(p.max_recvs, 1);
     assert_eq!(p.ptr_support, NCCL_PTR_HOST);
     assert_eq!(p.net_device_type, NCCL_NET_DEVICE_HOST);
     assert_eq!(p.max_comms, 65_536);
     assert_eq!(p.guid, 0);
-    assert_ne!(call!(t, get_properties(n, &mut p)), NCCL_SUCCESS);
+    assert_ne!(call!(t, get_properties(n, &raw mut p)), NCCL_SUCCESS);
 
     let mut handle = [0u8; NET_HANDLE_MAXSIZE];
     let mut lc = std::ptr::null_mut();
-    assert_eq!(call!(t, listen(0, handle.as_mut_ptr().cast(), &mut lc)), NCCL_SUCCESS);
+    assert_eq!(
+        call!(t, listen(0, handle.as_mut_ptr().cast(), &raw mut lc)),
+        NCCL_SUCCESS
+    );
     let mut dev_handle = DeviceHandleV7::zeroed();
-    let mut dh_ptr: *mut DeviceHandleV7 = &mut dev_handle;
+    let mut dh_ptr: *mut DeviceHandleV7 = &raw mut dev_handle;
     let (sc, rc) = ffi_connect(
         |h, sc| call!(t, connect(0, h, sc, std::ptr::null_mut())),
-        |rc| call!(t, accept(lc, rc, &mut dh_ptr)),
+        |rc| call!(t, accept(lc, rc, &raw mut dh_ptr)),
         &mut handle,
     );
     assert_eq!(dev_handle.net_device_type, NCCL_NET_DEVICE_HOST);
@@ -87,34 +90,34 @@ fn v7_table_end_to_end() {
     let (mut smh, mut rmh, mut bad) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     let sp: *mut c_void = src.as_mut_ptr().cast();
     assert_eq!(
-        call!(t, reg_mr(sc, sp, src.len() as c_int, NCCL_PTR_HOST, &mut smh)),
+        call!(t, reg_mr(sc, sp, src.len() as c_int, NCCL_PTR_HOST, &raw mut smh)),
         NCCL_SUCCESS
     );
     let dp: *mut c_void = dst.as_mut_ptr().cast();
     assert_eq!(
-        call!(t, reg_mr(rc, dp, dst.len() as c_int, NCCL_PTR_HOST, &mut rmh)),
+        call!(t, reg_mr(rc, dp, dst.len() as c_int, NCCL_PTR_HOST, &raw mut rmh)),
         NCCL_SUCCESS
     );
     // CUDA registrations: an unaligned one breaks TCPX contract #4 (checked first); an aligned
     // one is refused by host mode.
     let misaligned = dp.wrapping_byte_add(4096 - dp as usize % 4096 + 8);
     assert_eq!(
-        call!(t, reg_mr(rc, misaligned, 4096, NCCL_PTR_CUDA, &mut bad)),
+        call!(t, reg_mr(rc, misaligned, 4096, NCCL_PTR_CUDA, &raw mut bad)),
         NCCL_INTERNAL_ERROR
     );
     let aligned = dp.wrapping_byte_add(4096 - dp as usize % 4096);
     assert_eq!(
-        call!(t, reg_mr(rc, aligned, 4096, NCCL_PTR_CUDA, &mut bad)),
+        call!(t, reg_mr(rc, aligned, 4096, NCCL_PTR_CUDA, &raw mut bad)),
         NCCL_INVALID_ARGUMENT
     );
     assert!(bad.is_null());
     assert_eq!(
-        call!(t, reg_mr(rc, dp, -1, NCCL_PTR_HOST, &mut bad)),
+        call!(t, reg_mr(rc, dp, -1, NCCL_PTR_HOST, &raw mut bad)),
         NCCL_INVALID_ARGUMENT
     );
 
     let mut req = std::ptr::null_mut();
-    assert_eq!(call!(t, isend(sc, sp, -5, 0, smh, &mut req)), NCCL_INVALID_ARGUMENT);
+    assert_eq!(call!(t, isend(sc, sp, -5, 0, smh, &raw mut req)), NCCL_INVALID_ARGUMENT);
     let mut data = [dp];
     let mut sizes = [dst.len() as c_int, 0];
     let mut tags = [0 as c_int; 2];
@@ -129,7 +132,7 @@ fn v7_table_end_to_end() {
                 sizes.as_mut_ptr(),
                 tags.as_mut_ptr(),
                 mhs.as_mut_ptr(),
-                &mut req
+                &raw mut req
             )
         ),
         NCCL_INTERNAL_ERROR,
@@ -146,14 +149,14 @@ fn v7_table_end_to_end() {
                 sizes.as_mut_ptr(),
                 tags.as_mut_ptr(),
                 mhs.as_mut_ptr(),
-                &mut rreq
+                &raw mut rreq
             )
         ),
         NCCL_SUCCESS
     );
     let mut sreq = std::ptr::null_mut();
     assert_eq!(
-        call!(t, isend(sc, sp, src.len() as c_int, 0, smh, &mut sreq)),
+        call!(t, isend(sc, sp, src.len() as c_int, 0, smh, &raw mut sreq)),
         NCCL_SUCCESS
     );
     assert!(!sreq.is_null() && !rreq.is_null());
@@ -164,7 +167,7 @@ fn v7_table_end_to_end() {
     assert_eq!(&dst[..src.len()], &src[..]);
     let mut done = 0;
     assert_eq!(
-        call!(t, test(rreq, &mut done, std::ptr::null_mut())),
+        call!(t, test(rreq, &raw mut done, std::ptr::null_mut())),
         NCCL_INTERNAL_ERROR,
         "dead request"
     );
@@ -180,14 +183,14 @@ fn v7_table_end_to_end() {
                 data.as_mut_ptr(),
                 sizes.as_mut_ptr(),
                 mhs.as_mut_ptr(),
-                &mut freq
+                &raw mut freq
             )
         ),
         NCCL_INTERNAL_ERROR
     );
     assert!(freq.is_null());
     let mut dptr = std::ptr::dangling_mut::<c_void>();
-    assert_eq!(call!(t, get_device_mr(rc, rmh, &mut dptr)), NCCL_SUCCESS);
+    assert_eq!(call!(t, get_device_mr(rc, rmh, &raw mut dptr)), NCCL_SUCCESS);
     assert!(dptr.is_null());
 
     assert_eq!(call!(t, dereg_mr(sc, smh)), NCCL_SUCCESS);
@@ -205,31 +208,34 @@ fn v11_table_end_to_end() {
     let mut config = CommConfigV11 {
         traffic_class: NCCL_NET_TRAFFIC_CLASS_UNDEF,
     };
-    assert_eq!(call!(t, init(&mut ctx, 1234, &mut config, None, None)), NCCL_SUCCESS);
+    assert_eq!(
+        call!(t, init(&raw mut ctx, 1234, &raw mut config, None, None)),
+        NCCL_SUCCESS
+    );
     assert!(!ctx.is_null());
     // SAFETY: all-zero is a valid properties value.
     let mut p: PropertiesV11 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(call!(t, get_properties(0, &raw mut p)), NCCL_SUCCESS);
     assert_eq!((p.max_recvs, p.max_multi_request_size, p.v_props.ndevs), (1, 1, 1));
     assert_eq!(p.max_p2p_bytes, crate::MAX_P2P_BYTES);
     let mut vd = -1;
     let mut vp = VDevicePropsV11 { ndevs: 1, devs: [0; 4] };
-    assert_eq!(call!(t, make_v_device(&mut vd, &mut vp)), NCCL_SUCCESS);
+    assert_eq!(call!(t, make_v_device(&raw mut vd, &raw mut vp)), NCCL_SUCCESS);
     assert_eq!(vd, 0);
     vp.ndevs = 2;
-    assert_eq!(call!(t, make_v_device(&mut vd, &mut vp)), NCCL_INVALID_USAGE);
+    assert_eq!(call!(t, make_v_device(&raw mut vd, &raw mut vp)), NCCL_INVALID_USAGE);
 
     let mut handle = [0u8; NET_HANDLE_MAXSIZE];
     let mut lc = std::ptr::null_mut();
     assert_eq!(
-        call!(t, listen(ctx, 0, handle.as_mut_ptr().cast(), &mut lc)),
+        call!(t, listen(ctx, 0, handle.as_mut_ptr().cast(), &raw mut lc)),
         NCCL_SUCCESS
     );
     let mut dev_handle = DeviceHandleV7::zeroed();
-    let mut dh_ptr: *mut DeviceHandleV7 = &mut dev_handle;
+    let mut dh_ptr: *mut DeviceHandleV7 = &raw mut dev_handle;
     let (sc, rc) = ffi_connect(
         |h, sc| call!(t, connect(ctx, 0, h, sc, std::ptr::null_mut())),
-        |rc| call!(t, accept(lc, rc, &mut dh_ptr)),
+        |rc| call!(t, accept(lc, rc, &raw mut dh_ptr)),
         &mut handle,
     );
     // Both requests are tested alternately: data moves only inside `test`.
@@ -273,7 +279,7 @@ fn v11_table_end_to_end() {
                     tags.as_mut_ptr(),
                     mhs.as_mut_ptr(),
                     ph.as_mut_ptr(),
-                    &mut rreq
+                    &raw mut rreq
                 )
             ),
             NCCL_SUCCESS
@@ -282,7 +288,15 @@ fn v11_table_end_to_end() {
         assert_eq!(
             call!(
                 t,
-                isend(sc, sp, len, 0, std::ptr::null_mut(), std::ptr::null_mut(), &mut sreq)
+                isend(
+                    sc,
+                    sp,
+                    len,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &raw mut sreq
+                )
             ),
             NCCL_SUCCESS
         );
@@ -304,19 +318,19 @@ fn v9_v10_v12_properties() {
     assert_eq!(call!(t9, init(None)), NCCL_SUCCESS);
     // SAFETY: all-zero is a valid properties value.
     let mut p9: PropertiesV9 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t9, get_properties(0, &mut p9)), NCCL_SUCCESS);
+    assert_eq!(call!(t9, get_properties(0, &raw mut p9)), NCCL_SUCCESS);
     assert_eq!((p9.reg_is_global, p9.force_flush, p9.v_props.ndevs), (0, 0, 1));
     let t10 = &crate::ncclNetPlugin_v10;
     assert_eq!(call!(t10, init(None, None)), NCCL_SUCCESS);
     let t12 = &crate::ncclNetPlugin_v12;
     let mut ctx = std::ptr::null_mut();
     assert_eq!(
-        call!(t12, init(&mut ctx, 0, std::ptr::null_mut(), None, None)),
+        call!(t12, init(&raw mut ctx, 0, std::ptr::null_mut(), None, None)),
         NCCL_SUCCESS
     );
     // SAFETY: as above.
     let mut p12: PropertiesV12 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t12, get_properties(0, &mut p12)), NCCL_SUCCESS);
+    assert_eq!(call!(t12, get_properties(0, &raw mut p12)), NCCL_SUCCESS);
     assert_eq!((p12.rail_id, p12.plane_id), (-1, -1));
     assert_eq!(p12.max_recvs, 1);
     // SAFETY: NUL-terminated, leaked for the process lifetime.
@@ -337,12 +351,12 @@ fn reg_mr_dma_buf_only_where_dma_buf_is_offered() {
     let t12 = &crate::ncclNetPlugin_v12;
     let mut ctx = std::ptr::null_mut();
     assert_eq!(
-        call!(t12, init(&mut ctx, 0, std::ptr::null_mut(), None, None)),
+        call!(t12, init(&raw mut ctx, 0, std::ptr::null_mut(), None, None)),
         NCCL_SUCCESS
     );
     // SAFETY: all-zero is a valid properties value.
     let mut p: PropertiesV12 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t12, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(call!(t12, get_properties(0, &raw mut p)), NCCL_SUCCESS);
     assert_eq!(p.ptr_support & NCCL_PTR_DMABUF, 0, "host mode offers no DMA-BUF");
     let mut buf = vec![0u8; 4096];
     let mut mh = std::ptr::null_mut();
@@ -356,7 +370,7 @@ fn reg_mr_dma_buf_only_where_dma_buf_is_offered() {
             NCCL_PTR_CUDA,
             0,
             std::os::fd::AsRawFd::as_raw_fd(&pipe),
-            &mut mh
+            &raw mut mh
         )
     );
     assert_ne!(rc, NCCL_SUCCESS);
@@ -389,12 +403,15 @@ fn lenient_child_helper() {
     );
     // SAFETY: all-zero is a valid properties value.
     let mut p: PropertiesV7 = unsafe { std::mem::zeroed() };
-    assert_eq!(call!(t, get_properties(0, &mut p)), NCCL_SUCCESS);
+    assert_eq!(call!(t, get_properties(0, &raw mut p)), NCCL_SUCCESS);
     assert_eq!(p.ptr_support, NCCL_PTR_HOST);
     assert_eq!((p.net_device_type, p.net_device_version), (NCCL_NET_DEVICE_UNPACK, 7));
     let mut handle = [0u8; NET_HANDLE_MAXSIZE];
     let mut lc = std::ptr::null_mut();
-    assert_eq!(call!(t, listen(0, handle.as_mut_ptr().cast(), &mut lc)), NCCL_SUCCESS);
+    assert_eq!(
+        call!(t, listen(0, handle.as_mut_ptr().cast(), &raw mut lc)),
+        NCCL_SUCCESS
+    );
     let mut second = handle;
     let (sc1, rc1) = ffi_connect(
         |h, sc| call!(t, connect(0, h, sc, std::ptr::null_mut())),
@@ -402,10 +419,10 @@ fn lenient_child_helper() {
         &mut handle,
     );
     let mut dh = DeviceHandleV7::zeroed();
-    let mut dhp: *mut DeviceHandleV7 = &mut dh;
+    let mut dhp: *mut DeviceHandleV7 = &raw mut dh;
     let (sc2, rc2) = ffi_connect(
         |h, sc| call!(t, connect(0, h, sc, std::ptr::null_mut())),
-        |rc| call!(t, accept(lc, rc, &mut dhp)),
+        |rc| call!(t, accept(lc, rc, &raw mut dhp)),
         &mut second,
     );
     assert_eq!(
@@ -431,7 +448,7 @@ fn lenient_child_helper() {
                 data.as_mut_ptr(),
                 sizes.as_mut_ptr(),
                 mhs.as_mut_ptr(),
-                &mut req
+                &raw mut req
             )
         ),
         NCCL_SUCCESS

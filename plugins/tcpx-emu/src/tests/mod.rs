@@ -137,7 +137,7 @@ fn transfer(s: &Comm, r: &Comm, msgs: &[(usize, usize)], window: usize) {
         })
         .collect();
     let mut rbufs: Vec<Vec<u8>> = msgs.iter().map(|&(_, cap)| vec![0xee; cap]).collect();
-    let rptrs: Vec<*mut u8> = rbufs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+    let rptrs: Vec<*mut u8> = rbufs.iter_mut().map(std::vec::Vec::as_mut_ptr).collect();
     let (mut sreq, mut rreq) = (Vec::new(), Vec::new());
     let (mut st, mut rt) = (0, 0);
     let end = deadline();

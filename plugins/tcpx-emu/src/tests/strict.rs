@@ -68,7 +68,7 @@ fn assert_names(e: &crate::NetError, c: Contract) {
 
 fn lookup(pairs: &[(&str, &str)]) -> Config {
     let map: std::collections::HashMap<&str, &str> = pairs.iter().copied().collect();
-    Config::from_lookup(|k| map.get(k).map(|v| v.to_string())).0
+    Config::from_lookup(|k| map.get(k).map(std::string::ToString::to_string)).0
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn contract_13_init_refuses_unset_or_zero_dynamic_chunk_size() {
 fn contract_1_v7_negative_sizes_are_refused() {
     let mut size: c_int = -1;
     // SAFETY: a valid pointer to one int.
-    let e = unsafe { crate::int_size(&mut size) }.expect_err("negative irecv size");
+    let e = unsafe { crate::int_size(&raw mut size) }.expect_err("negative irecv size");
     assert_names(&e, contracts::V7_INT_SIZES);
     assert_eq!(e.code, NCCL_INVALID_ARGUMENT);
     assert_names(
@@ -111,7 +111,7 @@ fn contract_1_v7_negative_sizes_are_refused() {
             buf.as_mut_ptr().cast(),
             -1,
             NCCL_PTR_HOST,
-            &mut mh,
+            &raw mut mh,
         );
         assert_eq!(rc, NCCL_INVALID_ARGUMENT);
         assert!(mh.is_null());
@@ -149,13 +149,13 @@ fn contract_4_cuda_registrations_must_be_whole_aligned_pages() {
     let mut mh = std::ptr::null_mut();
     for (ptr, len) in [(aligned.wrapping_add(8), 4096), (aligned, 4095), (aligned, 0)] {
         // SAFETY: a valid out-pointer; the memory is never touched.
-        let e = unsafe { crate::core_reg_mr(ptr.cast(), len, NCCL_PTR_CUDA, &mut mh) }.expect_err("refused");
+        let e = unsafe { crate::core_reg_mr(ptr.cast(), len, NCCL_PTR_CUDA, &raw mut mh) }.expect_err("refused");
         assert_names(&e, contracts::CUDA_REG_ALIGNMENT);
         assert!(mh.is_null());
     }
     // Aligned whole pages pass the contract (and host mode then refuses CUDA memory).
     // SAFETY: as above.
-    let e = unsafe { crate::core_reg_mr(aligned.cast(), 8192, NCCL_PTR_CUDA, &mut mh) }.expect_err("host");
+    let e = unsafe { crate::core_reg_mr(aligned.cast(), 8192, NCCL_PTR_CUDA, &raw mut mh) }.expect_err("host");
     assert!(!e.msg.starts_with("TCPX contract"), "{}", e.msg);
 }
 
@@ -166,9 +166,9 @@ fn contract_5_irecv_takes_one_buffer() {
     let mut data: [*mut c_void; 2] = [buf.as_mut_ptr().cast(); 2];
     let mut mhs = [std::ptr::null_mut(); 2];
     let mut req = std::ptr::dangling_mut::<c_void>();
-    let comm = (&*r as *const Comm).cast_mut().cast();
+    let comm = (&raw const *r).cast_mut().cast();
     // SAFETY: a live comm and valid arrays of two entries.
-    let e = unsafe { crate::core_irecv(comm, 2, data.as_mut_ptr(), || Ok(8), mhs.as_mut_ptr(), &mut req) }
+    let e = unsafe { crate::core_irecv(comm, 2, data.as_mut_ptr(), || Ok(8), mhs.as_mut_ptr(), &raw mut req) }
         .expect_err("n = 2");
     assert_names(&e, contracts::IRECV_N1);
     assert!(req.is_null());
@@ -190,15 +190,15 @@ fn contracts_6_and_7_fifo_test_and_sixteen_requests_name_the_contract() {
 #[test]
 fn contract_10_accept_needs_a_device_handle() {
     let (lc, _h) = ListenComm::bind(LOCALHOST, 0, &cfg(1, 4096)).expect("listen");
-    let lcp = (&*lc as *const ListenComm).cast_mut().cast();
+    let lcp = (&raw const *lc).cast_mut().cast();
     let mut rc = std::ptr::dangling_mut::<c_void>();
     // SAFETY: a live listen comm; refused before the handle would be used.
-    let e = unsafe { crate::core_accept(lcp, &mut rc, std::ptr::null_mut()) }.expect_err("NULL");
+    let e = unsafe { crate::core_accept(lcp, &raw mut rc, std::ptr::null_mut()) }.expect_err("NULL");
     assert_names(&e, contracts::DEVICE_HANDLE);
     assert!(rc.is_null());
     let mut inner: *mut DeviceHandleV7 = std::ptr::null_mut();
     // SAFETY: as above.
-    let e = unsafe { crate::core_accept(lcp, &mut rc, &mut inner) }.expect_err("pointer to NULL");
+    let e = unsafe { crate::core_accept(lcp, &raw mut rc, &raw mut inner) }.expect_err("pointer to NULL");
     assert_names(&e, contracts::DEVICE_HANDLE);
     assert!(e.msg.contains("*recvDevHandle == NULL"), "{}", e.msg);
 }

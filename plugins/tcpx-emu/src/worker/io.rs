@@ -20,7 +20,7 @@ pub(super) unsafe fn recv_iov_all(fd: i32, iov: &mut [libc::iovec]) -> std::io::
         msg.msg_iov = iov[first..].as_mut_ptr();
         msg.msg_iovlen = (iov.len() - first) as _;
         // SAFETY: the iovecs describe writable memory (the caller's contract).
-        let ret = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_WAITALL) };
+        let ret = unsafe { libc::recvmsg(fd, &raw mut msg, libc::MSG_WAITALL) };
         let Some(mut n) = moved(ret, peer_closed)? else {
             continue;
         };

@@ -70,8 +70,8 @@ use io::recv_all;
 use pipes::{GpuLane, GpuTx};
 use zerocopy::{block_sigpipe, chunk_read};
 
-/// Outstanding requests per comm (TCPX's `MAX_REQUESTS`).
-pub const MAX_REQUESTS: usize = 16;
+/// Outstanding requests per comm: TCPX's `MAX_REQUESTS` (its one home is the ABI crate).
+pub use nccl_net_abi::TCPX_MAX_REQUESTS as MAX_REQUESTS;
 
 /// Which way data flows on a comm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +153,7 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
     let mut lane = sh
         .gpu
         .as_ref()
-        .map(|g| g.lanes[idx].lock().unwrap_or_else(|e| e.into_inner()));
+        .map(|g| g.lanes[idx].lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     let mut gl = lane.as_deref_mut().map(|lane| GpuLane {
         shared: sh,
         lane,

@@ -213,7 +213,7 @@ impl RecvOps for GpuLane<'_> {
         };
         // SAFETY: one live pollfd; timeout 0 (never blocks). On failure, report "not readable":
         // the caller then completes the in-flight chunk first, which is always safe.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 }
+        unsafe { libc::poll(&raw mut p, 1, 0) > 0 }
     }
 
     /// One `recvmsg` scatters the chunk's runs into staging buffer `b` at their window
@@ -227,7 +227,9 @@ impl RecvOps for GpuLane<'_> {
         let staging = &mut self.lane.staging[b];
         let base = staging.as_mut_ptr();
         let (window, copy, total) = {
-            let plan = self.shared.plans[slot].lock().unwrap_or_else(|e| e.into_inner());
+            let plan = self.shared.plans[slot]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let (window, runs, copy) = plan.chunk(j);
             self.iov.clear();
             let mut total = 0;
@@ -493,7 +495,7 @@ mod tests {
                 RecvOps::wait_copy(&mut self.0, b)
             }
             fn arrived(&mut self, c: &Chunk) {
-                self.0.arrived(c)
+                self.0.arrived(c);
             }
         }
         let mut q = Quiet(Model::default());

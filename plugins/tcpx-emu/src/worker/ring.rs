@@ -106,7 +106,7 @@ impl Shared {
 
     fn lock(&self) -> MutexGuard<'_, Ring> {
         // A worker never panics while holding the lock, but stay usable if one did.
-        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+        self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Number of chunks a request of `len` bytes is cut into.
@@ -135,7 +135,7 @@ impl Shared {
 
     /// Records the comm's first error; later ones are dropped (they are usually consequences).
     pub fn set_error(&self, err: NetError) {
-        let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if slot.is_none() {
             *slot = Some(err);
             self.failed.store(true, Ordering::Release);
@@ -147,7 +147,10 @@ impl Shared {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub(super) fn is_closing(&self) -> bool {
@@ -188,7 +191,7 @@ impl Shared {
                 return Fetch::Empty;
             }
             ring.sleepers += 1;
-            ring = self.cv.wait(ring).unwrap_or_else(|e| e.into_inner());
+            ring = self.cv.wait(ring).unwrap_or_else(std::sync::PoisonError::into_inner);
             ring.sleepers -= 1;
         }
     }
@@ -198,7 +201,7 @@ impl Shared {
         let mut ring = self.lock();
         while !ring.closing {
             ring.sleepers += 1;
-            ring = self.cv.wait(ring).unwrap_or_else(|e| e.into_inner());
+            ring = self.cv.wait(ring).unwrap_or_else(std::sync::PoisonError::into_inner);
             ring.sleepers -= 1;
         }
     }

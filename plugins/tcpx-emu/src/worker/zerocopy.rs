@@ -32,6 +32,8 @@ pub struct Tx {
     pub spliced: u64,
 }
 
+// `acked` is the count the struct is about; `Acked.acked` reads as intended.
+#[allow(clippy::struct_field_names)]
 struct Acked {
     /// Host-memory chunks are spliced too (`TCPXEMU_ZEROCOPY=all`), not only staged ones.
     splice_host: bool,
@@ -193,7 +195,7 @@ unsafe fn splice_all(fd: i32, pipe_r: i32, pipe_w: i32, mut ptr: *const u8, mut 
             iov_len: len,
         };
         // SAFETY: one iovec over the caller's readable range; the pipe is empty here.
-        let ret = unsafe { libc::vmsplice(pipe_w, &iov, 1, 0) };
+        let ret = unsafe { libc::vmsplice(pipe_w, &raw const iov, 1, 0) };
         let Some(n) = moved(ret, write_zero)? else {
             continue;
         };
@@ -228,8 +230,8 @@ pub(super) fn block_sigpipe() {
     // SAFETY: plain signal-mask calls on a local, initialised set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut());
     }
 }
