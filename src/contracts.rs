@@ -20,9 +20,6 @@ pub const UNPACK_MAX_REQUEST: u64 = 4 << 20;
 /// Above this, a 1460-byte MTU already needs more than 2048 fragments (about 2.8 MiB).
 pub const UNPACK_SAFE_REQUEST: u64 = 2 << 20;
 
-/// Largest number of requests GPUDirect-TCPX (and tcpx-emu) accepts per comm.
-pub const TCPX_MAX_REQUESTS: usize = 16;
-
 /// Environment variable TCPX reads its request chunking from; unset or 0 moves no data.
 pub const DYNAMIC_CHUNK_ENV: &str = "NCCL_DYNAMIC_CHUNK_SIZE";
 
@@ -37,7 +34,7 @@ pub fn is_tcpx_like(plugin_name: &str) -> bool {
 /// Requests a plugin can hold per comm: TCPX's 16 for TCPX and tcpx-emu, NCCL's 32 otherwise.
 pub fn request_limit(plugin_name: &str) -> usize {
     if is_tcpx_like(plugin_name) {
-        TCPX_MAX_REQUESTS
+        abi::TCPX_MAX_REQUESTS
     } else {
         abi::NCCL_NET_MAX_REQUESTS
     }

@@ -22,7 +22,7 @@ impl CpuTime {
         // SAFETY: getrusage writes into the zeroed struct we own.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: valid pointer to a rusage; RUSAGE_SELF cannot fail with it.
-        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) } != 0 {
             return CpuTime::default();
         }
         let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
@@ -33,6 +33,7 @@ impl CpuTime {
     }
 
     /// The CPU time spent between `earlier` and `self`.
+    #[must_use]
     pub fn since(self, earlier: CpuTime) -> CpuTime {
         CpuTime {
             user_s: (self.user_s - earlier.user_s).max(0.0),
@@ -101,7 +102,7 @@ mod tests {
     fn thread_cpu_s() -> f64 {
         // SAFETY: as in `CpuTime::now`, for the calling thread.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) }, 0);
         let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
         secs(ru.ru_utime) + secs(ru.ru_stime)
     }

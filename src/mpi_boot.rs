@@ -9,7 +9,7 @@ use crate::topology::Topology;
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
-use mpi::traits::*;
+use mpi::traits::{CommunicatorCollectives, Destination, Equivalence, Root, Source};
 
 /// The MPI world of this process.
 pub struct Mpi {
@@ -37,15 +37,16 @@ impl Mpi {
 
     /// The MPI library's version string (first line), for provenance.
     pub fn library_version() -> String {
-        mpi::environment::library_version()
-            .map(|v| {
+        mpi::environment::library_version().map_or_else(
+            |_| "unknown".into(),
+            |v| {
                 v.lines()
                     .next()
                     .unwrap_or("")
                     .trim_matches(|c: char| c == '\0' || c.is_whitespace())
                     .to_string()
-            })
-            .unwrap_or_else(|_| "unknown".into())
+            },
+        )
     }
 
     /// Discovers nodes with a shared-memory split (or groups `ranks_per_node` consecutive ranks)
@@ -55,7 +56,7 @@ impl Mpi {
         let hostname = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
         let hostnames = self.gather_strings(&hostname);
         if let Some(k) = ranks_per_node {
-            if k == 0 || ranks % k != 0 {
+            if k == 0 || !ranks.is_multiple_of(k) {
                 return Err(format!(
                     "--ranks-per-node {k} does not divide the {ranks} ranks of the job; pick a divisor of {ranks}"
                 ));
@@ -176,7 +177,7 @@ impl Mpi {
 /// FNV-1a: a stable 64-bit hash (the same on every rank and build, unlike `DefaultHasher`).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 

@@ -26,6 +26,7 @@ pub struct IfaceCounters {
 
 impl IfaceCounters {
     /// `later - self`, counter by counter (wrapping, as the kernel's counters do).
+    #[must_use]
     pub fn delta(&self, later: &IfaceCounters) -> IfaceCounters {
         IfaceCounters {
             rx_bytes: later.rx_bytes.wrapping_sub(self.rx_bytes),

@@ -29,7 +29,7 @@ thread_local! {
 
 /// Runs `f` with `lo` to itself (no other test's ranks running).
 fn with_quiet_loopback<T>(f: impl FnOnce() -> T) -> T {
-    let _only = LOOPBACK.write().unwrap_or_else(|p| p.into_inner());
+    let _only = LOOPBACK.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     HOLDS_LOOPBACK.with(|h| h.set(true));
     let out = f();
     HOLDS_LOOPBACK.with(|h| h.set(false));
@@ -39,7 +39,8 @@ fn with_quiet_loopback<T>(f: impl FnOnce() -> T) -> T {
 /// Runs `mpirun` with the given per-app arguments (MPMD `:` separated apps allowed), killing it
 /// after `limit`: a hang fails the test instead of hanging CI.
 fn mpirun(apps: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Duration) -> Output {
-    let _shared = (!HOLDS_LOOPBACK.with(|h| h.get())).then(|| LOOPBACK.read().unwrap_or_else(|p| p.into_inner()));
+    let _shared = (!HOLDS_LOOPBACK.with(std::cell::Cell::get))
+        .then(|| LOOPBACK.read().unwrap_or_else(std::sync::PoisonError::into_inner));
     let mut cmd = Command::new("mpirun");
     cmd.args([
         "--oversubscribe",

@@ -421,7 +421,12 @@ mod tests {
     use super::*;
 
     fn topo(ranks: usize, per_node: usize, g: usize, hosts: &[&str]) -> Topology {
-        Topology::with_ranks_per_node(ranks, per_node, g, hosts.iter().map(|h| h.to_string()).collect())
+        Topology::with_ranks_per_node(
+            ranks,
+            per_node,
+            g,
+            hosts.iter().map(std::string::ToString::to_string).collect(),
+        )
     }
 
     #[test]

@@ -124,35 +124,32 @@ impl NcclLib {
     /// checks that it is an NCCL of at least [`MIN_VERSION`]. Every error is one line naming
     /// the fix.
     pub fn open(path: Option<&Path>) -> Result<NcclLib, String> {
-        let (lib, shown) = match path {
-            Some(p) => {
-                if !p.exists() {
-                    return Err(format!(
-                        "--nccl-lib {}: no such file; give the path of libnccl.so.2 ({PIP_HINT})",
-                        p.display()
-                    ));
-                }
-                (load(p.as_os_str())?, p.to_path_buf())
+        let (lib, shown) = if let Some(p) = path {
+            if !p.exists() {
+                return Err(format!(
+                    "--nccl-lib {}: no such file; give the path of libnccl.so.2 ({PIP_HINT})",
+                    p.display()
+                ));
             }
-            None => {
-                let mut errors = Vec::new();
-                let mut found = None;
-                for name in DEFAULT_NAMES {
-                    match load(std::ffi::OsStr::new(name)) {
-                        Ok(lib) => {
-                            found = Some((lib, PathBuf::from(name)));
-                            break;
-                        }
-                        Err(e) => errors.push(e),
+            (load(p.as_os_str())?, p.to_path_buf())
+        } else {
+            let mut errors = Vec::new();
+            let mut found = None;
+            for name in DEFAULT_NAMES {
+                match load(std::ffi::OsStr::new(name)) {
+                    Ok(lib) => {
+                        found = Some((lib, PathBuf::from(name)));
+                        break;
                     }
+                    Err(e) => errors.push(e),
                 }
-                found.ok_or_else(|| {
-                    format!(
-                        "--baseline nccl: NCCL is not on the loader's search path ({} not found): pass --nccl-lib PATH or add its directory to LD_LIBRARY_PATH; {PIP_HINT}",
-                        DEFAULT_NAMES.join(", ")
-                    )
-                })?
             }
+            found.ok_or_else(|| {
+                format!(
+                    "--baseline nccl: NCCL is not on the loader's search path ({} not found): pass --nccl-lib PATH or add its directory to LD_LIBRARY_PATH; {PIP_HINT}",
+                    DEFAULT_NAMES.join(", ")
+                )
+            })?
         };
         let get_version: GetVersionFn = sym(&lib, &shown, "ncclGetVersion")?;
         let this = NcclLib {
@@ -172,7 +169,7 @@ impl NcclLib {
         };
         let mut version: c_int = 0;
         // SAFETY: out-pointer to a live c_int; ncclGetVersion has no other precondition.
-        let rc = unsafe { get_version(&mut version) };
+        let rc = unsafe { get_version(&raw mut version) };
         if rc != NCCL_SUCCESS {
             return Err(format!(
                 "{}: ncclGetVersion failed ({}); the library is unusable: pass --nccl-lib a working libnccl.so.2",
@@ -236,7 +233,7 @@ impl NcclLib {
             internal: [0; UNIQUE_ID_BYTES],
         };
         // SAFETY: out-pointer to a live ncclUniqueId.
-        self.check(unsafe { (self.get_unique_id)(&mut id) }, "ncclGetUniqueId")?;
+        self.check(unsafe { (self.get_unique_id)(&raw mut id) }, "ncclGetUniqueId")?;
         Ok(id)
     }
 
@@ -244,7 +241,7 @@ impl NcclLib {
     pub fn comm_init_rank(&self, nranks: usize, id: NcclUniqueId, rank: usize) -> Result<NcclComm, String> {
         let mut comm: NcclComm = std::ptr::null_mut();
         // SAFETY: out-pointer to a live handle; the id is passed by value as the ABI says.
-        let rc = unsafe { (self.comm_init_rank)(&mut comm, nranks as c_int, id, rank as c_int) };
+        let rc = unsafe { (self.comm_init_rank)(&raw mut comm, nranks as c_int, id, rank as c_int) };
         self.check(rc, "ncclCommInitRank")?;
         Ok(comm)
     }
@@ -351,7 +348,7 @@ fn resolved_path(addr: *const c_void) -> Option<PathBuf> {
     // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-struct.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+    if unsafe { libc::dladdr(addr, &raw mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
     // SAFETY: dli_fname is a NUL-terminated string owned by the loader.

@@ -440,6 +440,7 @@ fn parse_reduction(s: &str) -> Result<TimeReduction, String> {
 }
 
 /// `-a` in the flag record, by name as before (`avg`).
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's serialize_with passes a reference
 fn serialize_reduction<S: serde::Serializer>(how: &TimeReduction, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(how.as_str())
 }

@@ -103,6 +103,7 @@ impl Scope {
 
     /// Resolves `auto`: inter-node when the job spans several nodes, else all.
     /// `all` and `inter-node` are returned unchanged.
+    #[must_use]
     pub fn resolve(self, nodes: usize) -> Scope {
         match self {
             Scope::Auto if nodes > 1 => Scope::InterNode,

@@ -76,23 +76,20 @@ pub struct Outlook {
 
 /// The longest the loop may sleep now (see the module documentation).
 pub fn sleep_bound(o: &Outlook) -> Duration {
-    let bound = match o.refill_depth {
-        Some(depth) => {
-            let gap = if o.completions > 0 {
-                o.elapsed / o.completions
-            } else {
-                Duration::ZERO
-            };
-            let behind = u32::try_from(depth.saturating_sub(1)).unwrap_or(u32::MAX);
-            (o.quiet / PRECISION).max(gap.saturating_mul(behind) / 4)
-        }
-        None => {
-            let precise = o.elapsed / PRECISION;
-            let early = o
-                .fastest
-                .map_or(Duration::ZERO, |f| (f / 4).saturating_sub(o.elapsed) / 2);
-            precise.max(early)
-        }
+    let bound = if let Some(depth) = o.refill_depth {
+        let gap = if o.completions > 0 {
+            o.elapsed / o.completions
+        } else {
+            Duration::ZERO
+        };
+        let behind = u32::try_from(depth.saturating_sub(1)).unwrap_or(u32::MAX);
+        (o.quiet / PRECISION).max(gap.saturating_mul(behind) / 4)
+    } else {
+        let precise = o.elapsed / PRECISION;
+        let early = o
+            .fastest
+            .map_or(Duration::ZERO, |f| (f / 4).saturating_sub(o.elapsed) / 2);
+        precise.max(early)
     };
     bound.min(MAX_SLEEP)
 }
@@ -144,7 +141,7 @@ impl Backoff {
     /// Whether the loop should check its abort flag and deadline now (every [`CHECK_EVERY`]
     /// empty passes, and before every sleep).
     pub fn check_due(&self, wait: Wait) -> bool {
-        matches!(wait, Wait::Sleep(_)) || self.empty_passes % CHECK_EVERY == 0
+        matches!(wait, Wait::Sleep(_)) || self.empty_passes.is_multiple_of(CHECK_EVERY)
     }
 
     /// A pass made no progress at `now`; `outlook` says where the iteration stands (only asked
@@ -152,7 +149,7 @@ impl Backoff {
     pub fn empty_pass(&mut self, now: Instant, outlook: impl FnOnce() -> Outlook) -> Wait {
         self.empty_passes = self.empty_passes.wrapping_add(1);
         match self.mode {
-            PollMode::Spin if self.empty_passes % CHECK_EVERY == 0 => Wait::Yield,
+            PollMode::Spin if self.empty_passes.is_multiple_of(CHECK_EVERY) => Wait::Yield,
             PollMode::Spin => Wait::Again,
             PollMode::Adaptive => {
                 let since = *self.idle_since.get_or_insert(now);
@@ -283,7 +280,7 @@ mod tests {
             last = next_sleep(last, sleep_bound(&o));
             t += last;
         }
-        t - end
+        t.checked_sub(end).unwrap()
     }
 
     #[test]

@@ -52,7 +52,11 @@ impl Copier {
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         // The progress loop never allocates: room for several copies' pieces up front.
-        shared.queue.lock().unwrap_or_else(|p| p.into_inner()).pieces = Vec::with_capacity(4 * threads.max(1));
+        shared
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pieces = Vec::with_capacity(4 * threads.max(1));
         let mut handles = Vec::with_capacity(threads.max(1));
         for i in 0..threads.max(1) {
             let s = Arc::clone(&shared);
@@ -82,7 +86,11 @@ impl Copier {
         }
         let n = self.threads.len().min(len.div_ceil(MIN_PIECE)).max(1);
         let step = len.div_ceil(n);
-        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self
+            .shared
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut off = 0;
         while off < len {
             let piece = step.min(len - off);
@@ -105,9 +113,17 @@ impl Copier {
 
     /// Blocks until every started copy has completed.
     pub fn wait(&self) {
-        let mut guard = self.shared.idle_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self
+            .shared
+            .idle_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while !self.is_idle() {
-            guard = self.shared.idle.wait(guard).unwrap_or_else(|p| p.into_inner());
+            guard = self
+                .shared
+                .idle
+                .wait(guard)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 }
@@ -115,7 +131,11 @@ impl Copier {
 impl Drop for Copier {
     fn drop(&mut self) {
         self.wait();
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).closing = true;
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .closing = true;
         self.shared.work.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -126,7 +146,7 @@ impl Drop for Copier {
 fn copy_loop(s: &Shared) {
     loop {
         let piece = {
-            let mut q = s.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut q = s.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             loop {
                 if let Some(p) = q.pieces.pop() {
                     break p;
@@ -134,7 +154,7 @@ fn copy_loop(s: &Shared) {
                 if q.closing {
                     return;
                 }
-                q = s.work.wait(q).unwrap_or_else(|p| p.into_inner());
+                q = s.work.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
         // SAFETY: `start`'s contract: valid, non-overlapping ranges nobody else touches until
@@ -142,7 +162,7 @@ fn copy_loop(s: &Shared) {
         unsafe { std::ptr::copy_nonoverlapping(piece.src as *const u8, piece.dst as *mut u8, piece.len) };
         if s.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Take the lock so a waiter between its check and its wait cannot miss this.
-            let _guard = s.idle_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = s.idle_lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             s.idle.notify_all();
         }
     }

@@ -72,12 +72,15 @@ pub struct Shared {
 
 impl Shared {
     fn watch(&self, lane: (&'static str, String, Arc<LaneStats>)) {
-        self.watched.lock().unwrap_or_else(|p| p.into_inner()).push(lane);
+        self.watched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(lane);
     }
 
     /// The per-comm state dump of this rank.
     pub fn dump(&self) -> String {
-        let watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let watched = self.watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         progress::dump_stats(self.epoch, watched.iter().map(|(k, p, s)| (*k, p.as_str(), &**s)))
     }
 }
@@ -200,7 +203,7 @@ impl Engine {
                         eprintln!("tcpx-perf: endpoint {endpoint}: warning: left unpinned: {e}");
                     }
                     backoff::tighten_timer_slack();
-                    crew_loop(worker, &crew, slot)
+                    crew_loop(worker, &crew, slot);
                 })
                 .map_err(|e| format!("cannot start a worker thread: {e}"))?;
             threads.push(thread);
@@ -225,7 +228,11 @@ impl Engine {
     }
 
     fn broadcast(&self, command: Command) -> Result<Vec<Reply>, String> {
-        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(command));
+        *self
+            .crew
+            .command
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(command));
         self.crew.barrier.wait();
         self.crew.barrier.wait();
         self.collect()
@@ -235,7 +242,7 @@ impl Engine {
         let mut replies = Vec::with_capacity(self.crew.replies.len());
         let mut errors = Vec::new();
         for slot in &self.crew.replies {
-            match slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            match slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
                 Some(Ok(reply)) => replies.push(reply),
                 Some(Err(e)) => errors.push(e),
                 None => errors.push("a worker gave no reply".into()),
@@ -324,7 +331,11 @@ impl Engine {
         self.phase("barrier before iteration");
         coll.barrier();
         self.phase("iteration");
-        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Command::Run { timed }));
+        *self
+            .crew
+            .command
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Run { timed }));
         let (cpu0, t0) = (crate::cputime::CpuTime::now(), Instant::now());
         self.crew.barrier.wait();
         self.crew.barrier.wait();
@@ -382,7 +393,11 @@ impl Engine {
             return;
         }
         self.shared.abort.store(true, Ordering::Relaxed);
-        *self.crew.command.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(Command::Exit));
+        *self
+            .crew
+            .command
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Exit));
         self.crew.barrier.wait();
         self.crew.barrier.wait();
         for t in self.threads.drain(..) {
@@ -426,7 +441,7 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
         let command = crew
             .command
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .expect("a command was posted");
         let exit = matches!(*command, Command::Exit);
@@ -435,7 +450,7 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
                 let what = panic
                     .downcast_ref::<String>()
                     .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .or_else(|| panic.downcast_ref::<&str>().map(std::string::ToString::to_string))
                     .unwrap_or_default();
                 Err(format!("worker for endpoint {} panicked: {what}", worker.endpoint))
             });
@@ -443,7 +458,9 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
             // Release this rank's other workers from their progress loops.
             worker.abort_rank();
         }
-        *crew.replies[slot].lock().unwrap_or_else(|p| p.into_inner()) = Some(reply);
+        *crew.replies[slot]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reply);
         crew.barrier.wait();
         if exit {
             worker.close();

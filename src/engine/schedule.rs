@@ -277,11 +277,11 @@ mod tests {
                             for o in sends {
                                 assert!(o.len <= chunk);
                                 assert!(o.len == 0 || o.off / segment == (o.off + o.len - 1) / segment, "{o:?}");
-                                assert_eq!(o.reg as u64, o.off / segment);
+                                assert_eq!(u64::from(o.reg), o.off / segment);
                             }
                             for o in recvs {
                                 assert!(o.len == 0 || o.off / segment == (o.off + o.len - 1) / segment, "{o:?}");
-                                assert_eq!(o.reg as u64, o.off / segment);
+                                assert_eq!(u64::from(o.reg), o.off / segment);
                             }
                         }
                     }

@@ -54,7 +54,7 @@ struct Pool {
 
 impl Pool {
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-        m.lock().unwrap_or_else(|p| p.into_inner())
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn fail(&self, msg: String) {
@@ -194,8 +194,14 @@ pub fn establish(
     if let Some(e) = Pool::lock(&pool.failed).take() {
         return Err(e);
     }
-    let sends = pool.sends.into_inner().unwrap_or_else(|p| p.into_inner());
-    let recvs = pool.recvs.into_inner().unwrap_or_else(|p| p.into_inner());
+    let sends = pool
+        .sends
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let recvs = pool
+        .recvs
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok(Established {
         sends: sends.into_iter().map(|c| c.expect("every connect completed")).collect(),
         recvs: recvs.into_iter().map(|c| c.expect("every accept completed")).collect(),

@@ -35,14 +35,14 @@ impl Watchdog {
         let watched = state.clone();
         let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
             let (lock, cvar) = &*watched;
-            let mut armed = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut armed = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             loop {
                 match armed.deadline {
-                    None => armed = cvar.wait(armed).unwrap_or_else(|p| p.into_inner()),
+                    None => armed = cvar.wait(armed).unwrap_or_else(std::sync::PoisonError::into_inner),
                     Some(deadline) => {
                         let now = Instant::now();
                         if now < deadline {
-                            armed = cvar.wait_timeout(armed, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+                            armed = cvar.wait_timeout(armed, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
                             continue;
                         }
                         let mut err = std::io::stderr().lock();
@@ -69,7 +69,7 @@ impl Watchdog {
     /// Starts a new phase that must end within `timeout`.
     pub fn arm(&self, phase: &str, timeout: Duration) {
         let (lock, cvar) = &*self.state;
-        let mut armed = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut armed = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         armed.phase.clear();
         armed.phase.push_str(phase);
         armed.deadline = Some(Instant::now() + timeout);
@@ -79,7 +79,7 @@ impl Watchdog {
 
     pub fn disarm(&self) {
         let (lock, cvar) = &*self.state;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).deadline = None;
+        lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).deadline = None;
         cvar.notify_one();
     }
 }

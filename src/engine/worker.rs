@@ -278,7 +278,7 @@ impl Worker {
     ) -> Result<(), String> {
         let memory = self.memory.as_mut().expect("listen allocated the buffer");
         let (base, len, mem) = memory.net_view();
-        if mem == MemType::Cuda && base as usize % PAGE != 0 {
+        if mem == MemType::Cuda && !(base as usize).is_multiple_of(PAGE) {
             return Err(format!(
                 "the GPU buffer at {base:p} is not {PAGE}-byte aligned, as GPUDirect plugins require of CUDA registrations"
             ));

@@ -227,7 +227,7 @@ fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> io:
     let result = (|| {
         let mut w = BufWriter::new(File::create(&tmp)?);
         write(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
+        let file = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
         file.sync_all()?;
         fs::rename(&tmp, path)
     })();

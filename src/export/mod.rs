@@ -142,7 +142,7 @@ pub(crate) mod fixtures {
             channels: 1,
             window: 8,
             notes: vec!["a note".into()],
-            placement: Default::default(),
+            placement: crate::report::PlacementReport::default(),
             cpu: Some(crate::report::CpuCost::from_ranks(
                 &[2.0, 1.0, 4.0, 2.0, 3.0, 4.0],
                 10_000_000_000,
@@ -283,7 +283,7 @@ mod tests {
         assert_eq!(wrong_total(&[fixtures::size(8, 1.0, None)]), None);
         assert_eq!(wrong_total(&[]), None);
         let avg = avg_busbw(&r).expect("avg");
-        assert!((avg - (r[0].busbw_gbps + r[1].busbw_gbps) / 2.0).abs() < 1e-12);
+        assert!((avg - f64::midpoint(r[0].busbw_gbps, r[1].busbw_gbps)).abs() < 1e-12);
         assert_eq!(avg_busbw(&[]), None);
     }
 }

@@ -261,14 +261,14 @@ fn c_g(value: f64) -> String {
     // The exponent after rounding to 6 significant digits.
     let sci = format!("{value:.5e}");
     let exp: i32 = sci.split_once('e').and_then(|(_, e)| e.parse().ok()).unwrap_or(0);
-    if !(-4..6).contains(&exp) {
+    if (-4..6).contains(&exp) {
+        let decimals = (5 - exp).max(0) as usize;
+        trim_zeros(&format!("{value:.decimals$}")).to_string()
+    } else {
         let (mantissa, _) = sci.split_once('e').unwrap_or((&sci, ""));
         let mantissa = trim_zeros(mantissa);
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
-    } else {
-        let decimals = (5 - exp).max(0) as usize;
-        trim_zeros(&format!("{value:.decimals$}")).to_string()
     }
 }
 

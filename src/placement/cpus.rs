@@ -18,15 +18,14 @@ impl CpuSet {
         let mut set = BTreeSet::new();
         for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = || format!("'{part}' in cpulist '{}' is not N or N-M", text.trim());
-            let (lo, hi) = match part.split_once('-') {
-                Some((a, b)) => (
+            let (lo, hi) = if let Some((a, b)) = part.split_once('-') {
+                (
                     a.trim().parse::<usize>().map_err(|_| bad())?,
                     b.trim().parse::<usize>().map_err(|_| bad())?,
-                ),
-                None => {
-                    let n = part.parse::<usize>().map_err(|_| bad())?;
-                    (n, n)
-                }
+                )
+            } else {
+                let n = part.parse::<usize>().map_err(|_| bad())?;
+                (n, n)
             };
             if lo > hi || hi > MAX_CPU {
                 return Err(bad());
@@ -52,14 +51,17 @@ impl CpuSet {
         self.0.iter().copied()
     }
 
+    #[must_use]
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         CpuSet(self.0.union(&other.0).copied().collect())
     }
 
+    #[must_use]
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
         CpuSet(self.0.intersection(&other.0).copied().collect())
     }
 
+    #[must_use]
     pub fn difference(&self, other: &CpuSet) -> CpuSet {
         CpuSet(self.0.difference(&other.0).copied().collect())
     }
@@ -69,7 +71,7 @@ impl CpuSet {
         // SAFETY: cpu_set_t is plain data; the kernel fills at most its size.
         unsafe {
             let mut mask: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut mask) != 0 {
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw mut mask) != 0 {
                 return CpuSet::default();
             }
             CpuSet((0..=MAX_CPU).filter(|&c| libc::CPU_ISSET(c, &mask)).collect())
@@ -87,7 +89,7 @@ impl CpuSet {
             for c in self.iter() {
                 libc::CPU_SET(c, &mut mask);
             }
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mask)
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw const mask)
         };
         if rc == 0 {
             Ok(())

@@ -170,7 +170,6 @@ fn placement(ctx: &Local, real: bool, out: &mut Vec<Finding>) {
             numa(nic_numa)
         );
         out.push(match distance {
-            Distance::Pix | Distance::Pxb => Finding::ok(line),
             Distance::Sys if real => Finding::error(format!(
                 "{line}: the NIC is on the other NUMA node, where TCPX's devmem receive cannot reach the GPU (\"rx no cmsg\"); drop --net-dev or pick the GPU's NIC"
             )),
@@ -299,7 +298,7 @@ fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     // SAFETY: getrlimit fills the struct.
     unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();
-        (libc::getrlimit(resource, &mut r) == 0).then_some(r.rlim_cur)
+        (libc::getrlimit(resource, &raw mut r) == 0).then_some(r.rlim_cur)
     }
 }
 

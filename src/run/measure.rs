@@ -86,8 +86,8 @@ fn iterate(
         if timed {
             s.times.push(one.elapsed.as_secs_f64() * 1e6);
             s.delivered.add(&one.delivered);
-            s.peers_in_flight[0] = s.peers_in_flight[0].max(one.peers_in_flight.0 as f64);
-            s.peers_in_flight[1] = s.peers_in_flight[1].max(one.peers_in_flight.1 as f64);
+            s.peers_in_flight[0] = s.peers_in_flight[0].max(f64::from(one.peers_in_flight.0));
+            s.peers_in_flight[1] = s.peers_in_flight[1].max(f64::from(one.peers_in_flight.1));
             s.cpu.add(one.cpu);
             s.cpu_window += one.window.as_secs_f64();
             if it.check {

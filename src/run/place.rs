@@ -160,7 +160,7 @@ pub(super) fn gather_placement(mpi: &Mpi, mine: &placement::dry_run::RankReport)
                 .map_err(|e| {
                     broken.push(Finding::error(format!(
                         "rank {r}'s placement report is unreadable: {e}"
-                    )))
+                    )));
                 })
                 .ok()
         })

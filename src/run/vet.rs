@@ -213,8 +213,7 @@ pub(super) fn resolve_mem(
     }
     let gpus = match tcpx_gpu::Gpu::probe() {
         Ok(Some(info)) if info.count() > 0 => info.count(),
-        Ok(_) if !want_cuda => return Ok(MemKind::Host),
-        Err(_) if !want_cuda => return Ok(MemKind::Host),
+        Ok(_) | Err(_) if !want_cuda => return Ok(MemKind::Host),
         Ok(_) => return Err("--mem cuda: this host has no CUDA driver or no visible GPU; use --mem host".into()),
         Err(e) => return Err(format!("--mem cuda: {e}; use --mem host")),
     };

@@ -237,7 +237,7 @@ fn drive(
         // helper threads need it whenever they have the work. Not while the GPU runs a batch of
         // this loop's (unpack, staging, local copy): it ends within microseconds and releases
         // receives (and their window slots), so the loop polls its event instead of sleeping.
-        let gpu_busy = gpu.as_deref().is_some_and(|g| g.busy());
+        let gpu_busy = gpu.as_deref().is_some_and(super::gpu::GpuState::busy);
         Backoff::wait(if gpu_busy { Wait::Again } else { wait });
     }
     Ok(IterationTiming {
@@ -527,7 +527,7 @@ fn pump_recv(
                             ctx.base.add(op.off as usize),
                             op.len as usize,
                             deadline,
-                        )?
+                        )?;
                     };
                 }
                 let k = lane.completed_total;
