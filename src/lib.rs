@@ -1,16 +1,26 @@
 //! tcpx-perf: an `mpirun`-launched benchmark suite for NCCL net plugins.
 //!
-//! Layers, bottom up (each a module or crate of its own):
-//! - `nccl-net-abi` (crate): `#[repr(C)]` plugin ABI, one struct per version.
-//! - `nccl-net` (crate): loader and safe ownership types over every ABI version.
-//! - [`plan`]: patterns (sendrecv, pairs, ring, fullmesh) turned into per-endpoint flows and buffers.
-//! - [`engine`]: connections, the progress loop and the timed iterations.
-//! - [`check`], [`stats`]: data validation and per-iteration statistics.
-//! - [`report`], [`export`]: the result model and one module per output format.
-//! - [`placement`]: which NIC and CPUs each endpoint uses, preflight checks, `--dry-run`.
-//! - [`mpi_boot`], [`topology`]: MPI, nodes and endpoints at the edges.
+//! Modules, bottom up; each knows only modules listed before it (`tests/source_shape.rs`
+//! checks that the imports form no circle, and that nothing below [`run`] knows the command line):
+//! - crates below: `nccl-net-abi` (`#[repr(C)]` plugin ABI and the NCCL/TCPX limits), `nccl-net`
+//!   (loader and safe ownership types), `tcpx-gpu` (CUDA at run time), `tcpx-plot` (SVGs),
+//!   `tcpx-units` (sizes, GB/s, medians, the `-a` reduction).
+//! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`stats`]: vocabulary
+//!   with no dependency inside the crate: the MPI operations the layers above need, endpoints and
+//!   nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC counters, per-iteration statistics.
+//! - [`mpi_boot`]: MPI itself (implements [`collectives::Collectives`]).
+//! - [`plan`]: patterns turned into per-endpoint flows and buffers, the sweep's and the
+//!   iterations' settings.
+//! - [`placement`]: which NIC and CPUs each endpoint uses, preflight checks, `--dry-run`'s report.
+//! - [`engine`]: workers, connections, the progress loop and the timed iterations.
+//! - [`delivery`]: the byte check of every size (plugin sizes, unpack descriptors, NIC counters).
+//! - [`cli`]: the flags and their values (the door; only [`run`] reads it).
+//! - [`report`]: the result model every output is written from.
 //! - [`baseline`]: `--baseline nccl`, NCCL itself measured beside tcpx-perf in the same job.
-//! - [`run`]: one benchmark run from parsed flags to the result directory.
+//! - [`export`]: one module per output format (table, CSVs, SVGs, `summary.json`), reading the
+//!   result model only.
+//! - [`run`]: one benchmark run: the flags typed once ([`run`]'s `settings`), then the phases
+//!   plan, vet plugin, place, connect, sweep, finish.
 
 pub mod baseline;
 pub mod cli;

@@ -33,6 +33,35 @@ pub struct RunInfo {
     pub command: Vec<String>,
     /// RFC 3339 UTC ([`now_rfc3339`]).
     pub start_time: String,
+    /// The resolved settings and the job's shape (flattened: summary.json lists them at its top level).
+    #[serde(flatten)]
+    pub settings: RunSettings,
+    /// One entry per rank.
+    pub hosts: Vec<HostInfo>,
+    /// The plugin as loaded.
+    pub plugin: PluginInfo,
+    /// MPI library version string.
+    pub mpi_library: String,
+    /// Allow-listed environment ([`allowed_env`]).
+    pub env: Vec<(String, String)>,
+    /// Every CLI option ([`crate::cli::Cli::config_json`]).
+    pub config: serde_json::Value,
+    /// Choices tcpx-perf made for the user and limits it warns about (one line each).
+    pub notes: Vec<String>,
+    /// NIC and CPUs per endpoint, preflight findings, connection setup time.
+    pub placement: crate::placement::dry_run::PlacementReport,
+    /// The whole run's CPU cost (every thread of every rank, from MPI up to the end); set once
+    /// the sweep completed.
+    pub cpu: Option<crate::cputime::CpuCost>,
+    /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
+    /// plugin, the alternation of the blocks.
+    pub nccl: Option<NcclInfo>,
+}
+
+/// A run's resolved settings and its job's shape, in the order summary.json lists them: the
+/// field names are summary.json's keys (the summary serializes this struct, no hand-kept copy).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSettings {
     /// `sendrecv`, `pairs`, `ring`, `fullmesh`.
     pub pattern: String,
     /// Resolved scope: `all` or `inter-node` (never `auto`).
@@ -52,16 +81,6 @@ pub struct RunInfo {
     pub nodes: usize,
     /// Endpoints per rank (`-g`).
     pub gpus_per_rank: usize,
-    /// One entry per rank.
-    pub hosts: Vec<HostInfo>,
-    /// The plugin as loaded.
-    pub plugin: PluginInfo,
-    /// MPI library version string.
-    pub mpi_library: String,
-    /// Allow-listed environment ([`allowed_env`]).
-    pub env: Vec<(String, String)>,
-    /// Every CLI option ([`crate::cli::Cli::config_json`]).
-    pub config: serde_json::Value,
     /// Timed iterations per size.
     pub iters: usize,
     /// Warmup iterations per size.
@@ -76,16 +95,6 @@ pub struct RunInfo {
     pub channels: usize,
     /// Requests outstanding per communicator.
     pub window: usize,
-    /// Choices tcpx-perf made for the user and limits it warns about (one line each).
-    pub notes: Vec<String>,
-    /// NIC and CPUs per endpoint, preflight findings, connection setup time.
-    pub placement: crate::placement::dry_run::PlacementReport,
-    /// The whole run's CPU cost (every thread of every rank, from MPI up to the end); set once
-    /// the sweep completed.
-    pub cpu: Option<crate::cputime::CpuCost>,
-    /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
-    /// plugin, the alternation of the blocks.
-    pub nccl: Option<NcclInfo>,
 }
 
 /// Where one rank ran.

@@ -157,7 +157,7 @@ fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
                     let algbw = tcpx_units::gbps(n.size_bytes, t);
                     NcclSampleRow {
                         schema_version: SCHEMA_VERSION,
-                        pattern: &info.pattern,
+                        pattern: &info.settings.pattern,
                         size_bytes: r.size_bytes,
                         timing,
                         iter,
@@ -185,10 +185,10 @@ fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::R
 fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
     let rows = results.iter().map(|r| ResultRow {
         schema_version: SCHEMA_VERSION,
-        pattern: &info.pattern,
-        scope: &info.scope,
-        dir: &info.dir,
-        mem: &info.mem,
+        pattern: &info.settings.pattern,
+        scope: &info.settings.scope,
+        dir: &info.settings.dir,
+        mem: &info.settings.mem,
         size_bytes: r.size_bytes,
         count: r.count,
         type_: "float",
@@ -217,9 +217,9 @@ fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
         wire_rx_bytes: r.bytes.wire_rx_bytes,
         wire_payload_ratio: r.bytes.wire_ratio(),
         wire_by_iface: r.bytes.wire_cell(),
-        ranks: info.ranks,
-        endpoints: info.endpoints,
-        nodes: info.nodes,
+        ranks: info.settings.ranks,
+        endpoints: info.settings.endpoints,
+        nodes: info.settings.nodes,
         plugin: &info.plugin.name,
         abi: info.plugin.abi,
         cpu_user_s: r.cpu.user_s,
@@ -248,7 +248,7 @@ fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
             let algbw = r.size_bytes as f64 / t / 1e3;
             SampleRow {
                 schema_version: SCHEMA_VERSION,
-                pattern: &info.pattern,
+                pattern: &info.settings.pattern,
                 size_bytes: r.size_bytes,
                 iter,
                 time_us: t,
@@ -268,7 +268,7 @@ fn write_rank_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
         let iters = r.iters.max(1);
         r.rank_samples_us.iter().enumerate().map(move |(i, &t)| RankSampleRow {
             schema_version: SCHEMA_VERSION,
-            pattern: &info.pattern,
+            pattern: &info.settings.pattern,
             size_bytes: r.size_bytes,
             iter: i % iters,
             rank: i / iters,
@@ -285,7 +285,7 @@ fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Re
     let rows = results.iter().flat_map(|r| {
         r.pairs.iter().map(move |p| PairRow {
             schema_version: SCHEMA_VERSION,
-            pattern: &info.pattern,
+            pattern: &info.settings.pattern,
             size_bytes: r.size_bytes,
             src_rank: p.src_rank,
             src_gpu: p.src_gpu,

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{avg_busbw, wrong_total, SCHEMA_VERSION};
-use crate::report::{HostInfo, PluginInfo, RunInfo, SizeResult};
+use crate::report::{HostInfo, PluginInfo, RunInfo, RunSettings, SizeResult};
 
 /// File name in the result directory.
 pub const SUMMARY_JSON: &str = "summary.json";
@@ -98,22 +98,8 @@ struct Summary<'a> {
     start_time: &'a str,
     end_time: &'a str,
     config: &'a serde_json::Value,
-    pattern: &'a str,
-    scope: &'a str,
-    dir: &'a str,
-    mem: &'a str,
-    mem_path: &'a str,
-    ranks: usize,
-    endpoints: usize,
-    nodes: usize,
-    gpus_per_rank: usize,
-    iters: usize,
-    warmup: usize,
-    check: bool,
-    time_reduction: &'a str,
-    chunk: u64,
-    channels: usize,
-    window: usize,
+    #[serde(flatten)]
+    settings: &'a RunSettings,
     plugin: &'a PluginInfo,
     mpi: &'a str,
     hosts: &'a [HostInfo],
@@ -157,22 +143,7 @@ pub fn write_summary(
         start_time: &info.start_time,
         end_time,
         config: &info.config,
-        pattern: &info.pattern,
-        scope: &info.scope,
-        dir: &info.dir,
-        mem: &info.mem,
-        mem_path: &info.mem_path,
-        ranks: info.ranks,
-        endpoints: info.endpoints,
-        nodes: info.nodes,
-        gpus_per_rank: info.gpus_per_rank,
-        iters: info.iters,
-        warmup: info.warmup,
-        check: info.check,
-        time_reduction: &info.time_reduction,
-        chunk: info.chunk,
-        channels: info.channels,
-        window: info.window,
+        settings: &info.settings,
         plugin: &info.plugin,
         mpi: &info.mpi_library,
         hosts: &info.hosts,
@@ -312,7 +283,7 @@ mod tests {
     fn failed_and_unchecked() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let mut info = fixtures::info();
-        info.check = false;
+        info.settings.check = false;
         info.cpu = None;
         let results = vec![fixtures::size(8, 1.0, None)];
         write_summary(

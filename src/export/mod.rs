@@ -90,7 +90,7 @@ pub fn wrong_total(results: &[SizeResult]) -> Option<u64> {
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! A small, fully populated run shared by the exporter tests.
-    use crate::report::{HostInfo, PairResult, PluginInfo, RunInfo, SizeResult};
+    use crate::report::{HostInfo, PairResult, PluginInfo, RunInfo, RunSettings, SizeResult};
     use crate::stats::summarize;
 
     pub fn info() -> RunInfo {
@@ -99,15 +99,24 @@ pub(crate) mod fixtures {
             git_commit: Some("abc1234".into()),
             command: vec!["tcpx-perf".into(), "-b".into(), "256".into()],
             start_time: "2026-11-21T05:00:00Z".into(),
-            pattern: "sendrecv".into(),
-            scope: "inter-node".into(),
-            dir: "bi".into(),
-            mem: "host".into(),
-            mem_path: "host".into(),
-            ranks: 2,
-            endpoints: 2,
-            nodes: 2,
-            gpus_per_rank: 1,
+            settings: RunSettings {
+                pattern: "sendrecv".into(),
+                scope: "inter-node".into(),
+                dir: "bi".into(),
+                mem: "host".into(),
+                mem_path: "host".into(),
+                ranks: 2,
+                endpoints: 2,
+                nodes: 2,
+                gpus_per_rank: 1,
+                iters: 3,
+                warmup: 1,
+                check: true,
+                time_reduction: "avg".into(),
+                chunk: 524288,
+                channels: 1,
+                window: 8,
+            },
             hosts: vec![
                 HostInfo {
                     rank: 0,
@@ -134,13 +143,6 @@ pub(crate) mod fixtures {
             mpi_library: "Open MPI v4.1.6".into(),
             env: vec![("NCCL_DEBUG".into(), "WARN".into())],
             config: serde_json::json!({"minbytes": 256}),
-            iters: 3,
-            warmup: 1,
-            check: true,
-            time_reduction: "avg".into(),
-            chunk: 524288,
-            channels: 1,
-            window: 8,
             notes: vec!["a note".into()],
             placement: crate::report::PlacementReport::default(),
             cpu: Some(crate::report::CpuCost::from_ranks(

@@ -20,7 +20,7 @@ pub fn write_plots(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> Result
     }
     let path = dir.join(BANDWIDTH_SVG);
     tcpx_plot::bandwidth(&path, &chart(info), &lines(results), &[]).map_err(|e| format!("{}: {e}", path.display()))?;
-    if info.endpoints > 2 {
+    if info.settings.endpoints > 2 {
         let path = dir.join(LINKS_SVG);
         links(&path, info, results).map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -28,11 +28,16 @@ pub fn write_plots(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> Result
 }
 
 fn chart(info: &RunInfo) -> BandwidthChart {
-    let nodes = if info.nodes == 1 { "node" } else { "nodes" };
+    let nodes = if info.settings.nodes == 1 { "node" } else { "nodes" };
     BandwidthChart {
         title: format!(
             "{} ({}), {} endpoints on {} {nodes}, {}, {} memory",
-            info.pattern, info.scope, info.endpoints, info.nodes, info.plugin.name, info.mem
+            info.settings.pattern,
+            info.settings.scope,
+            info.settings.endpoints,
+            info.settings.nodes,
+            info.plugin.name,
+            info.settings.mem
         ),
         x_desc: "size (bytes per endpoint, log2 scale)".into(),
         y_desc: "bandwidth (GB/s, 1 GB = 10^9 B)".into(),
@@ -79,7 +84,7 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         return Err("no per-pair data".into());
     };
     // `src_gpu` is the GPU index on the node (`local_rank * g + i`): `i` is its remainder.
-    let g = info.gpus_per_rank.max(1);
+    let g = info.settings.gpus_per_rank.max(1);
     let endpoint = |rank: usize, gpu: usize| (rank * g + gpu % g) as u32;
     let cells: Vec<Cell> = last
         .pairs
@@ -95,7 +100,7 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         &Heatmap {
             title: format!(
                 "{}: per-pair bandwidth (GB/s) at {}",
-                info.pattern,
+                info.settings.pattern,
                 tcpx_plot::fmt_size(last.size_bytes)
             ),
             axis: "endpoint",
@@ -115,7 +120,7 @@ mod tests {
     fn pictures_have_their_axes() {
         let dir = tempfile::tempdir().unwrap();
         let mut info = fixtures::info();
-        info.endpoints = 3;
+        info.settings.endpoints = 3;
         write_plots(dir.path(), &info, &fixtures::results()).unwrap();
         let bw = std::fs::read_to_string(dir.path().join(BANDWIDTH_SVG)).unwrap();
         assert!(bw.starts_with("<svg") && bw.trim_end().ends_with("</svg>"), "{bw}");

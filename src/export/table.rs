@@ -40,12 +40,16 @@ pub fn header(info: &RunInfo) -> String {
     if let Some(mpi) = info.mpi_library.lines().next().filter(|l| !l.trim().is_empty()) {
         let _ = writeln!(s, "# MPI: {}", mpi.trim());
     }
-    let _ = writeln!(s, "# pattern: {} scope: {} dir: {}", info.pattern, info.scope, info.dir);
-    let _ = writeln!(s, "# memory: {} ({})", info.mem, info.mem_path);
+    let _ = writeln!(
+        s,
+        "# pattern: {} scope: {} dir: {}",
+        info.settings.pattern, info.settings.scope, info.settings.dir
+    );
+    let _ = writeln!(s, "# memory: {} ({})", info.settings.mem, info.settings.mem_path);
     let _ = writeln!(
         s,
         "# ranks: {} endpoints: {} nodes: {} endpoints per rank: {}",
-        info.ranks, info.endpoints, info.nodes, info.gpus_per_rank
+        info.settings.ranks, info.settings.endpoints, info.settings.nodes, info.settings.gpus_per_rank
     );
     for h in &info.hosts {
         let gpus: Vec<String> = h.gpus.iter().map(usize::to_string).collect();
@@ -61,17 +65,17 @@ pub fn header(info: &RunInfo) -> String {
     let _ = writeln!(
         s,
         "# chunk: {} channels: {} window: {}",
-        format_size(info.chunk),
-        info.channels,
-        info.window
+        format_size(info.settings.chunk),
+        info.settings.channels,
+        info.settings.window
     );
     let _ = writeln!(
         s,
         "# iters: {} warmup: {} check: {} -a: {}",
-        info.iters,
-        info.warmup,
-        if info.check { "on" } else { "off" },
-        info.time_reduction
+        info.settings.iters,
+        info.settings.warmup,
+        if info.settings.check { "on" } else { "off" },
+        info.settings.time_reduction
     );
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");

@@ -13,7 +13,7 @@ use crate::engine::gpu::CudaPath;
 use crate::engine::MemKind;
 use crate::mpi_boot::Mpi;
 use crate::placement::dry_run::PlacementReport;
-use crate::report::{self, HostInfo, PluginInfo, RunInfo};
+use crate::report::{self, HostInfo, PluginInfo, RunInfo, RunSettings};
 use crate::topology::Topology;
 use nccl_net::{OpenOptions, Plugin, PluginSource};
 use std::path::Path;
@@ -267,15 +267,24 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         git_commit: report::git_commit(),
         command: std::env::args().collect(),
         start_time,
-        pattern: sweep.pattern.to_string(),
-        scope: job.scope.to_string(),
-        dir: sweep.dir.to_string(),
-        mem: if mem == MemKind::Host { "host" } else { "cuda" }.into(),
-        mem_path: mem_path(mem, props),
-        ranks: mpi.size(),
-        endpoints: topo.len(),
-        nodes: topo.nodes,
-        gpus_per_rank: settings.job.endpoints_per_rank,
+        settings: RunSettings {
+            pattern: sweep.pattern.to_string(),
+            scope: job.scope.to_string(),
+            dir: sweep.dir.to_string(),
+            mem: if mem == MemKind::Host { "host" } else { "cuda" }.into(),
+            mem_path: mem_path(mem, props),
+            ranks: mpi.size(),
+            endpoints: topo.len(),
+            nodes: topo.nodes,
+            gpus_per_rank: settings.job.endpoints_per_rank,
+            iters: it.iters,
+            warmup: it.warmup,
+            check: it.check,
+            time_reduction: it.average.to_string(),
+            chunk: tr.chunk,
+            channels: tr.channels,
+            window: tr.window,
+        },
         hosts,
         plugin: PluginInfo {
             path: plugin.path().display().to_string(),
@@ -289,13 +298,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         mpi_library: Mpi::library_version(),
         env: report::allowed_env(),
         config: settings.flags.clone(),
-        iters: it.iters,
-        warmup: it.warmup,
-        check: it.check,
-        time_reduction: it.average.to_string(),
-        chunk: tr.chunk,
-        channels: tr.channels,
-        window: tr.window,
         notes: Vec::new(),
         placement: PlacementReport::default(),
         cpu: None,
