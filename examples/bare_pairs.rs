@@ -11,7 +11,7 @@
 //! `--window` outstanding) and test the oldest one until the last completes; the iteration's time
 //! is the slower side's (tcpx-perf's `-a 3`, the max over ranks, of the same two clocks). Per size:
 //! each side's mean over the timed iterations, the slower of the two, as tcpx-perf reduces them.
-//! `launch/overhead.sh` alternates this with tcpx-perf on the same plugin and knobs.
+//! `tools/overhead.sh` alternates this with tcpx-perf on the same plugin and knobs.
 //!
 //! `--poll`: how a thread waits after a `test` that found its oldest request in flight: `sleep`
 //! 50 us (as `emu_vs_tcp`), `spin`, or tcpx-perf's `adaptive` backoff. Output: one line per size,

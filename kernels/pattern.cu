@@ -1,7 +1,7 @@
 // Deterministic data pattern: GPU fill and verify.
 //
-// This is a bit-exact port of the host data check in src/check.rs (pattern_byte, fill,
-// verify). Byte `a` (absolute offset in the sender's logical buffer) of origin `o`,
+// This is a bit-exact port of the host data check in crates/tcpx-gpu/src/pattern.rs
+// (pattern_byte, fill, verify; splitmix64's mix and GOLDEN from crates/tcpx-units/src/rng.rs). Byte `a` (absolute offset in the sender's logical buffer) of origin `o`,
 // iteration `i` is
 //
 //     key      = mix(((o << 32) | i) ^ SEED)
@@ -41,7 +41,7 @@ __device__ __forceinline__ u64 tcpx_word(u64 key, u64 index) {
   return tcpx_mix(key + index * TCPX_GOLDEN);
 }
 
-// Number of differing bytes between two words (same fold as check.rs differing_bytes).
+// Number of differing bytes between two words (same fold as pattern.rs differing_bytes).
 __device__ __forceinline__ u32 tcpx_differing_bytes(u64 a, u64 b) {
   u64 x = a ^ b;
   x |= x >> 4;

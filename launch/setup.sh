@@ -31,7 +31,7 @@ fi
 
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   echo "setup: installing Rust (rustup, minimal profile)"
-  if ! curl -sSf --max-time 60 https://sh.rustup.rs -o /tmp/rustup-init.sh || ! sh /tmp/rustup-init.sh -y --profile minimal; then
+  if ! curl -sSf --max-time 60 https://sh.rustup.rs -o /tmp/rustup-init.sh || ! sh /tmp/rustup-init.sh -y --profile minimal -c clippy -c rustfmt; then
     cat >&2 <<'EOF'
 setup: could not install Rust from https://sh.rustup.rs (no network, or a proxy in the way).
 Install Rust 1.89 or newer yourself, then run this again:
@@ -44,4 +44,8 @@ EOF
   echo "setup: installed Rust"
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
+# CI (launch/test.sh) runs cargo fmt and cargo clippy: add them to a toolchain installed without.
+if command -v rustup >/dev/null 2>&1 && ! { cargo clippy --version && cargo fmt --version; } >/dev/null 2>&1; then
+  rustup component add clippy rustfmt || echo "setup: could not add clippy/rustfmt (rustup component add clippy rustfmt)" >&2
+fi
 echo "setup: $(mpirun --version 2>/dev/null | head -1); $(cargo --version)"

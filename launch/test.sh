@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 bash launch/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 bash launch/build.sh
+# Lints first (fast: a check build over the dependencies already built): formatting, and clippy
+# with warnings denied ([workspace.lints] in Cargo.toml). A lint failure fails the suite at the
+# end, after the tests have run, so one push shows both.
+lint=0
+cargo fmt --all --check || { echo "test.sh: cargo fmt --all --check failed: run cargo fmt --all" >&2; lint=1; }
+cargo clippy --release --workspace --all-targets -- -D warnings || { echo "test.sh: clippy found warnings (above)" >&2; lint=1; }
 # Open MPI refuses root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Two cores run up to 4 ranks plus test threads: one test binary at a time, two tests at once.
@@ -18,4 +24,5 @@ set -e
 # cargo prints one summary per test binary (the last is often an empty doc-test run): add them up.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+[ "$lint" -eq 0 ] || { echo "test.sh: lints failed (fmt or clippy, above)"; [ "$status" -ne 0 ] || status=1; }
 exit "$status"

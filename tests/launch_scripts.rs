@@ -1,6 +1,6 @@
-//! The launch scripts the GPU host runs (`launch/*.sh`): they must parse, and the tuning sweep
-//! that `launch/h200-gpu-tests.sh` builds on must run a real variant over real `mpirun` here, and
-//! refuse a knob it does not know before it starts anything.
+//! The scripts of `launch/` (users') and `tools/` (maintainers', the GPU host's): they must
+//! parse, and the tuning sweep that `tools/h200-gpu-tests.sh` builds on must run a real variant
+//! over real `mpirun` here, and refuse a knob it does not know before it starts anything.
 
 mod common;
 
@@ -31,20 +31,22 @@ fn bash(script: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> 
 #[test]
 fn every_launch_script_parses() {
     let mut checked = 0;
-    for entry in std::fs::read_dir(repo().join("launch")).expect("launch/ exists") {
-        let path = entry.expect("directory entry").path();
-        if path.extension().is_some_and(|e| e == "sh") {
-            let out = Command::new("bash").arg("-n").arg(&path).output().expect("run bash -n");
-            assert!(
-                out.status.success(),
-                "{} does not parse:\n{}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            checked += 1;
+    for dir in ["launch", "tools"] {
+        for entry in std::fs::read_dir(repo().join(dir)).expect("launch/ and tools/ exist") {
+            let path = entry.expect("directory entry").path();
+            if path.extension().is_some_and(|e| e == "sh") {
+                let out = Command::new("bash").arg("-n").arg(&path).output().expect("run bash -n");
+                assert!(
+                    out.status.success(),
+                    "{} does not parse:\n{}",
+                    path.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                checked += 1;
+            }
         }
     }
-    assert!(checked >= 10, "only {checked} scripts found in launch/");
+    assert!(checked >= 10, "only {checked} scripts found in launch/ and tools/");
 }
 
 #[test]
@@ -60,7 +62,7 @@ fn sweep_runs_a_variant_over_mpi() {
         ("WARMUP", "1"),
     ];
     let out = bash(
-        Path::new("launch/sweep.sh"),
+        Path::new("tools/sweep.sh"),
         &["nsocks=2,ch=1,cs=262144,buf=0,chunk=1M,win=4"],
         &env,
         Duration::from_secs(120),
@@ -86,7 +88,7 @@ fn sweep_runs_a_variant_over_mpi() {
 #[test]
 fn sweep_refuses_an_unknown_knob_before_running() {
     let out = bash(
-        Path::new("launch/sweep.sh"),
+        Path::new("tools/sweep.sh"),
         &["nsocks=2,sockets=4"],
         &[("BIN_DIR", "/nonexistent")],
         Duration::from_secs(30),
@@ -120,7 +122,7 @@ fn overhead_compares_the_bare_plugin_with_tcpx_perf() {
         ("WARMUP", "1"),
         ("ROUNDS", "1"),
     ];
-    let out = bash(Path::new("launch/overhead.sh"), &[], &env, Duration::from_secs(180));
+    let out = bash(Path::new("tools/overhead.sh"), &[], &env, Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let why = format!("stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{why}");
@@ -141,7 +143,7 @@ fn overhead_compares_the_bare_plugin_with_tcpx_perf() {
     }
 
     let out = bash(
-        Path::new("launch/overhead.sh"),
+        Path::new("tools/overhead.sh"),
         &[],
         &[("BIN_DIR", "/nonexistent")],
         Duration::from_secs(30),

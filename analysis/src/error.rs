@@ -68,6 +68,8 @@ impl Failure {
     }
 }
 
+impl std::error::Error for Failure {}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

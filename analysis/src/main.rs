@@ -344,7 +344,7 @@ fn write_failure_json(a: &CompareArgs, f: &Failure) {
     }
 }
 
-fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<i32, Failure> {
+fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow::Result<i32> {
     let default_metrics: &[Metric] = if gate { &[Metric::Busbw] } else { &Metric::ALL };
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
@@ -356,7 +356,7 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<
         Ok(r) => r,
         Err(f) => {
             write_failure_json(a, &f);
-            return Err(f);
+            return Err(f.into());
         }
     };
     let title = if gate {
@@ -383,14 +383,12 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> Result<
     }
 }
 
-fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
+fn run_plot(a: &PlotArgs) -> anyhow::Result<i32> {
     let metric = Metric::parse(&a.metric).ok_or_else(|| Failure::Usage(format!("unknown metric {:?}", a.metric)))?;
     let runs = load_runs(&a.inputs, &a.input)?;
     let bases: Vec<Baseline> = a.baseline.iter().map(|p| baseline::load(p)).collect::<Result<_, _>>()?;
     if runs.is_empty() && bases.is_empty() {
-        return Err(Failure::Usage(
-            "nothing to plot: give inputs and/or --baseline files".into(),
-        ));
+        return Err(Failure::Usage("nothing to plot: give inputs and/or --baseline files".into()).into());
     }
     let lines = plot::lines_from_runs(&runs, metric);
     let title = a
@@ -402,7 +400,7 @@ fn run_plot(a: &PlotArgs) -> Result<i32, Failure> {
     Ok(exit::PASS)
 }
 
-fn run_heatmap(a: &HeatmapArgs) -> Result<i32, Failure> {
+fn run_heatmap(a: &HeatmapArgs) -> anyhow::Result<i32> {
     let size = match &a.size {
         Some(s) => Some(parse_size(s).map_err(|_| Failure::Usage(format!("bad size {s:?}")))?),
         None => None,
@@ -436,7 +434,7 @@ fn run_heatmap(a: &HeatmapArgs) -> Result<i32, Failure> {
     Ok(exit::PASS)
 }
 
-fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
+fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
     for p in &a.inputs {
         if baseline::is_baseline_path(p) {
             let b = baseline::load(p)?;
@@ -516,14 +514,11 @@ fn run_show(a: &ShowArgs) -> Result<i32, Failure> {
     Ok(exit::PASS)
 }
 
-fn run_make_baseline(a: &MakeBaselineArgs) -> Result<i32, Failure> {
+fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
     let runs = load_runs(&a.inputs, &a.input)?;
     for r in &runs {
         if r.wrong_count() > 0.0 || r.status.as_deref().is_some_and(|s| s != "ok") {
-            return Err(Failure::Input(format!(
-                "{}: wrong data or failed run: not a baseline",
-                r.source
-            )));
+            return Err(Failure::Input(format!("{}: wrong data or failed run: not a baseline", r.source)).into());
         }
     }
     let ms = metrics(&a.metric, &[Metric::Busbw])?;
@@ -533,10 +528,10 @@ fn run_make_baseline(a: &MakeBaselineArgs) -> Result<i32, Failure> {
     Ok(exit::PASS)
 }
 
-fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
+fn run_runs_needed(a: &RunsNeededArgs) -> anyhow::Result<i32> {
     a.rule.check()?;
     if !(0.0..1.0).contains(&a.slowdown) {
-        return Err(Failure::Usage("--slowdown must be in [0,1)".into()));
+        return Err(Failure::Usage("--slowdown must be in [0,1)".into()).into());
     }
     let r = &a.rule;
     let spread = match (a.spread, a.inputs.is_empty()) {
@@ -563,7 +558,7 @@ fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
                 })
                 .collect::<Result<_, _>>()?;
             if logs.len() < 3 {
-                return Err(Failure::Input("give >= 3 runs to measure a spread".into()));
+                return Err(Failure::Input("give >= 3 runs to measure a spread".into()).into());
             }
             let s = tcpx_analyze::stats::var(&logs).sqrt();
             println!(
@@ -573,7 +568,7 @@ fn run_runs_needed(a: &RunsNeededArgs) -> Result<i32, Failure> {
             );
             s
         }
-        _ => return Err(Failure::Usage("give either --spread or runs to measure it from".into())),
+        _ => return Err(Failure::Usage("give either --spread or runs to measure it from".into()).into()),
     };
     let margin = (1.0 - r.threshold).ln();
     let need = |ratio: f64, level: f64| decision::runs_needed(spread, ratio.ln() - margin, level, decision::POWER);
@@ -620,9 +615,14 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),
-        Err(f) => {
-            eprintln!("tcpx-analyze: {f}");
-            ExitCode::from(f.exit_code() as u8)
+        Err(e) => {
+            // A Failure (the library's typed errors, in context) carries its documented exit
+            // code; any other error is bad input.
+            let code = e
+                .downcast_ref::<Failure>()
+                .map_or(exit::INVALID_INPUT, Failure::exit_code);
+            eprintln!("tcpx-analyze: {e:#}");
+            ExitCode::from(code as u8)
         }
     }
 }

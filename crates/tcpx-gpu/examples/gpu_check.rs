@@ -1,7 +1,7 @@
 //! GPU check and benchmark for `tcpx-gpu` (needs a GPU; prints SKIP and exits 0 without one).
 //!
-//! 1. fill / verify: GPU pattern == host pattern (`tcpx_gpu::pattern`, itself tested equal to
-//!    `src/check.rs`), verify counts 0 on intact data and exactly 1 after one flipped byte,
+//! 1. fill / verify: GPU pattern == host pattern (`tcpx_gpu::pattern`, the one tcpx-perf's
+//!    data check uses), verify counts 0 on intact data and exactly 1 after one flipped byte,
 //!    nothing outside the range is touched.
 //! 2. unpack vs the CPU reference (`unpack_reference`) on random layouts: scrambled whole
 //!    pages, the TCPX stream model (`tcpx_stream`: whole pages shifted by the chunk phase,

@@ -14,8 +14,9 @@
 //!   [`Device::current`], which a net plugin uses: no NVRTC needed for memory and copies).
 //! - Memory: [`DeviceBuffer`] (4 KiB-aligned), [`PinnedHostBuffer`] (optionally mapped),
 //!   [`Stream`], [`Event`]: RAII, `Send + Sync`, raw addresses out for plugin calls.
-//! - Kernels: [`Device::fill`] / [`Device::verify`] (the `src/check.rs` pattern, bit-exact),
-//!   and [`Device::unpack`], NCCL's device-unpack contract batched over many receives.
+//! - Kernels: [`Device::fill`] / [`Device::verify`] (the [`pattern`] of tcpx-perf's data
+//!   check, bit-exact), and [`Device::unpack`], NCCL's device-unpack contract batched over many
+//!   receives.
 //! - Host side of unpack ([`unpack`]): job descriptors, limit checks, a CPU reference and
 //!   layout generators, testable without a GPU.
 //!

@@ -2,7 +2,7 @@ use super::*;
 
 // ---------------------------------------------------------------------------------------------
 // Device-unpack mode, what a host without a GPU can check (the GPU path runs in
-// `examples/unpack_check.rs` and `launch/nccl-judge.sh`).
+// `examples/unpack_check.rs` and `tools/nccl-judge.sh`).
 // ---------------------------------------------------------------------------------------------
 
 #[test]

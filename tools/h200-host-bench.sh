@@ -7,7 +7,7 @@
 #  2. the full sweep with the best variant, data check on, 4 ranks, 1 MiB .. 1 GiB, result
 #     directory under $OUT_DIR.
 # Usage on the GPU host, binaries carried in BIN_DIR:
-#   BIN_DIR=.device/bin OUT_DIR=$OUT/results launch/h200-host-bench.sh
+#   BIN_DIR=.device/bin OUT_DIR=$OUT/results tools/h200-host-bench.sh
 set -uo pipefail
 BIN_DIR=${BIN_DIR:-target/release}
 OUT_DIR=${OUT_DIR:-results}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NCCL's own socket transport, measured in the same call as tcpx-perf: one rank of the run.
 
-Started by launch/nccl-socket-bench.sh through torchrun (one process per GPU), with NCCL's Socket
+Started by tools/nccl-socket-bench.sh through torchrun (one process per GPU), with NCCL's Socket
 transport forced (NCCL_NET=Socket, P2P and SHM off), so the baseline comes from the same machine,
 at the same time, as the tcpx-perf figures it is compared with (the test host's machines differ
 by tens of percent from one loan to the next; a fixed number cannot account for that).
@@ -181,7 +181,7 @@ def main() -> int:
                 "start_time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                 "args": [name, "--timing", args.timing, "-n", str(args.iters), "-w", str(args.warmup)],
                 "env": sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("NCCL_")),
-                "tool": "tcpx-perf launch/nccl_socket_bench.py (torch.distributed, NCCL backend)",
+                "tool": "tcpx-perf tools/nccl_socket_bench.py (torch.distributed, NCCL backend)",
                 "results": results,
             }
             with open(args.json + ".tmp", "w") as f:

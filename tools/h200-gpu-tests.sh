@@ -5,14 +5,14 @@
 #  2. every pattern with --mem cuda -c 1 through tcpx-emu in unpack mode: 2 and 4 GPUs with one
 #     rank per GPU, and one rank driving all GPUs (-g); each must exit 0 with #wrong == 0;
 #  3. baseline: NCCL's own Socket transport, sendrecv and alltoall, 4 GPUs, in the same call
-#     (launch/nccl-socket-bench.sh): machines of the test host differ by tens of percent from one
+#     (tools/nccl-socket-bench.sh): machines of the test host differ by tens of percent from one
 #     loan to the next, so the figures that matter are ratios measured on one machine;
-#  4. sendrecv and fullmesh, 4 GPUs: a tuning pass with --mem cuda (launch/sweep.sh), then
+#  4. sendrecv and fullmesh, 4 GPUs: a tuning pass with --mem cuda (tools/sweep.sh), then
 #     1 MiB .. 1 GiB with the best knobs, --mem cuda and --mem host in the same call (result
 #     directories under $OUT_DIR), each compared with section 3 per size (tcpx-analyze compare).
 # Usage on the GPU host, binaries carried in BIN_DIR (tcpx-perf, libnccl_net_tcpxemu.so, gpu_check,
 # tcpx-analyze):
-#   BIN_DIR=.device/bin OUT_DIR=$OUT/results launch/h200-gpu-tests.sh
+#   BIN_DIR=.device/bin OUT_DIR=$OUT/results tools/h200-gpu-tests.sh
 set -uo pipefail
 . "$(dirname "$0")/variant.sh"
 BIN_DIR=${BIN_DIR:-target/release}
@@ -61,7 +61,7 @@ done
 
 NCCL_DIR="$OUT_DIR/h200-${STAMP}-nccl-socket"
 if on baseline; then
-  echo "## baseline: NCCL Socket transport over lo, same call (launch/nccl-socket-bench.sh)"
+  echo "## baseline: NCCL Socket transport over lo, same call (tools/nccl-socket-bench.sh)"
   # NCCL's names for this script's patterns (PATTERNS means tcpx-perf's here, NCCL's there).
   nccl_patterns=$(for p in ${PATTERNS:-sendrecv fullmesh}; do [ "$p" = fullmesh ] && echo alltoall || echo "$p"; done)
   PATTERNS="$nccl_patterns" OUT_DIR=$NCCL_DIR bash "$(dirname "$0")/nccl-socket-bench.sh" 4 | grep -v '^$' || fail=1
@@ -74,7 +74,7 @@ ratios() {
     awk -F'|' '/^\| [a-z]+ \| [0-9]+ [KMG]iB \|/ {r = $8; sub(/ \(.*/, "", r); gsub(/ /, "", $3); gsub(/ /, "", r); printf " %s %s", $3, r}'
 }
 
-# Performance: a tuning pass (launch/sweep.sh at TUNE_SIZES, data check on) over data sockets per
+# Performance: a tuning pass (tools/sweep.sh at TUNE_SIZES, data check on) over data sockets per
 # comm, socket chunk size, socket buffers, comms per peer and request size; the variant whose
 # slowest size is fastest runs the full sweep, --mem cuda and --mem host in the same call with the
 # same knobs. Per-chunk costs (staging copies and their events) favour chunks of 1-4 MiB; small

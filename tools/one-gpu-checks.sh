@@ -8,7 +8,7 @@
 #  3. the staged path (a host-only plugin with --mem cuda);
 #  4. the plugin's own unpack check (examples/unpack_check), when carried.
 # Usage (binaries in BIN_DIR: tcpx-perf, libnccl_net_tcpxemu_v7.so, libnccl_net_tcpxemu.so,
-# optionally unpack_check):  BIN_DIR=.device/bin launch/one-gpu-checks.sh
+# optionally unpack_check):  BIN_DIR=.device/bin tools/one-gpu-checks.sh
 set -uo pipefail
 BIN_DIR=${BIN_DIR:-target/release}
 export NCCL_NVLS_ENABLE=0

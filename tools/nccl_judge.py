@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NCCL as the judge of tcpx-emu's device-unpack emulation: one rank of the check.
 
-Started by launch/nccl-judge.sh through torchrun (one process per GPU). NCCL runs on the
+Started by tools/nccl-judge.sh through torchrun (one process per GPU). NCCL runs on the
 tcpx-emu plugin (NCCL_NET_PLUGIN / NCCL_NET=tcpx-emu, P2P and SHM off, NCCL_PROTO=Simple), so
 every byte between GPUs goes through the plugin, and received bytes reach NCCL's buffers only
 through NCCL's own device-unpack kernel reading the plugin's netUnpackMeta descriptors.

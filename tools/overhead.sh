@@ -5,8 +5,8 @@
 # socket count in one call. Prints every run, then per (sockets, size) the median GB/s of each,
 # tcpx-perf/bare, and each side's CPU seconds per GB (user + system, every thread). GB = 1e9 bytes.
 #
-#   launch/overhead.sh                                # target/release build, sockets 1 2 4 8
-#   SOCKS="8" SIZES="64M 1G" ROUNDS=5 launch/overhead.sh --poll spin   # extra args go to tcpx-perf
+#   tools/overhead.sh                                # target/release build, sockets 1 2 4 8
+#   SOCKS="8" SIZES="64M 1G" ROUNDS=5 tools/overhead.sh --poll spin   # extra args go to tcpx-perf
 #
 # BIN_DIR holds tcpx-perf, bare_pairs and libnccl_net_tcpxemu_v7.so (default: target/release,
 # bare_pairs from target/release/examples). Knobs (environment): SOCKS, SIZES (first and last

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Tuning sweep: one tcpx-perf run per variant, one line per variant with the bandwidth at each size.
 # A variant is a word of comma-separated knobs (nsocks cs buf ch chunk win bind; see
-# launch/variant.sh for their meaning and defaults).
+# tools/variant.sh for their meaning and defaults).
 # Usage (binaries in BIN_DIR):
-#   PATTERN=fullmesh MEM=cuda SIZES="256M 1G" NP=4 launch/sweep.sh nsocks=2,ch=1 nsocks=4,buf=524288
+#   PATTERN=fullmesh MEM=cuda SIZES="256M 1G" NP=4 tools/sweep.sh nsocks=2,ch=1 nsocks=4,buf=524288
 # EXTRA_ENV="VAR=value ..." is passed to every run. Figures are the run's own table (GB = 1e9); the data check stays on unless CHECK=0.
 set -uo pipefail
 . "$(dirname "$0")/variant.sh"

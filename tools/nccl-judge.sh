@@ -6,9 +6,9 @@
 # GPUs goes through the plugin and reaches NCCL's buffers only through NCCL's own device-unpack
 # kernel reading the plugin's netUnpackMeta descriptors (NCCL_PROTO=Simple). For each GPU count:
 # a ring send/recv and an all-reduce at several sizes, checked element by element
-# (launch/nccl_judge.py), plus checks on NCCL's log that the plugin and device unpack were used.
+# (tools/nccl_judge.py), plus checks on NCCL's log that the plugin and device unpack were used.
 #
-# Usage: launch/nccl-judge.sh [NGPUS ...]          (default: 2 4)
+# Usage: tools/nccl-judge.sh [NGPUS ...]          (default: 2 4)
 # Env:   TCPXEMU_PLUGIN  path of libnccl-net-tcpxemu.so (default: .device/emu/, then target/release/)
 #        JUDGE_LOGDIR    where the full logs go (default: /tmp/nccl-judge)
 #        JUDGE_TIMEOUT   seconds per GPU count (default: 150)

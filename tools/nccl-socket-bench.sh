@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # NCCL's Socket transport over lo, measured in the same call as tcpx-perf (issue 4's baseline):
 # sendrecv and alltoall, nccl-tests' timing (back to back) and tcpx-perf's (barrier, one op),
-# through PyTorch's NCCL backend (launch/nccl_socket_bench.py). Writes nccl-tests JSON (v3) per
+# through PyTorch's NCCL backend (tools/nccl_socket_bench.py). Writes nccl-tests JSON (v3) per
 # pattern and timing into OUT_DIR for `tcpx-analyze compare -B`.
-# Usage on the GPU host: OUT_DIR=results/nccl-socket launch/nccl-socket-bench.sh [NGPUS]
+# Usage on the GPU host: OUT_DIR=results/nccl-socket tools/nccl-socket-bench.sh [NGPUS]
 # Env: PATTERNS (sendrecv alltoall), TIMINGS (batch barrier), SIZES_ARGS (-b 1M -e 1G -f 2 -n 20 -w 5);
 #      NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD (default 4 / 4: NCCL's tuned socket figures).
 set -uo pipefail

@@ -2,7 +2,7 @@
 # Same-call A/B of two builds: the same tcpx-perf command with the binaries (and plugin) of
 # OLD_DIR and NEW_DIR, alternated ROUNDS times (ABAB..., so drift hits both alike). Prints one
 # line per run with busbw per size, then per size the median busbw of each side and new/old.
-# Usage: OLD_DIR=.device/old NEW_DIR=.device/bin NP=2 launch/ab-binaries.sh --pattern sendrecv -b 64M -e 1G
+# Usage: OLD_DIR=.device/old NEW_DIR=.device/bin NP=2 tools/ab-binaries.sh --pattern sendrecv -b 64M -e 1G
 # Both directories hold tcpx-perf and libnccl_net_tcpxemu.so; MPI_ARGS adds mpirun flags
 # (e.g. "-x NCCL_NSOCKS_PERTHREAD=4"). Figures are the runs' own tables (GB = 1e9).
 set -uo pipefail

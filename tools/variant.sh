@@ -1,4 +1,4 @@
-# Tuning variants, shared by launch/sweep.sh and launch/h200-gpu-tests.sh (source it).
+# Tuning variants, shared by tools/sweep.sh and tools/h200-gpu-tests.sh (source it).
 # A variant is a word of comma-separated knobs; any left out take the defaults below:
 #   nsocks=N     NCCL_NSOCKS_PERTHREAD (data sockets per comm; NCCL_SOCKET_NTHREADS=1)
 #   cs=BYTES     NCCL_DYNAMIC_CHUNK_SIZE (bytes per socket chunk)
