@@ -95,6 +95,11 @@ impl Sysfs {
         self.read(Path::new("class/net").join(ifname).join("mtu"))?.parse().ok()
     }
 
+    /// `class/net/<name>/operstate` (RFC 2863: `up`, `down`, `lowerlayerdown`, `unknown`, ...).
+    pub fn operstate(&self, ifname: &str) -> Option<String> {
+        self.read(Path::new("class/net").join(ifname).join("operstate"))
+    }
+
     /// A NUMA node's CPUs (`devices/system/node/nodeN/cpulist`).
     pub fn node_cpus(&self, node: u32) -> Option<CpuSet> {
         CpuSet::parse(&self.read(format!("devices/system/node/node{node}/cpulist"))?).ok()
