@@ -96,8 +96,14 @@ impl Sysfs {
     }
 
     /// `class/net/<name>/operstate` (RFC 2863: `up`, `down`, `lowerlayerdown`, `unknown`, ...).
+    /// A fake tree without it leaves the link state to the real `/sys` (a fixture's PCI layout
+    /// over real interfaces, as on launch/cluster.sh's rig).
     pub fn operstate(&self, ifname: &str) -> Option<String> {
-        self.read(Path::new("class/net").join(ifname).join("operstate"))
+        let rel = Path::new("class/net").join(ifname).join("operstate");
+        self.read(&rel).or_else(|| {
+            let real = Sysfs::at("/sys");
+            (real.root != self.root).then(|| real.read(&rel)).flatten()
+        })
     }
 
     /// A NUMA node's CPUs (`devices/system/node/nodeN/cpulist`).
