@@ -136,13 +136,14 @@ cmd_up() {
   [ "$rate" = off ] || rate_bits "$rate" >/dev/null || die "--rate $rate: give e.g. 400mbit or 1gbit"
   need_tools
   [ -f "$state" ] && die "rig $RIG is already up ($state): launch/cluster.sh down first, or CLUSTER_RIG=another id"
+  local probe="${tag}probe"
+  "$IP" netns add "$probe" 2>/dev/null || cannot "namespaces refused ('$IP netns add' failed)"
+  "$IP" netns del "$probe"
   mkdir -p "$STATE_DIR"
   # Written first: a crash half-way leaves a state that `down` can clean up from.
   printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\n' "$nodes" "$nics" "$rate" "$mtu" >"$state"
-  trap 'echo "cluster.sh: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1 || true' ERR
-  local probe="${tag}probe"
-  "$IP" netns add "$probe" 2>/dev/null || { rm -f "$state"; cannot "namespaces refused ('$IP netns add' failed)"; }
-  "$IP" netns del "$probe"
+  # Any failure from here on (set -e, die) removes what was made.
+  trap 'echo "cluster.sh: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1 || true' EXIT
   "$IP" link add "$mgmt_bridge" type bridge
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"
   "$IP" link set "$mgmt_bridge" up
@@ -169,7 +170,7 @@ cmd_up() {
       shape_nic "$ns" "eth$r" "$rate"
     done
   done
-  trap - ERR
+  trap - EXIT
   echo "cluster.sh: rig $RIG up: $nodes node(s) x $nics NIC(s), rate ${rate}, MTU $mtu; nodes $(ns_of 0)..$(ns_of $((nodes - 1))), PMIx on $mgmt_bridge ($mgmt_net.254)"
 }
 
