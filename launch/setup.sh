@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running tcpx-perf needs on a fresh Debian/Ubuntu machine:
 # Open MPI (mpirun, and headers for rsmpi), libclang (rsmpi's bindgen), pkg-config, a C
-# compiler, and Rust if it is missing. Safe to run again; prints what it installed.
+# compiler, iproute2 and shellcheck (launch/cluster.sh and its tests), and Rust if it is
+# missing. Safe to run again; prints what it installed.
 #
 # A package counts as installed only when dpkg says "install ok installed": `dpkg -s` also
 # answers 0 for a removed package whose configuration files remain, which would leave the
@@ -11,7 +12,7 @@ set -euo pipefail
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
 need=()
-for pkg in openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl; do
+for pkg in openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl iproute2 shellcheck; do
   installed "$pkg" || need+=("$pkg")
 done
 

@@ -49,8 +49,9 @@ impl Mpi {
         )
     }
 
-    /// Discovers nodes with a shared-memory split (or groups `ranks_per_node` consecutive ranks)
-    /// and gathers every rank's host name.
+    /// Groups ranks into nodes by host identity ([`crate::topology::host_identity`]: the host
+    /// name and boot id, or `NCCL_HOSTID`), or `ranks_per_node` consecutive ranks, and gathers
+    /// every rank's host name.
     pub fn topology(&self, gpus_per_rank: usize, ranks_per_node: Option<usize>) -> Result<Topology, String> {
         let ranks = self.world.size() as usize;
         let hostname = mpi::environment::processor_name().unwrap_or_else(|_| "unknown".into());
@@ -63,24 +64,11 @@ impl Mpi {
             }
             return Ok(Topology::with_ranks_per_node(ranks, k, gpus_per_rank, hostnames));
         }
-        let node_comm = self.world.split_shared(self.world.rank());
-        let local_rank = node_comm.rank() as usize;
-        // The node's lowest world rank names the node; gather it and renumber densely.
-        let mut leader = self.world.rank();
-        node_comm.all_reduce_into(&self.world.rank(), &mut leader, SystemOperation::min());
-        let mut leaders = vec![0i32; ranks];
-        self.world.all_gather_into(&leader, &mut leaders[..]);
-        let mut locals = vec![0u64; ranks];
-        self.world.all_gather_into(&(local_rank as u64), &mut locals[..]);
-        let mut distinct: Vec<i32> = leaders.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let node_of: Vec<usize> = leaders
-            .iter()
-            .map(|l| distinct.binary_search(l).expect("leader listed"))
-            .collect();
-        let local_of: Vec<usize> = locals.iter().map(|&l| l as usize).collect();
-        Ok(Topology::new(&node_of, &local_of, gpus_per_rank, hostnames))
+        // Nodes are host identities, as NCCL groups ranks: a shared-memory split would put ranks
+        // of one machine on one node even where each has its own host (a container or a network
+        // namespace with its own host name, as launch/cluster.sh makes).
+        let identities = self.gather_strings(&crate::topology::this_host_identity(&hostname));
+        Ok(Topology::by_host_identity(&identities, gpus_per_rank, hostnames))
     }
 
     /// Every rank's string, in rank order (any length: lengths first, then the bytes).

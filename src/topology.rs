@@ -69,6 +69,30 @@ impl Topology {
         Self::new(&node, &local, gpus_per_rank, hostnames)
     }
 
+    /// A topology whose nodes are the ranks' host identities ([`host_identity`]): ranks with the
+    /// same identity share a node, numbered in order of each node's lowest rank; local ranks
+    /// follow world rank order within the node (as a shared-memory split numbers them).
+    pub fn by_host_identity(identities: &[String], gpus_per_rank: usize, hostnames: Vec<String>) -> Self {
+        let mut first_rank_of: Vec<&str> = Vec::new();
+        let mut node_of = Vec::with_capacity(identities.len());
+        let mut local_of = Vec::with_capacity(identities.len());
+        let mut count: Vec<usize> = Vec::new();
+        for id in identities {
+            let node = match first_rank_of.iter().position(|x| x == id) {
+                Some(n) => n,
+                None => {
+                    first_rank_of.push(id);
+                    count.push(0);
+                    first_rank_of.len() - 1
+                }
+            };
+            node_of.push(node);
+            local_of.push(count[node]);
+            count[node] += 1;
+        }
+        Self::new(&node_of, &local_of, gpus_per_rank, hostnames)
+    }
+
     pub fn ranks(&self) -> usize {
         self.hostnames.len()
     }
@@ -116,6 +140,27 @@ impl Topology {
     }
 }
 
+/// A process's host identity, as NCCL's `getHostHash` forms it: `NCCL_HOSTID` where set, else
+/// the host name followed by the kernel's boot id. Containers or network namespaces with their
+/// own host name (UTS namespace) are separate hosts; two machines that share a host name are not
+/// one host, since their boot ids differ.
+pub fn host_identity(hostname: &str, nccl_hostid: Option<&str>, boot_id: Option<&str>) -> String {
+    match nccl_hostid.map(str::trim).filter(|h| !h.is_empty()) {
+        Some(id) => format!("hostid:{id}"),
+        None => format!("{hostname}{}", boot_id.unwrap_or("").trim()),
+    }
+}
+
+/// This process's [`host_identity`] (`NCCL_HOSTID`, `/proc/sys/kernel/random/boot_id`).
+pub fn this_host_identity(hostname: &str) -> String {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    host_identity(
+        hostname,
+        std::env::var("NCCL_HOSTID").ok().as_deref(),
+        boot_id.as_deref(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +194,32 @@ mod tests {
             let (a, b) = (order[i], order[(i + 1) % order.len()]);
             assert_ne!(t.endpoints[a].node, t.endpoints[b].node);
         }
+    }
+
+    #[test]
+    fn nodes_are_host_identities_in_order_of_first_rank() {
+        let ids: Vec<String> = ["b", "a", "b", "a", "c"].iter().map(|s| s.to_string()).collect();
+        let t = Topology::by_host_identity(&ids, 1, hosts(5));
+        let nodes: Vec<usize> = t.endpoints.iter().map(|e| e.node).collect();
+        let gpus: Vec<usize> = t.endpoints.iter().map(|e| e.gpu).collect();
+        assert_eq!((t.nodes, nodes, gpus), (3, vec![0, 1, 0, 1, 2], vec![0, 0, 1, 1, 0]));
+    }
+
+    #[test]
+    fn host_identity_is_ncclhostid_else_name_and_boot_id() {
+        let boot = Some("1b6c-42\n");
+        assert_eq!(host_identity("node0", None, boot), "node01b6c-42");
+        assert_ne!(host_identity("node0", None, boot), host_identity("node1", None, boot));
+        assert_ne!(host_identity("a", None, Some("x")), host_identity("a", None, Some("y")));
+        assert_eq!(
+            host_identity("node0", Some("rack7"), boot),
+            host_identity("node1", Some("rack7"), boot)
+        );
+        assert_eq!(
+            host_identity("n", Some(" "), None),
+            "n",
+            "an empty NCCL_HOSTID is unset"
+        );
     }
 
     #[test]

@@ -135,6 +135,7 @@ impl PlacementReport {
             out.comms += r.comms;
             out.rows.extend(r.rows);
         }
+        findings.extend(rail_mtu_findings(&out.rows));
         findings.sort_by_key(|f| f.level);
         out.findings = findings;
         out
@@ -206,6 +207,40 @@ impl PlacementReport {
     }
 }
 
+/// NICs of one name are one rail (rail-aligned clusters such as A3-high: ethN of every node on
+/// one segment). An MTU that differs between nodes on a rail caps every flow across it at the
+/// smaller MTU, and TCPX's devmem fragments with it: a warning naming each node's MTU.
+pub fn rail_mtu_findings(rows: &[Row]) -> Vec<NodeFinding> {
+    let mut rails: BTreeMap<&str, BTreeMap<u32, Vec<String>>> = BTreeMap::new();
+    for r in rows {
+        let Some(mtu) = r.mtu else { continue };
+        // A spread row ("eth1+eth2") names its first channel's NIC, whose MTU it carries.
+        let nic = r.nic.split('+').next().unwrap_or(&r.nic);
+        let hosts = rails.entry(nic).or_default().entry(mtu).or_default();
+        if !hosts.contains(&r.host) {
+            hosts.push(r.host.clone());
+        }
+    }
+    rails
+        .into_iter()
+        .filter(|(_, mtus)| mtus.len() > 1)
+        .map(|(nic, mtus)| {
+            let each: Vec<String> = mtus
+                .iter()
+                .map(|(mtu, hosts)| format!("{mtu} on {}", hosts.join(",")))
+                .collect();
+            NodeFinding {
+                level: Level::Warning,
+                text: format!(
+                    "{nic} MTU differs between nodes on its rail ({}): flows across it run at the smallest; set one MTU on every node's {nic}",
+                    each.join("; ")
+                ),
+                hosts: mtus.into_values().flatten().collect(),
+            }
+        })
+        .collect()
+}
+
 fn hosts(list: &[String]) -> String {
     if list.len() <= 4 {
         list.join(",")
@@ -260,6 +295,52 @@ mod tests {
             comms: 3,
             sockets: 6,
         }
+    }
+
+    fn row(host: &str, nic: &str, mtu: u32) -> Row {
+        Row {
+            endpoint: 0,
+            rank: 0,
+            host: host.into(),
+            gpu: 0,
+            gpu_pci: "-".into(),
+            gpu_numa: "-".into(),
+            nic: nic.into(),
+            nic_dev: 0,
+            nic_pci: "-".into(),
+            nic_numa: "-".into(),
+            speed_gbps: 10.0,
+            mtu: Some(mtu),
+            distance: "unknown".into(),
+            choice: Choice::Arithmetic,
+            cpus: "0-1".into(),
+            cpus_why: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_mtu_that_differs_on_a_rail_is_a_warning_naming_the_nodes() {
+        let same = [
+            row("node0", "eth1", 1500),
+            row("node1", "eth1", 1500),
+            row("node1", "eth2", 9000),
+        ];
+        assert!(rail_mtu_findings(&same).is_empty(), "different rails may differ");
+        let odd = [
+            row("node0", "eth2", 1500),
+            row("node0", "eth2", 1500),
+            row("node1", "eth2", 9000),
+            row("node2", "eth2", 1500),
+        ];
+        let f = rail_mtu_findings(&odd);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].level, Level::Warning);
+        assert!(
+            f[0].text
+                .starts_with("eth2 MTU differs between nodes on its rail (1500 on node0,node2; 9000 on node1)"),
+            "{}",
+            f[0].text
+        );
     }
 
     #[test]

@@ -132,6 +132,8 @@ pub struct Nic {
     pub cpus: Option<CpuSet>,
     pub speed_mbps: i32,
     pub mtu: Option<u32>,
+    /// The interface's `operstate` (None where sysfs has no interface by that name).
+    pub operstate: Option<String>,
 }
 
 /// How a GPU's NIC was chosen.
@@ -421,6 +423,7 @@ pub fn locate_nics(sys: &Sysfs, props: &[nccl_net::Properties]) -> Vec<Nic> {
                 cpus: info.cpus,
                 speed_mbps: p.speed_mbps,
                 mtu: sys.mtu(&p.name),
+                operstate: sys.operstate(&p.name),
             }
         })
         .collect()

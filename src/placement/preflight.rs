@@ -109,6 +109,7 @@ pub fn local(ctx: &Local) -> Vec<Finding> {
         if !seen.contains(&nic.dev) {
             seen.push(nic.dev);
             mtu(nic, real, &mut out);
+            link(nic, &mut out);
         }
     }
     ulimits(ctx, &mut out);
@@ -294,6 +295,19 @@ fn mtu(nic: &Nic, real: bool, out: &mut Vec<Finding>) {
     }
 }
 
+/// A NIC whose link is down (cable pulled, switch port off, interface set down) keeps its
+/// address, so the plugin still lists it; every connection over it would then hang until the
+/// deadline. `unknown` is what virtual interfaces without carrier tracking (`lo`) report.
+fn link(nic: &Nic, out: &mut Vec<Finding>) {
+    match nic.operstate.as_deref() {
+        None | Some("up") | Some("unknown") => {}
+        Some(state) => out.push(Finding::error(format!(
+            "{} link is {state}: no data can cross it, and every peer that connects to it waits until -T; bring the link up, or leave {} out of the plugin's interfaces",
+            nic.name, nic.name
+        ))),
+    }
+}
+
 fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     // SAFETY: getrlimit fills the struct.
     unsafe {
@@ -449,6 +463,37 @@ mod tests {
                 .any(|x| x.level == Level::Warning && x.text.contains("different NUMA nodes")),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn a_nic_whose_link_is_down_is_an_error() {
+        let env = env_of(&[]);
+        let g = gpu();
+        let state = |s: Option<&str>| Nic {
+            operstate: s.map(String::from),
+            ..nic("eth2", 0)
+        };
+        let check = |n: &Nic| {
+            errors(&local(&Local {
+                plugin_name: "tcpx-emu",
+                endpoints: vec![(&g, n, Distance::Unknown)],
+                comms: 2,
+                listens: 1,
+                cuda: false,
+                env: &env,
+            }))
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+        };
+        let down = check(&state(Some("lowerlayerdown")));
+        assert!(
+            down.iter().any(|e| e.starts_with("eth2 link is lowerlayerdown")),
+            "{down:?}"
+        );
+        for fine in [Some("up"), Some("unknown"), None] {
+            assert!(check(&state(fine)).iter().all(|e| !e.contains("link is")), "{fine:?}");
+        }
     }
 
     #[test]

@@ -95,6 +95,17 @@ impl Sysfs {
         self.read(Path::new("class/net").join(ifname).join("mtu"))?.parse().ok()
     }
 
+    /// `class/net/<name>/operstate` (RFC 2863: `up`, `down`, `lowerlayerdown`, `unknown`, ...).
+    /// A fake tree without it leaves the link state to the real `/sys` (a fixture's PCI layout
+    /// over real interfaces, as on launch/cluster.sh's rig).
+    pub fn operstate(&self, ifname: &str) -> Option<String> {
+        let rel = Path::new("class/net").join(ifname).join("operstate");
+        self.read(&rel).or_else(|| {
+            let real = Sysfs::at("/sys");
+            (real.root != self.root).then(|| real.read(&rel)).flatten()
+        })
+    }
+
     /// A NUMA node's CPUs (`devices/system/node/nodeN/cpulist`).
     pub fn node_cpus(&self, node: u32) -> Option<CpuSet> {
         CpuSet::parse(&self.read(format!("devices/system/node/node{node}/cpulist"))?).ok()

@@ -1,0 +1,303 @@
+//! A cluster in a box (`launch/cluster.sh`): 2 nodes x 2 NICs as network namespaces, real
+//! ranks in them, real sockets over veths. Checks that tcpx-perf sees 2 nodes, that every NIC
+//! carries the bytes its placement plans (counted by each node's kernel), that a dead NIC and an
+//! MTU mismatch are found before any data moves, and that `down` leaves nothing behind.
+//!
+//! Needs root, iproute2 and network namespaces; where the rig cannot exist (`cluster.sh` exits
+//! 77) each test says so on stderr and passes without checking anything. Each test has its own
+//! rig id (`CLUSTER_RIG`), so two run at once.
+
+mod common;
+
+use common::output_within;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/launch/cluster.sh");
+
+/// One rig, torn down when dropped (a failing test leaves nothing behind either).
+struct Rig {
+    id: u32,
+    state_dir: PathBuf,
+}
+
+impl Rig {
+    /// `up`s a rig, or None (with a line on stderr) where this machine cannot have one.
+    fn up(id: u32, args: &str) -> Option<Rig> {
+        let state_dir = std::env::temp_dir().join(format!("tcpx-perf-cluster-{}-{id}", std::process::id()));
+        let rig = Rig { id, state_dir };
+        rig.down();
+        let o = rig.cmd(&format!("up {args}"));
+        if o.status.code() == Some(77) {
+            eprintln!(
+                "skipped: no cluster rig on this machine: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        assert!(o.status.success(), "cluster.sh up {args}: {}", show(&o));
+        Some(rig)
+    }
+
+    fn cmd(&self, args: &str) -> Output {
+        let mut c = Command::new("bash");
+        c.arg(SCRIPT)
+            .args(args.split_whitespace())
+            .env("CLUSTER_RIG", self.id.to_string())
+            .env("CLUSTER_STATE_DIR", &self.state_dir)
+            .env("TCPX_PERF", BIN)
+            .env("NCCL_DYNAMIC_CHUNK_SIZE", "524288")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        output_within(&mut c, Duration::from_secs(120), &format!("cluster.sh {args}"))
+    }
+
+    fn ok(&self, args: &str) {
+        let o = self.cmd(args);
+        assert!(o.status.success(), "cluster.sh {args}: {}", show(&o));
+    }
+
+    fn down(&self) -> Output {
+        self.cmd("down")
+    }
+
+    /// Namespaces, links and state files of this rig still on the host.
+    fn leftovers(&self) -> Vec<String> {
+        let text = |prog: &str, args: &[&str]| {
+            let o = Command::new(prog).args(args).output().expect("run ip");
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let ns = format!("r{}-node", self.id);
+        let link = format!("cx{}", self.id);
+        let mut left: Vec<String> = text("ip", &["netns", "list"])
+            .lines()
+            .filter(|l| l.starts_with(&ns))
+            .map(|l| format!("netns {l}"))
+            .collect();
+        left.extend(
+            text("ip", &["-o", "link", "show"])
+                .lines()
+                .filter_map(|l| l.split(": ").nth(1))
+                .map(|n| n.split('@').next().unwrap_or(n))
+                .filter(|n| n.starts_with(&link) && n[link.len()..].starts_with(|c: char| !c.is_ascii_digit()))
+                .map(|n| format!("link {n}")),
+        );
+        left.extend(
+            text("tc", &["qdisc", "show"])
+                .lines()
+                .filter(|l| l.contains(&format!(" dev {link}")))
+                .map(|l| format!("qdisc {l}")),
+        );
+        if let Ok(dir) = std::fs::read_dir(&self.state_dir) {
+            left.extend(dir.flatten().map(|e| format!("state {}", e.path().display())));
+        }
+        left
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tcpx-perf-cluster-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let mut reader = csv::Reader::from_path(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let headers = reader.headers().expect("header").clone();
+    reader
+        .records()
+        .map(|r| {
+            headers
+                .iter()
+                .map(String::from)
+                .zip(r.expect("record").iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+/// 4 ranks on 2 nodes x 2 NICs: 2 nodes seen; each NIC received (and its node's NIC of that rail
+/// sent) the payload the link matrix and placement put on it, no less and at most 5% more
+/// (headers, acknowledgements of the other direction); every NIC carries a share; a second
+/// `down` finds nothing to do, and a rig whose state file is lost (a crash) is still removed.
+#[test]
+fn every_nic_carries_its_planned_bytes_on_two_nodes() {
+    let Some(rig) = Rig::up(11, "--nodes 2 --nics 2") else {
+        return;
+    };
+    let out = scratch("bytes");
+    let o = rig.cmd(&format!(
+        "run -np 4 -- --pattern pairs -b 1M -e 4M -f 4 -n 5 -w 1 -T 60 --out {}",
+        out.display()
+    ));
+    assert!(o.status.success(), "{}", show(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).unwrap();
+    assert_eq!(summary["nodes"], 2, "ranks in two UTS namespaces are two nodes");
+    assert_eq!(summary["scope"], "inter-node", "2 nodes: pairs cross between them");
+    let iters = summary["iters"].as_u64().unwrap();
+    // Endpoint (rank, gpu) -> (host, NIC) as placement chose.
+    let mut nic_of = BTreeMap::new();
+    for row in summary["placement"]["rows"].as_array().unwrap() {
+        let key = (row["rank"].to_string(), row["gpu"].to_string());
+        nic_of.insert(
+            key,
+            (
+                row["host"].as_str().unwrap().to_string(),
+                row["nic"].as_str().unwrap().to_string(),
+            ),
+        );
+    }
+    let placed: std::collections::BTreeSet<_> = nic_of.values().cloned().collect();
+    assert_eq!(placed.len(), 4, "the 4 endpoints use all 4 NICs: {nic_of:?}");
+
+    let results = summary["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let flows = csv_rows(&out.join("pairs.csv"));
+    for result in results {
+        let size = result["size_bytes"].as_u64().unwrap();
+        // A flow crosses the rail of its receiver's NIC (rail-aligned: one subnet per rail).
+        let mut rx_plan: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut tx_plan: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for f in flows.iter().filter(|f| f["size_bytes"] == size.to_string()) {
+            let (dst_host, nic) = &nic_of[&(f["dst_rank"].clone(), f["dst_gpu"].clone())];
+            let bytes: u64 = f["bytes"].parse::<u64>().unwrap() * iters;
+            *rx_plan.entry((dst_host.clone(), nic.clone())).or_default() += bytes;
+            *tx_plan.entry((f["src_host"].clone(), nic.clone())).or_default() += bytes;
+        }
+        let wire = result["bytes"]["wire"].as_array().unwrap();
+        assert_eq!(wire.len(), 4, "counters of 2 NICs on each of 2 nodes: {wire:?}");
+        for w in wire {
+            let key = (
+                w["host"].as_str().unwrap().to_string(),
+                w["iface"].as_str().unwrap().to_string(),
+            );
+            for (what, plan, seen) in [
+                ("received", rx_plan.get(&key), w["rx_bytes"].as_u64().unwrap()),
+                ("sent", tx_plan.get(&key), w["tx_bytes"].as_u64().unwrap()),
+            ] {
+                let plan = *plan.unwrap_or_else(|| panic!("{key:?} has no planned share: {rx_plan:?}"));
+                assert!(
+                    seen >= plan && seen <= plan + plan / 20 + (64 << 10),
+                    "size {size}: {key:?} {what} {seen} bytes, planned {plan}"
+                );
+            }
+        }
+    }
+
+    let up = rig.leftovers();
+    for made in [
+        "netns r11-node0",
+        "netns r11-node1",
+        "link cx11m",
+        "link cx11r2",
+        "link cx11n1e2",
+    ] {
+        assert!(up.iter().any(|l| l.starts_with(made)), "{made} missing from {up:?}");
+    }
+    assert!(rig.down().status.success());
+    assert_eq!(rig.leftovers(), Vec::<String>::new(), "down leaves nothing");
+    assert!(rig.down().status.success(), "down again: nothing to do, still fine");
+    // A crash that lost the state file: down finds the rig by its names.
+    rig.ok("up --nodes 2 --nics 1 --rate 100mbit");
+    std::fs::remove_dir_all(&rig.state_dir).unwrap();
+    assert!(rig.down().status.success());
+    assert_eq!(rig.leftovers(), Vec::<String>::new(), "down after a lost state file");
+}
+
+/// Faults found before any data moves: an MTU that differs on a rail is a warning naming both
+/// nodes' MTUs; a NIC whose cable is pulled is an error naming node and NIC, and `--dry-run`
+/// exits 1.
+#[test]
+fn a_dead_nic_and_an_mtu_mismatch_are_found_before_the_run() {
+    let Some(rig) = Rig::up(12, "--nodes 2 --nics 2") else {
+        return;
+    };
+    let dry = "run -np 4 -- --pattern pairs -b 1M -e 1M --dry-run";
+    let clean = rig.cmd(dry);
+    assert!(clean.status.success(), "{}", show(&clean));
+    let clean = String::from_utf8_lossy(&clean.stdout).into_owned();
+    assert!(clean.contains("# ranks: 4 endpoints: 4 nodes: 2"), "{clean}");
+    assert!(!clean.contains("# warning:") && !clean.contains("# error:"), "{clean}");
+
+    rig.ok("mtu node1 eth2 9000");
+    let o = rig.cmd(dry);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "a warning alone does not fail: {}", show(&o));
+    assert!(
+        text.contains("# warning: eth2 MTU differs between nodes on its rail (1500 on node0; 9000 on node1)"),
+        "{text}"
+    );
+    rig.ok("mtu node1 eth2 1500");
+
+    rig.ok("link node1 eth2 down");
+    let o = rig.cmd(dry);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let error = text
+        .lines()
+        .find(|l| l.starts_with("# error:"))
+        .unwrap_or_else(|| panic!("no error finding: {text}"));
+    assert!(
+        error.contains("eth2 link is down") && error.ends_with("[node1]"),
+        "{error}"
+    );
+    assert!(text.contains("no comm opened, no data moved"), "{text}");
+    rig.ok("link node1 eth2 up");
+    assert!(rig.cmd(dry).status.success(), "the link is back: clean again");
+}
+
+/// Where the rig cannot exist, `cluster.sh` says what it needs in one line and exits 77 (tests
+/// and scripts skip on that), leaving nothing behind.
+#[test]
+fn a_missing_tool_is_one_line_and_exit_77() {
+    let state_dir = scratch("no-ip");
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(["up", "--nodes", "2", "--nics", "1"])
+        .env("CLUSTER_RIG", "13")
+        .env("CLUSTER_STATE_DIR", &state_dir)
+        .env("IP", "/nonexistent/ip");
+    let o = output_within(&mut c, Duration::from_secs(30), "cluster.sh up");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(77), "{}", show(&o));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot build the rig: needs"), "{err}");
+    assert!(!state_dir.join("rig13.env").exists(), "no state left");
+}
+
+/// The rig's scripts pass shellcheck (installed by launch/setup.sh; skipped where absent).
+#[test]
+fn cluster_scripts_pass_shellcheck() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/launch");
+    let o = match Command::new("shellcheck")
+        .args([format!("{dir}/cluster.sh"), format!("{dir}/cluster-bench.sh")])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh installs it");
+            return;
+        }
+    };
+    assert!(o.status.success(), "{}", show(&o));
+}
