@@ -371,6 +371,10 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         .or(tab.meta.tcpx_pattern.clone());
     let (pattern, family) = resolve_collective(file, named.as_deref(), opts, single)?;
     let several = groups.len() > 1;
+    if let [((dtype, _), _)] = groups.as_slice() {
+        // The data type decides the `error` column's tolerance (crate::validate).
+        run.labels.insert("type".into(), dtype.clone());
+    }
     for ((dtype, redop), rows) in groups {
         let variant = if several {
             let mut v = format!("type={dtype}");
