@@ -566,13 +566,13 @@ pub fn text(name: &str, text: &str, runs: &mut [Run]) -> Result<(), Failure> {
                 check_results(&csv, &mut schema, None, run)?;
                 check_header(&csv, schema.version())?;
             }
-            Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson => {
+            Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson | Format::TcpxPerfText => {
                 nccl_errors(run)?;
                 for s in &run.series {
                     for r in s.rows.values() {
                         if r.wrong.is_none() && r.max_error.is_none() {
                             let why = format!(
-                                "{}: size {} ({}): no data check (#wrong N/A: nccl-tests -c 0)",
+                                "{}: size {} ({}): no data check (#wrong N/A: -c 0)",
                                 run.source, r.size, s.pattern
                             );
                             run.unverified.push(why);
@@ -580,7 +580,7 @@ pub fn text(name: &str, text: &str, runs: &mut [Run]) -> Result<(), Failure> {
                     }
                 }
             }
-            Format::TcpxPerfDir | Format::TcpxPerfText => {}
+            Format::TcpxPerfDir => {}
         }
     }
     Ok(())

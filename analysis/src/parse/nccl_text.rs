@@ -158,7 +158,10 @@ pub fn parse_all(file: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>
                     return Err(ParseError::new(file, Some(ln), msg));
                 }
                 let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
-                tab.wrong_total = Some(num(file, l.no, "Out of bounds values", v)?);
+                // `N/A (not checked)`: tcpx-perf with -c 0 (issue 21) checked nothing.
+                if v != "N/A" {
+                    tab.wrong_total = Some(num(file, l.no, "Out of bounds values", v)?);
+                }
                 tab.footer = true;
                 continue;
             }
@@ -434,6 +437,17 @@ mod tests {
 
     fn table(rows: &[&str]) -> String {
         format!("{HEADER}\n{}\n{FOOTER}\n", rows.join("\n"))
+    }
+
+    #[test]
+    fn an_unchecked_footer_is_no_wrong_count() {
+        let text = table(&["48  1  float  57.46  0.00  0.00  N/A  57.40  0.00  0.00  N/A"])
+            .replace("0 OK", "N/A (not checked)");
+        let run = parse("u.log", &text, &ParseOptions::default()).unwrap();
+        assert_eq!(run.wrong_total, None);
+        assert_eq!(run.series[0].rows[&48].max_error, None);
+        let text = table(&["48  1  float  57.46  0.00  0.00  N/A  57.40  0.00  0.00  N/A"]).replace("0 OK", "many");
+        assert!(parse("u.log", &text, &ParseOptions::default()).is_err());
     }
 
     #[test]
