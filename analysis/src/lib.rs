@@ -12,3 +12,4 @@ pub mod parse;
 pub mod plot;
 pub mod report;
 pub mod stats;
+pub mod validate;

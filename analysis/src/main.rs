@@ -9,7 +9,7 @@ use tcpx_analyze::decision;
 use tcpx_analyze::error::{exit, Failure};
 use tcpx_analyze::model::{Metric, Run};
 use tcpx_analyze::parse::{self, ParseOptions, Placement};
-use tcpx_analyze::{plot, report};
+use tcpx_analyze::{plot, report, validate};
 use tcpx_units::{format_size_label, parse_size};
 
 const EXIT_CODES: &str = "\
@@ -120,6 +120,10 @@ struct MakeBaselineArgs {
     /// Output file.
     #[arg(long, short = 'o')]
     out: PathBuf,
+    /// Accept runs whose bytes were neither data-checked nor verified exactly (-c 0 with only
+    /// the wire counters, a lower bound); the baseline's description says so.
+    #[arg(long)]
+    allow_unchecked: bool,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -188,6 +192,10 @@ struct CompareArgs {
     /// Write the JSON verdict to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Gate runs whose bytes were neither data-checked nor verified exactly (-c 0 with only the
+    /// wire counters, a lower bound; refused by default); the verdict says so.
+    #[arg(long)]
+    allow_unchecked: bool,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -298,7 +306,12 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
 
 /// The references of `-B`: all run inputs together, then each baseline file. Without `-B`, the
 /// NCCL figures recorded in the candidates' own runs (`tcpx-perf --baseline nccl`).
-fn references(a: &CompareArgs, cands: &[Run]) -> Result<Vec<Reference>, Failure> {
+fn references(
+    a: &CompareArgs,
+    cands: &[Run],
+    allow_unchecked: bool,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Reference>, Failure> {
     if a.baseline.is_empty() {
         let mut same_run = Vec::new();
         for c in cands {
@@ -318,7 +331,9 @@ fn references(a: &CompareArgs, cands: &[Run]) -> Result<Vec<Reference>, Failure>
         a.baseline.iter().cloned().partition(|p| baseline::is_baseline_path(p));
     let mut out = Vec::new();
     if !runs.is_empty() {
-        out.push(Reference::Runs(load_runs(&runs, &a.input)?));
+        let mut refs = load_runs(&runs, &a.input)?;
+        notes.extend(validate::unchecked_policy(&mut refs, allow_unchecked)?);
+        out.push(Reference::Runs(refs));
     }
     for f in &files {
         out.push(Reference::Baseline(Box::new(baseline::load(f)?)));
@@ -346,11 +361,19 @@ fn write_failure_json(a: &CompareArgs, f: &Failure) {
 
 fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow::Result<i32> {
     let default_metrics: &[Metric] = if gate { &[Metric::Busbw] } else { &Metric::ALL };
+    // compare only reports: unchecked runs are named in its warnings, never refused.
+    let allow_unchecked = a.allow_unchecked || !gate;
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
-        let cands = load_runs(&a.candidate, &a.input)?;
-        let r = references(a, &cands)?;
-        Ok::<_, Failure>(compare::analyze(&cands, &r, &s))
+        let mut cands = load_runs(&a.candidate, &a.input)?;
+        let mut notes = validate::unchecked_policy(&mut cands, allow_unchecked)?;
+        let r = references(a, &cands, allow_unchecked, &mut notes)?;
+        let mut rep = compare::analyze(&cands, &r, &s);
+        if !notes.is_empty() {
+            rep.verdict = format!("{} (UNCHECKED runs allowed)", rep.verdict);
+            rep.warnings.extend(notes);
+        }
+        Ok::<_, Failure>(rep)
     })();
     let rep = match res {
         Ok(r) => r,
@@ -515,14 +538,26 @@ fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
 }
 
 fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
-    let runs = load_runs(&a.inputs, &a.input)?;
+    let mut runs = load_runs(&a.inputs, &a.input)?;
+    let notes = validate::unchecked_policy(&mut runs, a.allow_unchecked)?;
+    for n in &notes {
+        println!("{n}");
+    }
     for r in &runs {
         if r.wrong_count() > 0.0 || r.status.as_deref().is_some_and(|s| s != "ok") {
             return Err(Failure::Input(format!("{}: wrong data or failed run: not a baseline", r.source)).into());
         }
     }
     let ms = metrics(&a.metric, &[Metric::Busbw])?;
-    let text = baseline::from_runs(&a.name, &runs, &ms, &a.description).map_err(Failure::Input)?;
+    let description = if notes.is_empty() {
+        a.description.clone()
+    } else {
+        format!(
+            "{} (UNCHECKED: built from runs whose bytes were not checked, --allow-unchecked)",
+            a.description
+        )
+    };
+    let text = baseline::from_runs(&a.name, &runs, &ms, &description).map_err(Failure::Input)?;
     write_file(&a.out, &text)?;
     println!("wrote {}", a.out.display());
     Ok(exit::PASS)
@@ -535,7 +570,7 @@ fn run_runs_needed(a: &RunsNeededArgs) -> anyhow::Result<i32> {
     }
     let r = &a.rule;
     let spread = match (a.spread, a.inputs.is_empty()) {
-        (Some(s), true) => s,
+        (Some(s), true) => validate::spread(s)?,
         (None, false) => {
             let runs = load_runs(&a.inputs, &a.input)?;
             let logs: Vec<f64> = runs

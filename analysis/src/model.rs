@@ -186,6 +186,9 @@ pub struct Run {
     pub status: Option<String>,
     /// Plugin or NCCL version, ranks, hosts: free-form labels for reports.
     pub labels: BTreeMap<String, String>,
+    /// Sizes whose bytes were neither data-checked nor verified by a witness that sees payload
+    /// exactly, one line each naming file and row ([`crate::validate`]); empty for a checked run.
+    pub unverified: Vec<String>,
 }
 
 impl Run {
@@ -198,6 +201,7 @@ impl Run {
             wrong_total: None,
             status: None,
             labels: BTreeMap::new(),
+            unverified: Vec::new(),
         }
     }
 

@@ -14,8 +14,10 @@ fn add_nccl(dir: &Path, speedup: f64) {
     let header = lines.next().unwrap();
     let cols: Vec<&str> = header.split(',').collect();
     let at = |name: &str| cols.iter().position(|c| *c == name).unwrap();
+    // Schema 3 throughout (one schema version per directory): schema 2's bytes_verified_by,
+    // then the nccl_* columns.
     let mut out = format!(
-        "{header},nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
+        "{header},bytes_verified_by,nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
     );
     for l in lines {
         let v: Vec<&str> = l.split(',').collect();
@@ -27,7 +29,7 @@ fn add_nccl(dir: &Path, speedup: f64) {
         );
         let row = l.replacen("1,", "3,", 1);
         out += &format!(
-            "{row},{t},{a},{b},{},{},{},{},0\n",
+            "{row},plugin,{t},{a},{b},{},{},{},{},0\n",
             1.0 / speedup,
             t * 0.9,
             a / 0.9,
@@ -35,6 +37,16 @@ fn add_nccl(dir: &Path, speedup: f64) {
         );
     }
     std::fs::write(dir.join("results.csv"), out).unwrap();
+    for f in ["samples.csv", "pairs.csv"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        std::fs::write(dir.join(f), text.replace("\n1,", "\n3,")).unwrap();
+    }
+    let sum = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    std::fs::write(
+        dir.join("summary.json"),
+        sum.replace(r#""schema_version":1"#, r#""schema_version":3"#),
+    )
+    .unwrap();
     let samp = std::fs::read_to_string(dir.join("samples.csv")).unwrap();
     let mut ns = String::from("schema_version,pattern,size_bytes,timing,iter,time_us,algbw_gbps,busbw_gbps\n");
     for timing in ["barrier", "batch"] {

@@ -162,7 +162,7 @@ pub(crate) fn only_run(name: &str, mut runs: Vec<Run>) -> Result<Run, ParseError
     Ok(runs.remove(0))
 }
 
-/// Loads one path: a tcpx-perf result directory, a directory of result directories,
+/// Loads one path (checked by [`crate::validate`]): a tcpx-perf result directory, a directory of result directories,
 /// a tcpx-perf `results.csv`, a nccl-tests or rccl-tests JSON file, or a stdout log (which
 /// may hold several runs).
 pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> {
@@ -185,18 +185,26 @@ pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> 
                 "{name}: directory holds no tcpx-perf result (no results.csv/summary.json, no run sub-directories)"
             )));
         }
-        return subs.iter().map(|p| tcpx::load_dir(p, opts)).collect();
+        let runs = subs
+            .iter()
+            .map(|p| tcpx::load_dir(p, opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::validate::distinct(&runs)?;
+        return Ok(runs);
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| Failure::Input(format!("{name}: not UTF-8 text ({e})")))?;
-    Ok(parse_text(&name, &text, opts)?)
+    let mut runs = parse_text(&name, &text, opts)?;
+    crate::validate::text(&name, &text, &mut runs)?;
+    Ok(runs)
 }
 
-/// Loads several paths into runs (each path may hold several runs).
+/// Loads several paths into runs (each path may hold several runs); copies of one run are refused.
 pub fn load_paths(paths: &[std::path::PathBuf], opts: &ParseOptions) -> Result<Vec<Run>, Failure> {
     let mut runs = Vec::new();
     for p in paths {
         runs.extend(load_path(p, opts)?);
     }
+    crate::validate::distinct(&runs)?;
     Ok(runs)
 }

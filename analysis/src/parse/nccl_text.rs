@@ -158,7 +158,10 @@ pub fn parse_all(file: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>
                     return Err(ParseError::new(file, Some(ln), msg));
                 }
                 let v = v.trim_start_matches([' ', ':']).split_whitespace().next().unwrap_or("");
-                tab.wrong_total = Some(num(file, l.no, "Out of bounds values", v)?);
+                // `N/A (not checked)`: tcpx-perf with -c 0 (issue 21) checked nothing.
+                if v != "N/A" {
+                    tab.wrong_total = Some(num(file, l.no, "Out of bounds values", v)?);
+                }
                 tab.footer = true;
                 continue;
             }
@@ -370,6 +373,10 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
         .or(tab.meta.tcpx_pattern.clone());
     let (pattern, family) = resolve_collective(file, named.as_deref(), opts, single)?;
     let several = groups.len() > 1;
+    if let [((dtype, _), _)] = groups.as_slice() {
+        // The data type decides the `error` column's tolerance (crate::validate).
+        run.labels.insert("type".into(), dtype.clone());
+    }
     for ((dtype, redop), rows) in groups {
         let variant = if several {
             let mut v = format!("type={dtype}");
@@ -431,6 +438,17 @@ mod tests {
 
     fn table(rows: &[&str]) -> String {
         format!("{HEADER}\n{}\n{FOOTER}\n", rows.join("\n"))
+    }
+
+    #[test]
+    fn an_unchecked_footer_is_no_wrong_count() {
+        let text = table(&["48  1  float  57.46  0.00  0.00  N/A  57.40  0.00  0.00  N/A"])
+            .replace("0 OK", "N/A (not checked)");
+        let run = parse("u.log", &text, &ParseOptions::default()).unwrap();
+        assert_eq!(run.wrong_total, None);
+        assert_eq!(run.series[0].rows[&48].max_error, None);
+        let text = table(&["48  1  float  57.46  0.00  0.00  N/A  57.40  0.00  0.00  N/A"]).replace("0 OK", "many");
+        assert!(parse("u.log", &text, &ParseOptions::default()).is_err());
     }
 
     #[test]

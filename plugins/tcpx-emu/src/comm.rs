@@ -412,8 +412,8 @@ impl Comm {
         for (k, seq) in (first..end).enumerate() {
             let slot = seq as usize % MAX_REQUESTS;
             let info = c.reqs[slot];
-            // `short`: half the bytes move, and the control message says so.
-            let len = if Fault::hits(self.shared.fault, FaultKind::Short, seq) {
+            // `short`, `short-lie`: half the bytes move, and the control message says so.
+            let len = if Fault::shortens(self.shared.fault, seq) {
                 short_len(info.size)
             } else {
                 info.size
@@ -670,6 +670,10 @@ impl Comm {
             c.tested += 1;
             if self.dir == Dir::Send {
                 c.consumed = c.tested;
+            }
+            if self.dir == Dir::Recv && Fault::hits(self.shared.fault, FaultKind::ShortLie, seq) {
+                // `short-lie`: the size the receive was posted for, whatever arrived.
+                return Ok(Some(info.cap));
             }
             return Ok(Some(info.size));
         }

@@ -22,7 +22,7 @@
 //! | `TCPXEMU_UNPACK_MAX_RUN` | 16 | unpack mode: largest run of consecutive 4 KiB pages kept together in the bounce buffer (1..=1024; 1 = every page scattered) |
 //! | `TCPXEMU_UNPACK_SEED` | random | unpack mode: fixed seed of the scramble (reproducible layouts) |
 //! | `TCPXEMU_BOUNCE_POOL_MB` | 2048 | unpack mode: the GPU's bounce buffer, shared by its receive comms (64 MiB each at the default chunk size); 64..=4095 |
-//! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt`, `slow`, `short`, `stale` or `drop` (see [`crate::fault`]) |
+//! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt`, `slow`, `short`, `short-lie`, `stale` or `drop` (see [`crate::fault`]) |
 //! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
 //! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
 
@@ -312,7 +312,7 @@ impl Config {
         if let Some(v) = get("TCPXEMU_FAULT").filter(|v| !v.trim().is_empty()) {
             match FaultKind::parse(&v) {
                 None => warns.push(format!(
-                    "TCPXEMU_FAULT={v} is invalid (stall|close|corrupt|slow|short|stale|drop), no fault armed"
+                    "TCPXEMU_FAULT={v} is invalid (stall|close|corrupt|slow|short|short-lie|stale|drop), no fault armed"
                 )),
                 Some(kind) => {
                     let after = match get("TCPXEMU_FAULT_AFTER") {

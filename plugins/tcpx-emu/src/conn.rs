@@ -18,27 +18,28 @@
 //! Both sides work in the background so that NCCL's `connect`/`accept` never block:
 //! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
 //!   pointer inside the caller's handle (as TCPX does); later calls poll it.
-//! * each listen comm has an acceptor thread that accepts, reads hellos, and queues complete
-//!   connections; `accept` pops one or returns NULL. Closing the listen comm shuts the listening
-//!   socket down, which wakes the thread blocked in `accept(2)`.
+//! * each listen comm has an acceptor thread ([`crate::accept`]) that accepts, reads hellos side
+//!   by side (a silent socket delays no other), and queues complete connections; `accept` pops
+//!   one or returns NULL. Closing the listen comm shuts the listening socket down, which wakes the
+//!   thread out of `poll`.
 //!
 //! Socket options: data sockets get `SO_SNDBUF`/`SO_RCVBUF` before connect/listen (so the window
 //! scale is negotiated for them); all sockets get `TCP_NODELAY`, keepalive (10 s idle, 5 s
 //! interval, 3 probes) and `TCP_USER_TIMEOUT` 30 s, so a vanished host turns into an error.
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
+use crate::accept::{accept_loop, ListenShared};
 use crate::comm::{Comm, CommOpts, Connected, UnpackOpts};
 use crate::config::{Config, Mode, ZeroCopy};
 use crate::contracts;
@@ -48,13 +49,13 @@ use crate::worker::Dir;
 
 const HELLO_MAGIC: [u8; 4] = *b"TXHL";
 const HELLO_VERSION: u16 = 1;
-const HELLO_LEN: usize = 32;
-const KIND_CTRL: u8 = 0;
-const KIND_DATA: u8 = 1;
+pub(crate) const HELLO_LEN: usize = 32;
+pub(crate) const KIND_CTRL: u8 = 0;
+pub(crate) const KIND_DATA: u8 = 1;
 /// Hello flag: the receiver acknowledges every chunk (zero-copy sends).
-const FLAG_ACKS: u8 = 1;
-/// How long the acceptor waits for a hello on a fresh socket.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FLAG_ACKS: u8 = 1;
+/// Seconds without a complete connection before `accept` first says what it waits for.
+const FIRST_STALL_REPORT_S: u64 = 10;
 /// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the connection.
 const USER_TIMEOUT_MS: libc::c_int = 30_000;
 /// Dial attempts on ECONNREFUSED (TCPX's `CONNECTION_RETRY` default).
@@ -116,7 +117,7 @@ fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: T) -> std::i
 }
 
 /// Options every socket gets: no Nagle, keepalive, user timeout. Best effort.
-fn tune_common(fd: RawFd) {
+pub(crate) fn tune_common(fd: RawFd) {
     let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1 as libc::c_int);
     let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1 as libc::c_int);
     let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 10 as libc::c_int);
@@ -227,14 +228,14 @@ fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListene
     Ok(TcpListener::from(fd))
 }
 
-struct Hello {
-    kind: u8,
-    index: u8,
-    nsocks: u8,
-    flags: u8,
-    chunk_size: u32,
-    token: u64,
-    conn_id: u64,
+pub(crate) struct Hello {
+    pub kind: u8,
+    pub index: u8,
+    pub nsocks: u8,
+    pub flags: u8,
+    pub chunk_size: u32,
+    pub token: u64,
+    pub conn_id: u64,
 }
 
 impl Hello {
@@ -252,7 +253,7 @@ impl Hello {
         b
     }
 
-    fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
+    pub(crate) fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
         if b[0..4] != HELLO_MAGIC || u16::from_le_bytes([b[4], b[5]]) != HELLO_VERSION {
             return None;
         }
@@ -364,22 +365,6 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
 // listen / accept
 // ------------------------------------------------------------------------------------------------
 
-#[derive(Default)]
-struct Partial {
-    ctrl: Option<TcpStream>,
-    data: Vec<Option<TcpStream>>,
-    /// The ctrl hello's flags.
-    flags: u8,
-}
-
-struct ListenShared {
-    listener: TcpListener,
-    info: ListenInfo,
-    closing: AtomicBool,
-    ready: Mutex<VecDeque<Connected>>,
-    error: Mutex<Option<NetError>>,
-}
-
 /// A listening endpoint; hands out receive comms.
 pub struct ListenComm {
     shared: Arc<ListenShared>,
@@ -389,6 +374,8 @@ pub struct ListenComm {
     first_accept: OnceLock<Instant>,
     /// An accept returned a comm (strict mode refuses another: contract #11).
     accepted: AtomicBool,
+    /// Seconds of waiting after which `accept` next says what it waits for (doubling).
+    next_stall_report: AtomicU64,
 }
 
 impl ListenComm {
@@ -411,13 +398,7 @@ impl ListenComm {
         };
         let mut handle = [0u8; nccl_net_abi::NET_HANDLE_MAXSIZE];
         info.encode(&mut handle);
-        let shared = Arc::new(ListenShared {
-            listener,
-            info,
-            closing: AtomicBool::new(false),
-            ready: Mutex::new(VecDeque::new()),
-            error: Mutex::new(None),
-        });
+        let shared = Arc::new(ListenShared::new(listener, info));
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("tcpxemu-accept".to_owned())
@@ -429,6 +410,7 @@ impl ListenComm {
             cfg: cfg.clone(),
             first_accept: OnceLock::new(),
             accepted: AtomicBool::new(false),
+            next_stall_report: AtomicU64::new(FIRST_STALL_REPORT_S),
         });
         Ok((comm, handle))
     }
@@ -460,16 +442,42 @@ impl ListenComm {
                 self.accepted.store(true, Ordering::Release);
                 Ok(Some(comm))
             }
-            None => match self
-                .shared
-                .error
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-            {
-                Some(e) => Err(e),
-                None => Ok(None),
+            None => match self.shared.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+                Some(e) => Err(NetError {
+                    msg: format!("{}; waiting for {}", e.msg, self.shared.waiting_for()),
+                    ..e
+                }),
+                None => {
+                    self.report_stall(first.elapsed());
+                    Ok(None)
+                }
             },
+        }
+    }
+
+    /// One line: what this listen comm still waits for and the connections it rejected (for a
+    /// setup that does not finish).
+    pub fn waiting_for(&self) -> String {
+        self.shared.waiting_for()
+    }
+
+    /// After 10 s without a complete connection, then 20, 40, ...: a WARN saying what is missing
+    /// and whom the listener turned away (the caller's setup deadline may come first; each
+    /// rejection was logged as it happened).
+    fn report_stall(&self, waited: Duration) {
+        let due = self.next_stall_report.load(Ordering::Relaxed);
+        if waited.as_secs() >= due
+            && self
+                .next_stall_report
+                .compare_exchange(due, due.saturating_mul(2), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            crate::warn!(
+                NCCL_NET,
+                "accept: no complete connection after {} s: waiting for {}",
+                waited.as_secs(),
+                self.shared.waiting_for()
+            );
         }
     }
 }
@@ -490,87 +498,6 @@ impl Drop for ListenComm {
         unsafe { libc::shutdown(self.shared.listener.as_raw_fd(), libc::SHUT_RDWR) };
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(ls: &ListenShared) {
-    let mut partial: HashMap<u64, Partial> = HashMap::new();
-    loop {
-        let accepted = ls.listener.accept();
-        if ls.closing.load(Ordering::Acquire) {
-            return;
-        }
-        let (mut sock, from) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                if let Some(
-                    libc::EINTR | libc::ECONNABORTED | libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM,
-                ) = e.raw_os_error()
-                {
-                    if e.raw_os_error() != Some(libc::EINTR) && e.raw_os_error() != Some(libc::ECONNABORTED) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    continue;
-                }
-                *ls.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                    Some(NetError::system(format!("accept on {}: {e}", ls.info.addr)));
-                return;
-            }
-        };
-        tune_common(sock.as_raw_fd());
-        let mut buf = [0u8; HELLO_LEN];
-        let _ = sock.set_read_timeout(Some(HELLO_TIMEOUT));
-        let hello = sock.read_exact(&mut buf).ok().and_then(|()| Hello::decode(&buf));
-        let _ = sock.set_read_timeout(None);
-        let info = &ls.info;
-        let Some(h) = hello.filter(|h| {
-            h.token == info.token
-                && usize::from(h.nsocks) == info.nsocks
-                && h.chunk_size as usize == info.chunk_size
-                && (h.kind == KIND_CTRL || (h.kind == KIND_DATA && usize::from(h.index) < info.nsocks))
-        }) else {
-            crate::warn!(
-                NCCL_NET,
-                "rejected a connection from {from} on {}: bad or foreign hello",
-                info.addr
-            );
-            continue;
-        };
-        let p = partial.entry(h.conn_id).or_default();
-        if p.data.is_empty() {
-            p.data.resize_with(info.nsocks, || None);
-        }
-        if h.kind == KIND_CTRL {
-            p.ctrl = Some(sock);
-            p.flags = h.flags;
-        } else {
-            p.data[usize::from(h.index)] = Some(sock);
-        }
-        if p.ctrl.is_some() && p.data.iter().all(Option::is_some) {
-            let Some(p) = partial.remove(&h.conn_id) else {
-                continue;
-            };
-            // The receiver only needs to know whether to acknowledge.
-            let zerocopy = if p.flags & FLAG_ACKS != 0 {
-                ZeroCopy::All
-            } else {
-                ZeroCopy::Off
-            };
-            let (Some(ctrl), data) = (p.ctrl, p.data.into_iter().flatten().collect::<Vec<_>>()) else {
-                continue;
-            };
-            let peer = ctrl.peer_addr().unwrap_or(from);
-            ls.ready
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push_back(Connected {
-                    ctrl,
-                    data,
-                    peer,
-                    chunk_size: info.chunk_size,
-                    zerocopy,
-                });
         }
     }
 }

@@ -9,6 +9,10 @@
 //! * `slow`: helper threads sleep [`SLOW_CHUNK_DELAY`] after every chunk.
 //! * `short`: each send `>= AFTER` moves only the first half of its bytes (the control message
 //!   announces half) and reports success; the receiver completes with half its bytes written.
+//! * `short-lie`: as `short` on the sending side, and each receive `>= AFTER` reports the size it
+//!   was posted for, whatever arrived (seen with `TCPXEMU_REPORT_SIZES=1`): a plugin whose own
+//!   sizes lie, so only the data check can tell (the wire counters too, on an interface no other
+//!   traffic crosses).
 //! * `stale`: each CUDA/host receive `>= AFTER` lands its bytes somewhere else (a per-slot scratch
 //!   buffer; CUDA receives publish no descriptors), so the user buffer keeps what it held before
 //!   (the previous iteration's bytes) while the receive completes normally.
@@ -28,6 +32,7 @@ pub enum FaultKind {
     Corrupt,
     Slow,
     Short,
+    ShortLie,
     Stale,
     Drop,
 }
@@ -52,6 +57,7 @@ impl FaultKind {
             "corrupt" => Some(Self::Corrupt),
             "slow" => Some(Self::Slow),
             "short" => Some(Self::Short),
+            "short-lie" => Some(Self::ShortLie),
             "stale" => Some(Self::Stale),
             "drop" => Some(Self::Drop),
             _ => None,
@@ -63,6 +69,11 @@ impl Fault {
     /// True when this fault is of `kind` and applies to request `seq`.
     pub fn hits(fault: Option<Fault>, kind: FaultKind, seq: u64) -> bool {
         matches!(fault, Some(f) if f.kind == kind && seq >= f.after)
+    }
+
+    /// True when send `seq` moves only [`short_len`] of its bytes (`short`, `short-lie`).
+    pub fn shortens(fault: Option<Fault>, seq: u64) -> bool {
+        Self::hits(fault, FaultKind::Short, seq) || Self::hits(fault, FaultKind::ShortLie, seq)
     }
 }
 

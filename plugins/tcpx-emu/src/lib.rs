@@ -33,6 +33,7 @@
 #![cfg_attr(feature = "v7-only", allow(dead_code))]
 
 pub mod abi;
+pub mod accept;
 pub mod comm;
 pub mod config;
 pub mod conn;

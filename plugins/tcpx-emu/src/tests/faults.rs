@@ -158,6 +158,35 @@ fn fault_short_sends_half_and_reports_success() {
 }
 
 #[test]
+fn fault_short_lie_reports_the_full_size_of_a_half_receive() {
+    let (s, r, _lc) = pair(&fault(FaultKind::ShortLie, 1));
+    let mut src = vec![0u8; 70_001];
+    fill(&mut src, 33);
+    for i in 0..3 {
+        let mut dst = vec![0xeeu8; src.len()];
+        // SAFETY: buffers outlive the requests (waited on below).
+        let rq = unsafe { r.irecv(dst.as_mut_ptr(), dst.len()) }.expect("irecv");
+        let sq = unsafe { s.isend(src.as_ptr(), src.len()) }.expect("isend");
+        let (sent, got) = wait_both(&s, sq, &r, rq);
+        r.irecv_consumed(rq).expect("consume");
+        assert_eq!(sent, Ok(src.len()), "the sender reports success for the whole message");
+        assert_eq!(got, Ok(src.len()), "request {i}: the receiver reports the full size");
+        let half = crate::fault::short_len(src.len());
+        let untouched = dst[half..].iter().filter(|&&b| b == 0xee).count();
+        if i == 0 {
+            assert_eq!(dst, src, "request before AFTER is whole");
+        } else {
+            assert_eq!(dst[..half], src[..half]);
+            // The second half never moved (a byte of src may equal the filler by chance).
+            assert!(
+                untouched > (src.len() - half) * 9 / 10,
+                "request {i}: {untouched} bytes untouched"
+            );
+        }
+    }
+}
+
+#[test]
 fn fault_stale_leaves_the_previous_iterations_bytes() {
     let (s, r, _lc) = pair(&fault(FaultKind::Stale, 1));
     let mut dst = vec![0u8; 70_000];

@@ -8,10 +8,12 @@
 //! * [`ffi`]: the exported tables.
 //! * [`strict`]: one test per TCPX contract refusal, and the lenient escape.
 //! * [`process`]: child processes (a killed peer; other environments).
+//! * [`setup`]: strangers connecting to a listener.
 
 mod faults;
 mod ffi;
 mod process;
+mod setup;
 mod strict;
 mod transfer;
 

@@ -1,0 +1,745 @@
+//! Consistency checks of what the loader read (issue 21): figures that contradict each other,
+//! schema versions mixed in one result directory, a summary.json that disagrees with its CSV
+//! files, nccl-tests `error` columns beyond the tolerance of their data type, one run counted
+//! twice, and runs whose bytes nobody checked. Each refusal is one line naming the file, the row
+//! and the field (exit 3); nothing here panics.
+//!
+//! The checks run inside the loader ([`crate::parse::load_path`], [`crate::parse::load_paths`],
+//! [`crate::parse::tcpx::load_dir`]), so every command that reads runs gets them. Whether an
+//! unchecked run may be used is the caller's policy ([`unchecked_policy`]).
+
+use crate::error::Failure;
+use crate::model::{Format, Run};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Display;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::Path;
+
+/// Schema versions of tcpx-perf result directories this reader knows (`results/README.md`).
+pub const SCHEMAS: [u64; 3] = [1, 2, 3];
+
+/// One refusal: `file:line: field: why` on one line (exit 3).
+fn refuse(file: &str, line: Option<usize>, field: &str, why: impl Display) -> Failure {
+    let at = line.map_or(String::new(), |l| format!(":{l}"));
+    Failure::Input(format!("{file}{at}: {field}: {why}"))
+}
+
+/// A number as printed, with half a unit of its last printed digit (what rounding may hide).
+#[derive(Debug, Clone, Copy)]
+struct Printed {
+    value: f64,
+    half_ulp: f64,
+}
+
+impl Printed {
+    fn parse(s: &str) -> Option<Printed> {
+        let s = s.trim();
+        let value: f64 = s.parse().ok().filter(|v: &f64| v.is_finite())?;
+        let (mantissa, exp) = match s.find(['e', 'E']) {
+            Some(i) => (&s[..i], s[i + 1..].parse::<i32>().ok()?),
+            None => (s, 0),
+        };
+        let decimals = mantissa.split_once('.').map_or(0, |(_, f)| f.len()) as i32;
+        Some(Printed {
+            value,
+            half_ulp: 0.5 * 10f64.powi(exp - decimals),
+        })
+    }
+}
+
+/// Whether `v` equals `expected` (itself uncertain by `expected_err`) within rounding.
+fn agrees(v: Printed, expected: f64, expected_err: f64) -> bool {
+    let slack = v.half_ulp + expected_err + 1e-9 * expected.abs().max(v.value.abs());
+    (v.value - expected).abs() <= slack
+}
+
+/// busbw / algbw of a tcpx-perf pattern over `n` endpoints (README "Patterns"); `None` for a
+/// pattern this reader does not know.
+pub fn busbw_factor(pattern: &str, n: f64) -> Option<f64> {
+    match pattern {
+        "sendrecv" | "pairs" => Some(1.0),
+        "ring" => Some(2.0 * (n - 1.0) / n),
+        "fullmesh" => Some((n - 1.0) / n),
+        _ => None,
+    }
+}
+
+/// GB/s (GB = 10^9 bytes) of `bytes` in a printed time, with the error its rounding allows.
+fn gbps(bytes: f64, time_us: Printed) -> (f64, f64) {
+    let at = |t: f64| bytes / t / 1e3;
+    let (t, h) = (time_us.value, time_us.half_ulp);
+    let v = at(t);
+    // The time's true value lies in [t - h, t + h]; the bandwidth's, in the image of that.
+    let err = if t > h { at(t - h) - v } else { f64::INFINITY };
+    (v, err)
+}
+
+/// A CSV file as named columns and rows with their 1-based line numbers.
+struct Csv {
+    name: String,
+    cols: HashMap<String, usize>,
+    rows: Vec<(usize, Vec<String>)>,
+}
+
+impl Csv {
+    fn parse(name: &str, text: &str) -> Result<Csv, Failure> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(false)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let bad = |e: csv::Error| refuse(name, e.position().map(|p| p.line() as usize), "CSV", e);
+        let cols = rdr
+            .headers()
+            .map_err(bad)?
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.to_string(), i))
+            .collect();
+        let mut rows = Vec::new();
+        for rec in rdr.records() {
+            let r = rec.map_err(bad)?;
+            let line = r.position().map_or(0, |p| p.line() as usize);
+            rows.push((line, r.iter().map(str::to_string).collect()));
+        }
+        Ok(Csv {
+            name: name.to_string(),
+            cols,
+            rows,
+        })
+    }
+
+    fn read(path: &Path) -> Result<Option<Csv>, Failure> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
+        Csv::parse(&name, &text).map(Some)
+    }
+
+    fn get<'a>(&self, row: &'a [String], col: &str) -> Option<&'a str> {
+        self.cols.get(col).and_then(|&i| row.get(i)).map(String::as_str)
+    }
+
+    fn number(&self, line: usize, row: &[String], col: &str) -> Result<Option<Printed>, Failure> {
+        match self.get(row, col).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => Printed::parse(v)
+                .map(Some)
+                .ok_or_else(|| refuse(&self.name, Some(line), col, format!("{v:?} is not a finite number"))),
+        }
+    }
+}
+
+/// The one schema version of a result directory: every row of every CSV and summary.json.
+#[derive(Default)]
+struct Schema {
+    first: Option<(u64, String)>,
+}
+
+impl Schema {
+    fn see(&mut self, file: &str, line: Option<usize>, v: Option<&str>) -> Result<(), Failure> {
+        let at = match line {
+            Some(l) => format!("{file}:{l}"),
+            None => file.to_string(),
+        };
+        let Some(v) = v
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|v| SCHEMAS.contains(v))
+        else {
+            return Err(refuse(
+                file,
+                line,
+                "schema_version",
+                format!("{:?} is not a supported version (1, 2 or 3)", v.unwrap_or("")),
+            ));
+        };
+        match &self.first {
+            None => self.first = Some((v, at)),
+            Some((w, first)) if *w != v => {
+                return Err(refuse(
+                    file,
+                    line,
+                    "schema_version",
+                    format!(
+                        "{v} where {first} has {w}: one result directory holds one schema version (files of different tcpx-perf versions were mixed)"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    fn version(&self) -> Option<u64> {
+        self.first.as_ref().map(|(v, _)| *v)
+    }
+}
+
+/// What results.csv says about one size, for the other files' checks.
+struct SizeRow {
+    line: usize,
+    time_us: Printed,
+    iters: Option<u64>,
+    factor: Option<f64>,
+}
+
+/// Checks `results.csv`: every row's algbw and busbw against size, time and the pattern's
+/// factor; records the sizes neither checked nor verified in `run.unverified`.
+fn check_results(
+    csv: &Csv,
+    schema: &mut Schema,
+    summary_endpoints: Option<f64>,
+    run: &mut Run,
+) -> Result<BTreeMap<(String, u64), SizeRow>, Failure> {
+    let f = csv.name.as_str();
+    let mut sizes = BTreeMap::new();
+    for (line, r) in &csv.rows {
+        let line = *line;
+        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+        let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
+        let need = |col: &str| -> Result<Printed, Failure> {
+            csv.number(line, r, col)?
+                .ok_or_else(|| refuse(f, Some(line), col, "missing"))
+        };
+        let size = need("size_bytes")?;
+        let time = need("time_us")?;
+        if time.value <= 0.0 {
+            return Err(refuse(f, Some(line), "time_us", "must be > 0"));
+        }
+        let algbw = need("algbw_gbps")?;
+        let busbw = need("busbw_gbps")?;
+        let (expect, err) = gbps(size.value, time);
+        if !agrees(algbw, expect, err) {
+            return Err(refuse(
+                f,
+                Some(line),
+                "algbw_gbps",
+                format!(
+                    "{} but size_bytes / time_us = {} / {} us = {expect:.6} GB/s: the figures contradict each other",
+                    algbw.value, size.value, time.value
+                ),
+            ));
+        }
+        let n = csv.number(line, r, "endpoints")?.map(|p| p.value).or(summary_endpoints);
+        // sendrecv and pairs need no endpoint count; ring and fullmesh are checked where known.
+        let factor = busbw_factor(&pattern, n.unwrap_or(f64::NAN)).filter(|k| k.is_finite());
+        if let Some(k) = factor {
+            if !agrees(busbw, algbw.value * k, algbw.half_ulp * k) {
+                return Err(refuse(
+                    f,
+                    Some(line),
+                    "busbw_gbps",
+                    format!(
+                        "{} but algbw_gbps x {pattern}'s factor = {} x {k} = {:.6} GB/s: the figures contradict each other",
+                        busbw.value,
+                        algbw.value,
+                        algbw.value * k
+                    ),
+                ));
+            }
+        }
+        if let Some(why) = unverified_row(csv, r) {
+            run.unverified
+                .push(format!("{f}:{line}: size {} ({pattern}): {why}", size.value));
+        }
+        let iters = csv.number(line, r, "iters")?.map(|p| p.value as u64);
+        sizes.insert(
+            (pattern, size.value as u64),
+            SizeRow {
+                line,
+                time_us: time,
+                iters,
+                factor,
+            },
+        );
+    }
+    Ok(sizes)
+}
+
+/// Why a results.csv row's bytes are neither checked nor verified, or `None` when they are: the
+/// data check ran (`wrong` is a number), or a witness that sees payload exactly measured them
+/// (`bytes_moved` a number in schema 2 and later: plugin sizes, unpack descriptors). The wire
+/// counters alone are a lower bound (other traffic inflates them), so they do not verify. A
+/// `verified` column, when present, is taken at its word when it says `false`.
+fn unverified_row(csv: &Csv, r: &[String]) -> Option<String> {
+    if csv.get(r, "verified").is_some_and(|v| v.eq_ignore_ascii_case("false")) {
+        return Some("verified is false".into());
+    }
+    if csv.get(r, "wrong").is_some_and(|w| !w.is_empty()) {
+        return None;
+    }
+    let schema = csv.get(r, "schema_version").unwrap_or("");
+    let moved = csv.get(r, "bytes_moved").unwrap_or("");
+    if schema != "1" && moved.parse::<u64>().is_ok() {
+        return None;
+    }
+    let by = csv
+        .get(r, "bytes_verified_by")
+        .filter(|b| !b.is_empty())
+        .unwrap_or("none");
+    Some(format!(
+        "no data check (wrong is empty: -c 0) and bytes_moved {} (witness: {by}{})",
+        if moved.is_empty() { "not recorded" } else { moved },
+        if by.contains("wire") { ", a lower bound" } else { "" }
+    ))
+}
+
+/// Checks `samples.csv`: each sample's bandwidths from its time, the number of samples per size
+/// (`iters`), and their mean against results.csv's time (`-a` avg and rank0: equal within
+/// rounding; min: results.csv's time is at least the mean; max: at most).
+fn check_samples(
+    csv: &Csv,
+    schema: &mut Schema,
+    sizes: &BTreeMap<(String, u64), SizeRow>,
+    reduction: &str,
+) -> Result<(), Failure> {
+    let f = csv.name.as_str();
+    let mut times: BTreeMap<(String, u64), (Vec<f64>, f64)> = BTreeMap::new();
+    for (line, r) in &csv.rows {
+        let line = *line;
+        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+        let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
+        let need = |col: &str| -> Result<Printed, Failure> {
+            csv.number(line, r, col)?
+                .ok_or_else(|| refuse(f, Some(line), col, "missing"))
+        };
+        let size = need("size_bytes")?;
+        let time = need("time_us")?;
+        if time.value <= 0.0 {
+            return Err(refuse(f, Some(line), "time_us", "must be > 0"));
+        }
+        let key = (pattern.clone(), size.value as u64);
+        let Some(row) = sizes.get(&key) else {
+            return Err(refuse(
+                f,
+                Some(line),
+                "size_bytes",
+                format!("size {} of pattern {pattern} is not in results.csv", size.value),
+            ));
+        };
+        let algbw = need("algbw_gbps")?;
+        let (expect, err) = gbps(size.value, time);
+        if !agrees(algbw, expect, err) {
+            return Err(refuse(
+                f,
+                Some(line),
+                "algbw_gbps",
+                format!("{} but size_bytes / time_us = {expect:.6} GB/s", algbw.value),
+            ));
+        }
+        if let Some(k) = row.factor {
+            let busbw = need("busbw_gbps")?;
+            if !agrees(busbw, algbw.value * k, algbw.half_ulp * k) {
+                return Err(refuse(
+                    f,
+                    Some(line),
+                    "busbw_gbps",
+                    format!("{} but algbw_gbps x {k} = {:.6} GB/s", busbw.value, algbw.value * k),
+                ));
+            }
+        }
+        let e = times.entry(key).or_insert((Vec::new(), 0.0));
+        e.0.push(time.value);
+        e.1 = e.1.max(time.half_ulp);
+    }
+    for ((pattern, size), (ts, half_ulp)) in &times {
+        let row = &sizes[&(pattern.clone(), *size)];
+        if let Some(n) = row.iters.filter(|n| *n != ts.len() as u64) {
+            return Err(refuse(
+                f,
+                None,
+                "iter",
+                format!(
+                    "{} samples of {pattern} size {size}, but results.csv line {} says iters = {n}",
+                    ts.len(),
+                    row.line
+                ),
+            ));
+        }
+        let mean = ts.iter().sum::<f64>() / ts.len() as f64;
+        let res = row.time_us;
+        let slack = half_ulp + res.half_ulp + 1e-9 * mean.abs().max(res.value);
+        let ok = match reduction {
+            "min" => res.value >= mean - slack,
+            "max" => res.value <= mean + slack,
+            _ => (res.value - mean).abs() <= slack,
+        };
+        if !ok {
+            return Err(refuse(
+                f,
+                None,
+                "time_us",
+                format!(
+                    "the mean of {pattern} size {size}'s {} samples is {mean:.4} us, results.csv line {} says {} us (time reduction {reduction}): the files contradict each other",
+                    ts.len(),
+                    row.line,
+                    res.value
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `pairs.csv`: each link's GB/s from its bytes and time.
+fn check_pairs(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
+    let f = csv.name.as_str();
+    for (line, r) in &csv.rows {
+        let line = *line;
+        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+        let (Some(bytes), Some(time), Some(g)) = (
+            csv.number(line, r, "bytes")?,
+            csv.number(line, r, "time_us")?,
+            csv.number(line, r, "gbps")?,
+        ) else {
+            continue;
+        };
+        if time.value <= 0.0 {
+            continue;
+        }
+        let (expect, err) = gbps(bytes.value, time);
+        if !agrees(g, expect, err) {
+            return Err(refuse(
+                f,
+                Some(line),
+                "gbps",
+                format!("{} but bytes / time_us = {expect:.6} GB/s", g.value),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Rows of the other CSV files only need their schema version to agree.
+fn check_schema_only(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
+    for (line, r) in &csv.rows {
+        schema.see(&csv.name, Some(*line), csv.get(r, "schema_version"))?;
+    }
+    Ok(())
+}
+
+/// Checks that summary.json and results.csv describe the same run: pattern, scope, dir, mem,
+/// endpoints, the sizes and each size's time; records sizes the summary calls unverified.
+fn check_summary_agrees(
+    sum_name: &str,
+    summary: &Value,
+    res: &Csv,
+    sizes: &BTreeMap<(String, u64), SizeRow>,
+    run: &mut Run,
+) -> Result<(), Failure> {
+    for field in ["pattern", "scope", "dir", "mem", "endpoints"] {
+        let Some(want) = summary.get(field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let want = match want {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        for (line, r) in &res.rows {
+            if let Some(got) = res.get(r, field).filter(|g| *g != want) {
+                return Err(refuse(
+                    &res.name,
+                    Some(*line),
+                    field,
+                    format!("{got:?} but {sum_name} says {want:?}: the files describe different runs"),
+                ));
+            }
+        }
+    }
+    let Some(results) = summary.get("results").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let pattern = summary.get("pattern").and_then(Value::as_str);
+    let mut seen = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        let field = format!("results[{i}].size_bytes");
+        let size = r
+            .get("size_bytes")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| refuse(sum_name, None, &field, "missing or not a byte count"))?;
+        seen.push(size);
+        let row = sizes
+            .iter()
+            .find(|((p, s), _)| *s == size && pattern.is_none_or(|q| q == p))
+            .map(|(_, row)| row)
+            .ok_or_else(|| refuse(sum_name, None, &field, format!("size {size} is not in {}", res.name)))?;
+        if let Some(t) = r.get("time_us").and_then(Value::as_f64) {
+            let slack = row.time_us.half_ulp + 1e-9 * t.abs();
+            if (t - row.time_us.value).abs() > slack {
+                return Err(refuse(
+                    sum_name,
+                    None,
+                    &format!("results[{i}].time_us"),
+                    format!("{t} but {}:{} says {} us", res.name, row.line, row.time_us.value),
+                ));
+            }
+        }
+        if r.get("verified").and_then(Value::as_bool) == Some(false) {
+            run.unverified
+                .push(format!("{sum_name}: results[{i}] (size {size}): verified is false"));
+        }
+    }
+    for ((_, size), row) in sizes {
+        if !seen.contains(size) {
+            return Err(refuse(
+                &res.name,
+                Some(row.line),
+                "size_bytes",
+                format!("size {size} is not in {sum_name}'s results: the files describe different runs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a tcpx-perf result directory that [`crate::parse::tcpx::load_dir`] read into `run`
+/// (its summary.json already parsed): one schema version, figures that agree with each other
+/// and with summary.json. Records `start_time` as a label and unverified sizes in `run`.
+pub fn tcpx_dir(dir: &Path, summary: &Value, run: &mut Run) -> Result<(), Failure> {
+    let sum_name = dir.join("summary.json").display().to_string();
+    let mut schema = Schema::default();
+    let v = summary.get("schema_version").map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    schema.see(&sum_name, None, v.as_deref())?;
+    if let Some(t) = summary.get("start_time").and_then(Value::as_str) {
+        run.labels.insert("start_time".into(), t.to_string());
+    }
+    let Some(res) = Csv::read(&dir.join("results.csv"))? else {
+        return Ok(());
+    };
+    let endpoints = summary.get("endpoints").and_then(Value::as_f64);
+    let sizes = check_results(&res, &mut schema, endpoints, run)?;
+    check_header(&res, schema.version())?;
+    check_summary_agrees(&sum_name, summary, &res, &sizes, run)?;
+    if let Some(s) = Csv::read(&dir.join("samples.csv"))? {
+        let reduction = summary.get("time_reduction").and_then(Value::as_str).unwrap_or("avg");
+        check_samples(&s, &mut schema, &sizes, reduction)?;
+    }
+    if let Some(p) = Csv::read(&dir.join("pairs.csv"))? {
+        check_pairs(&p, &mut schema)?;
+    }
+    for other in ["rank_samples.csv", "nccl_samples.csv"] {
+        if let Some(c) = Csv::read(&dir.join(other))? {
+            check_schema_only(&c, &mut schema)?;
+        }
+    }
+    if summary.get("status").and_then(Value::as_str) == Some("unchecked") && run.unverified.is_empty() {
+        run.unverified.push(format!("{sum_name}: status is \"unchecked\""));
+    }
+    Ok(())
+}
+
+/// The columns a schema version's results.csv must (not) have: 2 added `bytes_verified_by`,
+/// 3 the `nccl_*` columns.
+fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failure> {
+    let Some(v) = version else { return Ok(()) };
+    for (col, since) in [("bytes_verified_by", 2), ("nccl_time_us", 3)] {
+        if (v >= since) != res.cols.contains_key(col) {
+            return Err(refuse(
+                &res.name,
+                Some(1),
+                col,
+                format!(
+                    "schema_version {v} {} this column (added in schema {since})",
+                    if v >= since { "requires" } else { "predates" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a text input after parsing: a results.csv on its own gets the results.csv checks; the
+/// runs of an nccl-tests log get the `error` column check ([`nccl_errors`]) and their rows
+/// without any data check are recorded as unverified.
+pub fn text(name: &str, text: &str, runs: &mut [Run]) -> Result<(), Failure> {
+    for run in runs.iter_mut() {
+        match run.format {
+            Format::TcpxPerfCsv => {
+                let csv = Csv::parse(name, text)?;
+                let mut schema = Schema::default();
+                check_results(&csv, &mut schema, None, run)?;
+                check_header(&csv, schema.version())?;
+            }
+            Format::NcclTestsText | Format::NcclTestsJson | Format::RcclTestsJson | Format::TcpxPerfText => {
+                nccl_errors(run)?;
+                for s in &run.series {
+                    for r in s.rows.values() {
+                        if r.wrong.is_none() && r.max_error.is_none() {
+                            let why = format!(
+                                "{}: size {} ({}): no data check (#wrong N/A: -c 0)",
+                                run.source, r.size, s.pattern
+                            );
+                            run.unverified.push(why);
+                        }
+                    }
+                }
+            }
+            Format::TcpxPerfDir => {}
+        }
+    }
+    Ok(())
+}
+
+/// nccl-tests' tolerance for the largest absolute error of a data type (`DeltaMaxValue` in
+/// nccl-tests' common.cu): half precision 1e-2 (5e-2 in 2.0), float 1e-5, double 1e-12,
+/// integers none; since 2.x multiplied by (ranks - 1). The larger of the two rules is used, and
+/// 1024 ranks when the log does not say. `None`: a type nccl-tests had no tolerance for.
+pub fn error_tolerance(dtype: &str, ranks: Option<u64>) -> Option<f64> {
+    let base = match dtype {
+        "half" | "float16" => 5e-2,
+        "bfloat16" => 1e-2,
+        "float" | "float32" => 1e-5,
+        "double" | "float64" => 1e-12,
+        "int8" | "uint8" | "char" | "int32" | "int" | "uint32" | "int64" | "uint64" => 0.0,
+        _ => return None,
+    };
+    let scale = ranks.unwrap_or(1024).saturating_sub(1).max(1) as f64;
+    Some(base * scale)
+}
+
+/// Refuses an nccl-tests row whose `error` column (pre-2.13 logs: the largest absolute error
+/// of either placement) exceeds its data type's tolerance ([`error_tolerance`]).
+pub fn nccl_errors(run: &Run) -> Result<(), Failure> {
+    let ranks = run.labels.get("ranks").and_then(|r| r.parse::<u64>().ok());
+    for s in &run.series {
+        let dtype = s
+            .variant
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("type="))
+            .or(run.labels.get("type").map(String::as_str))
+            .unwrap_or("float");
+        for r in s.rows.values() {
+            let Some(e) = r.max_error else { continue };
+            let tol = error_tolerance(dtype, ranks).unwrap_or(5e-2 * 1023.0);
+            if e.is_nan() || e > tol {
+                return Err(refuse(
+                    &format!("{}: row of size {}", run.source, r.size),
+                    None,
+                    "error",
+                    format!(
+                        "{e:e} exceeds nccl-tests' tolerance for {dtype} over {} ranks ({tol:e}): the data check failed",
+                        ranks.map_or("an unknown number of (assumed 1024)".to_string(), |n| n.to_string())
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run's figures as a fingerprint: two runs with the same one are copies of one run.
+fn fingerprint(run: &Run) -> u64 {
+    let mut h = DefaultHasher::new();
+    serde_json::to_string(&(&run.series, &run.pairs))
+        .unwrap_or_default()
+        .hash(&mut h);
+    h.finish()
+}
+
+/// Refuses runs that are copies of another run of the same list (identical figures, e.g. a
+/// result directory copied five times): counted several times they would fake a run-to-run
+/// spread of zero.
+pub fn distinct(runs: &[Run]) -> Result<(), Failure> {
+    let mut seen: HashMap<u64, &Run> = HashMap::new();
+    for r in runs {
+        if let Some(first) = seen.insert(fingerprint(r), r) {
+            let start = |x: &Run| x.labels.get("start_time").cloned();
+            let same_start = match (start(first), start(r)) {
+                (Some(a), Some(b)) if a == b => format!(", same start_time {a}"),
+                _ => String::new(),
+            };
+            return Err(refuse(
+                &r.source,
+                None,
+                "content",
+                format!(
+                    "every figure equals those of {}{same_start}: a copy of one run, which would count twice",
+                    first.source
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The policy of `gate` and `make-baseline` (issue 21, item 2): runs with sizes that were
+/// neither checked nor verified (or a summary saying `status: "unchecked"`) are refused unless
+/// `allow`; allowed ones are returned as notes for the verdict, and their status `unchecked`
+/// counts as `ok`.
+pub fn unchecked_policy(runs: &mut [Run], allow: bool) -> Result<Vec<String>, Failure> {
+    let mut notes = Vec::new();
+    for r in runs.iter_mut() {
+        let unchecked_status = r.status.as_deref() == Some("unchecked");
+        if r.unverified.is_empty() && !unchecked_status {
+            continue;
+        }
+        let first = r
+            .unverified
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("{}: status is \"unchecked\"", r.source));
+        let more = r.unverified.len().saturating_sub(1);
+        let what = if more > 0 {
+            format!("{first} (and {more} more size(s))")
+        } else {
+            first
+        };
+        if !allow {
+            return Err(Failure::Input(format!(
+                "{what}: an unchecked run (its bytes were neither data-checked nor verified by a witness that sees payload exactly); rerun with -c 1, or pass --allow-unchecked"
+            )));
+        }
+        if unchecked_status {
+            r.status = Some("ok".into());
+        }
+        notes.push(format!("UNCHECKED run allowed by --allow-unchecked: {what}"));
+    }
+    Ok(notes)
+}
+
+/// `runs-needed --spread`: a finite positive fraction.
+pub fn spread(s: f64) -> Result<f64, Failure> {
+    if s.is_finite() && s > 0.0 && s < 10.0 {
+        Ok(s)
+    } else {
+        Err(Failure::Usage(format!(
+            "--spread {s}: give the run-to-run spread as a fraction > 0 (e.g. 0.05 for 5%), or runs to measure it from"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_precision() {
+        let p = Printed::parse("2356.5474").unwrap();
+        assert_eq!((p.value, p.half_ulp), (2356.5474, 0.5e-4));
+        assert_eq!(Printed::parse("3e+02").unwrap().half_ulp, 50.0);
+        assert!((Printed::parse("1e308").unwrap().half_ulp / 0.5e308 - 1.0).abs() < 1e-12);
+        assert_eq!(Printed::parse("12").unwrap().half_ulp, 0.5);
+        assert!(Printed::parse("inf").is_none() && Printed::parse("x").is_none());
+        // 1e308 is not 0.44 within any rounding.
+        assert!(!agrees(Printed::parse("1e308").unwrap(), 0.44, 1e-9));
+        assert!(agrees(Printed::parse("0.444963").unwrap(), 0.4449628299, 1e-9));
+    }
+
+    #[test]
+    fn tolerances() {
+        assert_eq!(error_tolerance("float", Some(2)), Some(1e-5));
+        assert!((error_tolerance("float", Some(16)).unwrap() - 1.5e-4).abs() < 1e-15);
+        assert_eq!(error_tolerance("int32", Some(16)), Some(0.0));
+        assert_eq!(error_tolerance("f8e4m3", Some(16)), None);
+        for bad in [f64::NAN, -0.1, 0.0, f64::INFINITY] {
+            assert!(spread(bad).is_err(), "{bad}");
+        }
+        assert_eq!(spread(0.05).unwrap(), 0.05);
+    }
+}

@@ -1,0 +1,328 @@
+//! A listen comm's acceptor thread: accepts sockets and reads their hellos side by side, each
+//! with its own deadline, so a connection that never says hello (a port scanner, a stranger, a
+//! peer stuck mid-handshake) delays nobody else; complete connections (ctrl + data sockets of one
+//! connection id) are queued for `accept`. Every connection turned away is logged at WARN and
+//! remembered, so a setup that does not finish can say what it waited for and whom it refused
+//! ([`ListenShared::waiting_for`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nccl_net_abi::NCCL_NET;
+
+use crate::comm::Connected;
+use crate::config::ZeroCopy;
+use crate::conn::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
+use crate::error::NetError;
+use crate::handle::ListenInfo;
+
+/// How long a fresh socket has to deliver its hello. A real peer sends it right after connecting;
+/// hellos are read side by side, so a silent socket costs only its own slot until then.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Sockets waiting for their hello at once; beyond this the oldest is dropped.
+const MAX_GREETING: usize = 256;
+/// Rejected connections remembered for the diagnosis (all are counted and logged).
+const MAX_REJECTED: usize = 8;
+/// The longest the acceptor sleeps in `poll` (closing the listener wakes it sooner).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// Connections turned away by one listener.
+#[derive(Default)]
+struct Rejected {
+    total: usize,
+    recent: Vec<String>,
+}
+
+/// What a listen comm and its acceptor thread share.
+pub struct ListenShared {
+    pub listener: TcpListener,
+    pub info: ListenInfo,
+    pub closing: AtomicBool,
+    pub ready: Mutex<VecDeque<Connected>>,
+    pub error: Mutex<Option<NetError>>,
+    rejected: Mutex<Rejected>,
+    /// The connections under way and what each still lacks (one line; empty: none).
+    partial: Mutex<String>,
+}
+
+impl ListenShared {
+    pub fn new(listener: TcpListener, info: ListenInfo) -> ListenShared {
+        ListenShared {
+            listener,
+            info,
+            closing: AtomicBool::new(false),
+            ready: Mutex::new(VecDeque::new()),
+            error: Mutex::new(None),
+            rejected: Mutex::new(Rejected::default()),
+            partial: Mutex::new(String::new()),
+        }
+    }
+
+    fn reject(&self, from: SocketAddr, why: &str) {
+        crate::warn!(
+            NCCL_NET,
+            "rejected a connection from {from} on {}: {why}",
+            self.info.addr
+        );
+        let mut r = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
+        r.total += 1;
+        if r.recent.len() < MAX_REJECTED {
+            r.recent.push(format!("{from} ({why})"));
+        }
+    }
+
+    fn set_error(&self, e: NetError) {
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+    }
+
+    /// One line for a setup that does not finish: what this listener still waits for, the
+    /// connections under way, and the connections it rejected.
+    pub fn waiting_for(&self) -> String {
+        let partial = self.partial.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let rejected = match &*self.rejected.lock().unwrap_or_else(|e| e.into_inner()) {
+            r if r.total == 0 => "no connection rejected".to_string(),
+            r => format!(
+                "{} connection(s) rejected: {}{}",
+                r.total,
+                r.recent.join(", "),
+                if r.total > r.recent.len() { ", ..." } else { "" }
+            ),
+        };
+        format!(
+            "a ctrl socket and {} data socket(s) with listener token {:016x} on {} ({}); {rejected}",
+            self.info.nsocks,
+            self.info.token,
+            self.info.addr,
+            if partial.is_empty() {
+                "none has arrived".to_string()
+            } else {
+                partial
+            }
+        )
+    }
+}
+
+/// A connection's sockets gathered so far.
+#[derive(Default)]
+struct Partial {
+    ctrl: Option<TcpStream>,
+    data: Vec<Option<TcpStream>>,
+    /// The ctrl hello's flags.
+    flags: u8,
+}
+
+/// A fresh socket whose hello is being read.
+struct Greeting {
+    sock: TcpStream,
+    from: SocketAddr,
+    buf: [u8; HELLO_LEN],
+    got: usize,
+    deadline: Instant,
+}
+
+enum Heard {
+    Nothing,
+    Hello(Hello),
+    Rejected(String),
+}
+
+impl Greeting {
+    /// Reads what has arrived (the socket is non-blocking).
+    fn read(&mut self) -> Heard {
+        loop {
+            match self.sock.read(&mut self.buf[self.got..]) {
+                Ok(0) => return Heard::Rejected(format!("closed after {} of the {HELLO_LEN} hello bytes", self.got)),
+                Ok(n) => {
+                    self.got += n;
+                    if self.got == HELLO_LEN {
+                        return match Hello::decode(&self.buf) {
+                            Some(h) => Heard::Hello(h),
+                            None => Heard::Rejected("not a tcpx-emu hello (magic or version)".into()),
+                        };
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Heard::Nothing,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Heard::Rejected(format!("{e} before its hello")),
+            }
+        }
+    }
+}
+
+/// The acceptor thread's loop; returns when the listen comm closes or the listener fails.
+pub fn accept_loop(ls: &ListenShared) {
+    let mut partial: HashMap<u64, Partial> = HashMap::new();
+    let mut greeting: Vec<Greeting> = Vec::new();
+    if let Err(e) = ls.listener.set_nonblocking(true) {
+        ls.set_error(NetError::system(format!("listener {}: {e}", ls.info.addr)));
+        return;
+    }
+    loop {
+        let now = Instant::now();
+        let wait = greeting
+            .iter()
+            .map(|g| g.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(IDLE_POLL)
+            .min(IDLE_POLL);
+        let poll = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds: Vec<libc::pollfd> = std::iter::once(poll(ls.listener.as_raw_fd()))
+            .chain(greeting.iter().map(|g| poll(g.sock.as_raw_fd())))
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd of the given length, owned by this frame.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
+        if ls.closing.load(Ordering::Acquire) {
+            return;
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                ls.set_error(NetError::system(format!("poll on {}: {e}", ls.info.addr)));
+                return;
+            }
+            continue;
+        }
+        // Hellos first (their sockets are in `fds` in this order), then new sockets.
+        let now = Instant::now();
+        let mut waiting = Vec::with_capacity(greeting.len());
+        for (mut g, fd) in greeting.drain(..).zip(&fds[1..]) {
+            let heard = if fd.revents != 0 { g.read() } else { Heard::Nothing };
+            match heard {
+                Heard::Nothing if now >= g.deadline => ls.reject(
+                    g.from,
+                    &format!(
+                        "no hello within {} s ({} of {HELLO_LEN} bytes)",
+                        HELLO_TIMEOUT.as_secs(),
+                        g.got
+                    ),
+                ),
+                Heard::Nothing => waiting.push(g),
+                Heard::Rejected(why) => ls.reject(g.from, &why),
+                Heard::Hello(h) => admit(ls, &mut partial, g.sock, g.from, &h),
+            }
+        }
+        greeting = waiting;
+        if fds[0].revents != 0 && !accept_new(ls, &mut greeting) {
+            return;
+        }
+        *ls.partial.lock().unwrap_or_else(|e| e.into_inner()) = describe(&partial, ls.info.nsocks);
+    }
+}
+
+/// Accepts every socket the listener has ready; false when the listener failed for good.
+fn accept_new(ls: &ListenShared, greeting: &mut Vec<Greeting>) -> bool {
+    loop {
+        match ls.listener.accept() {
+            Ok((sock, from)) => {
+                tune_common(sock.as_raw_fd());
+                if let Err(e) = sock.set_nonblocking(true) {
+                    ls.reject(from, &format!("{e}"));
+                    continue;
+                }
+                if greeting.len() >= MAX_GREETING {
+                    let old = greeting.remove(0);
+                    ls.reject(old.from, "dropped: too many connections waiting for their hello");
+                }
+                greeting.push(Greeting {
+                    sock,
+                    from,
+                    buf: [0; HELLO_LEN],
+                    got: 0,
+                    deadline: Instant::now() + HELLO_TIMEOUT,
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
+                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    return true;
+                }
+                _ => {
+                    if !ls.closing.load(Ordering::Acquire) {
+                        ls.set_error(NetError::system(format!("accept on {}: {e}", ls.info.addr)));
+                    }
+                    return false;
+                }
+            },
+        }
+    }
+}
+
+/// Files a socket whose hello arrived under its connection; queues the connection once complete.
+fn admit(ls: &ListenShared, partial: &mut HashMap<u64, Partial>, sock: TcpStream, from: SocketAddr, h: &Hello) {
+    let info = &ls.info;
+    if h.token != info.token {
+        return ls.reject(from, "foreign hello (another listener's token)");
+    }
+    if usize::from(h.nsocks) != info.nsocks || h.chunk_size as usize != info.chunk_size {
+        return ls.reject(from, "hello with other sockets per connection or chunk size");
+    }
+    if !(h.kind == KIND_CTRL || (h.kind == KIND_DATA && usize::from(h.index) < info.nsocks)) {
+        return ls.reject(from, "hello of an unknown socket kind or index");
+    }
+    if let Err(e) = sock.set_nonblocking(false) {
+        return ls.reject(from, &format!("{e}"));
+    }
+    let p = partial.entry(h.conn_id).or_default();
+    if p.data.is_empty() {
+        p.data.resize_with(info.nsocks, || None);
+    }
+    if h.kind == KIND_CTRL {
+        p.ctrl = Some(sock);
+        p.flags = h.flags;
+    } else {
+        p.data[usize::from(h.index)] = Some(sock);
+    }
+    if !(p.ctrl.is_some() && p.data.iter().all(Option::is_some)) {
+        return;
+    }
+    let Some(p) = partial.remove(&h.conn_id) else {
+        return;
+    };
+    // The receiver only needs to know whether to acknowledge.
+    let zerocopy = if p.flags & FLAG_ACKS != 0 {
+        ZeroCopy::All
+    } else {
+        ZeroCopy::Off
+    };
+    let (Some(ctrl), data) = (p.ctrl, p.data.into_iter().flatten().collect::<Vec<_>>()) else {
+        return;
+    };
+    let peer = ctrl.peer_addr().unwrap_or(from);
+    ls.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(Connected {
+        ctrl,
+        data,
+        peer,
+        chunk_size: info.chunk_size,
+        zerocopy,
+    });
+}
+
+/// The connections under way, for [`ListenShared::waiting_for`].
+fn describe(partial: &HashMap<u64, Partial>, nsocks: usize) -> String {
+    partial
+        .iter()
+        .map(|(id, p)| {
+            format!(
+                "connection {id:016x} has {}{} of {nsocks} data sockets",
+                if p.ctrl.is_some() {
+                    "its ctrl socket and "
+                } else {
+                    "no ctrl socket and "
+                },
+                p.data.iter().filter(|d| d.is_some()).count()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
