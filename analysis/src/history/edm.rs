@@ -105,6 +105,32 @@ fn best_split(d: &[f64], n: usize, idx: &[usize], min_segment: usize) -> Option<
     best
 }
 
+/// The scaled divergence `q` of every split `tau` in `0..n` of the whole series (0 where a side
+/// is empty): the reference implementation's `_calculate_t_stats`, for comparing with it.
+pub fn split_statistics(values: &[f64], alpha: f64) -> Vec<f64> {
+    let n = values.len();
+    let d: Vec<f64> = (0..n * n)
+        .map(|k| (values[k / n] - values[k % n]).abs().powf(alpha))
+        .collect();
+    let idx: Vec<usize> = (0..n).collect();
+    (0..n)
+        .map(|tau| {
+            if tau == 0 {
+                return 0.0;
+            }
+            let (l, r) = idx.split_at(tau);
+            let sum = |a: &[usize], b: &[usize]| {
+                a.iter()
+                    .map(|&i| b.iter().map(|&j| d[i * n + j]).sum::<f64>())
+                    .sum::<f64>()
+            };
+            let (a, b) = (tau as f64, (n - tau) as f64);
+            let e = 2.0 * sum(l, r) / (a * b) - sum(l, l) / (a * a) - sum(r, r) / (b * b);
+            a * b / (a + b) * e
+        })
+        .collect()
+}
+
 /// Change points of `values` (in order), sorted by index.
 pub fn e_divisive(values: &[f64], s: &EdmSettings) -> Vec<ChangePoint> {
     let n = values.len();
