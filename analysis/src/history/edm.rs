@@ -189,7 +189,7 @@ mod tests {
     /// `best_split` against the definition computed directly.
     #[test]
     fn divergence_matches_its_definition() {
-        let v = [1.0, 1.2, 0.9, 3.0, 3.3, 2.8, 3.1];
+        let v: [f64; 7] = [1.0, 1.2, 0.9, 3.0, 3.3, 2.8, 3.1];
         let n = v.len();
         let d: Vec<f64> = (0..n * n).map(|k| (v[k / n] - v[k % n]).abs()).collect();
         let idx: Vec<usize> = (0..n).collect();
