@@ -371,3 +371,11 @@ impl Db {
             .map_err(|e| sql(&self.path, e))
     }
 }
+
+/// Sets `PRAGMA user_version` (tests of the version check: a database from a newer build).
+#[doc(hidden)]
+pub fn set_user_version_for_tests(path: &Path, v: i64) -> Result<(), Failure> {
+    let c = Connection::open(path).map_err(|e| sql(path, e))?;
+    c.execute_batch(&format!("PRAGMA user_version = {v}"))
+        .map_err(|e| sql(path, e))
+}
