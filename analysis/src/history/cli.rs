@@ -70,10 +70,8 @@ pub struct EdmArgs {
 
 impl EdmArgs {
     pub fn settings(&self) -> Result<EdmSettings, Failure> {
-        if !(self.significance > 0.0 && self.significance < 1.0)
-            || !(self.edm_alpha > 0.0 && self.edm_alpha < 2.0)
-            || self.permutations < 19
-            || self.min_segment < 2
+        let open = |x: f64, hi: f64| x > 0.0 && x < hi;
+        if !open(self.significance, 1.0) || !open(self.edm_alpha, 2.0) || self.permutations < 19 || self.min_segment < 2
         {
             return Err(Failure::Usage(
                 "--significance in (0,1), --edm-alpha in (0,2), --permutations >= 19, --min-segment >= 2".into(),

@@ -85,20 +85,23 @@ pub struct SeriesResult {
     pub skipped: Option<String>,
 }
 
+/// A configuration: its database id, key and fields.
+pub type ConfigEntry = (i64, String, Config);
+
 /// Everything `detect` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Detection {
     pub tool: String,
     pub settings: EdmSettings,
     pub ci_level: f64,
-    pub configs: Vec<(i64, String, Config)>,
+    pub configs: Vec<ConfigEntry>,
     pub series: Vec<SeriesResult>,
     pub regressions: usize,
     pub exit_code: i32,
 }
 
 /// Per configuration, its series: each size, then the mean over the sizes all its runs have.
-pub fn series_of(db: &Db) -> Result<(Vec<(i64, String, Config)>, Vec<SeriesData>), Failure> {
+pub fn series_of(db: &Db) -> Result<(Vec<ConfigEntry>, Vec<SeriesData>), Failure> {
     let mut configs = Vec::new();
     let mut out = Vec::new();
     for (cid, c) in db.configs()? {
@@ -198,7 +201,7 @@ pub fn relative_change_ci(before: &[f64], after: &[f64], level: f64) -> (f64, f6
     let d = stats::mean(&la) - stats::mean(&lb);
     let (va, vb) = (stats::var(&la) / la.len() as f64, stats::var(&lb) / lb.len() as f64);
     let se2 = va + vb;
-    if !(se2 > 0.0) {
+    if se2.is_nan() || se2 <= 0.0 {
         let r = d.exp() - 1.0;
         return (r, r, r);
     }
@@ -214,7 +217,7 @@ pub fn analyse(data: SeriesData, s: &EdmSettings) -> SeriesResult {
     let min = 2 * s.min_segment.max(2);
     let skipped = if v.len() < min {
         Some(format!("{} runs: a change needs {min} or more", v.len()))
-    } else if v.iter().any(|x| !(*x >= NEAR_ZERO_GBPS)) {
+    } else if v.iter().any(|x| x.is_nan() || *x < NEAR_ZERO_GBPS) {
         Some(format!("a busbw below {NEAR_ZERO_GBPS} GB/s (too coarse to compare)"))
     } else {
         None
