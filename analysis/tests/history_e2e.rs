@@ -360,3 +360,90 @@ fn report_draws_the_nccl_series_of_the_same_runs() {
     let n = check_report(&page, &db, true);
     println!("report with NCCL: {n} plotted values equal the database's");
 }
+
+/// Writes run `i` of a synthetic history made from a real run (`tests/runs/ci-sendrecv-identical/
+/// run01`, tcpx-perf on tcpx-emu): its figures times `factor(size)`, its start time `i` minutes on.
+fn derived_run(out: &Path, i: usize, factor: impl Fn(u64) -> f64) {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical/run01");
+    std::fs::create_dir_all(out).unwrap();
+    let csv = std::fs::read_to_string(real.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (size, t, a, b) = (col("size_bytes"), col("time_us"), col("algbw_gbps"), col("busbw_gbps"));
+    let mut text = format!("{}\n", head.join(","));
+    for l in lines {
+        let mut f: Vec<String> = l.split(',').map(str::to_string).collect();
+        let k = factor(f[size].parse().unwrap());
+        f[t] = format!("{}", f[t].parse::<f64>().unwrap() / k);
+        f[a] = format!("{}", f[a].parse::<f64>().unwrap() * k);
+        f[b] = format!("{}", f[b].parse::<f64>().unwrap() * k);
+        text.push_str(&f.join(","));
+        text.push('\n');
+    }
+    std::fs::write(out.join("results.csv"), text).unwrap();
+    let s = std::fs::read_to_string(real.join("summary.json")).unwrap();
+    let start = format!("\"start_time\": \"2026-11-24T{:02}:{:02}:00Z\"", 4 + i / 60, i % 60);
+    std::fs::write(
+        out.join("summary.json"),
+        s.replace("\"start_time\": \"2026-11-24T03:31:49Z\"", &start),
+    )
+    .unwrap();
+}
+
+/// The acceptance case on tcpx-perf result directories. SYNTHESISED, stated plainly: a
+/// 10% step is far below this host's run-to-run spread (20-30%, `tests/runs/README.md`), so the 30
+/// runs are one real run's files with its figures scaled: per run a 5% (sd) factor shared by all
+/// sizes, 1% per size, and 0.9 from run 12 on. One change point at run 12 +- 1 in every size and
+/// the mean, about -10%; the same without the step: none. And the 12 real runs of one unchanged
+/// configuration (`ci-sendrecv-identical`): none.
+#[test]
+fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
+    for step in [true, false] {
+        let dir = tmpdir(&format!("history-step-{step}"));
+        let mut rng = tcpx_analyze::stats::Rng::new(if step { 12 } else { 13 });
+        for i in 0..30 {
+            let run = 1.0 + 0.05 * rng.normal();
+            let per_size: Vec<f64> = (0..7).map(|_| 1.0 + 0.01 * rng.normal()).collect();
+            let level = if step && i >= 12 { 0.9 } else { 1.0 };
+            derived_run(&dir.join(format!("runs/run{i:02}")), i, |s| {
+                level * run * per_size[(s.trailing_zeros() - 20) as usize]
+            });
+        }
+        let db = dir.join("h.sqlite");
+        let dbs = db.to_str().unwrap();
+        let (code, out) = run_analyze(&["history", "add", "--db", dbs, dir.join("runs").to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        let (code, table) = run_analyze(&["history", "detect", "--db", dbs]);
+        println!("step {step}:\n{table}");
+        let (_, json) = run_analyze(&["history", "detect", "--db", dbs, "--json"]);
+        let d: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let series = d["series"].as_array().unwrap();
+        assert_eq!(series.len(), 8, "7 sizes and their mean");
+        for s in series {
+            let ch = s["changes"].as_array().unwrap();
+            let what = format!("size {}: {ch:?}", s["size"]);
+            if step {
+                assert_eq!(ch.len(), 1, "{what}");
+                assert!(ch[0]["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
+                let r = ch[0]["relative_change"].as_f64().unwrap();
+                assert!((-0.15..=-0.05).contains(&r), "{what}");
+            } else {
+                assert!(ch.is_empty(), "{what}");
+            }
+        }
+        assert_eq!(code, if step { 1 } else { 0 }, "{table}");
+    }
+    let db = tmpdir("history-real-unchanged").join("h.sqlite");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
+    assert_eq!(
+        run_analyze(&["history", "add", "--db", db.to_str().unwrap(), real.to_str().unwrap()]).0,
+        0
+    );
+    let (code, table) = run_analyze(&["history", "detect", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        !table.contains("| #"),
+        "a change in 12 real runs of one configuration: {table}"
+    );
+}
