@@ -128,7 +128,7 @@ fn real_tcpx_perf_runs_round_trip_with_provenance() {
     let c = &configs[0].1;
     assert_eq!(
         c.key(),
-        "tool=tcpx-perf pattern=sendrecv variant=scope=all,dir=bi,mem=host scope=all dir=bi mem=host plugin=tcpx-emu ranks=2 endpoints=2 nodes=1 chunk=524288 channels=1 window=8"
+        "tool=tcpx-perf pattern=sendrecv scope=all dir=bi mem=host plugin=tcpx-emu ranks=2 endpoints=2 nodes=1 chunk=524288 channels=1 window=8"
     );
     let stored = h.runs_of(configs[0].0, false).unwrap();
     assert_eq!(stored.len(), 12);

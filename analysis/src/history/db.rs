@@ -169,7 +169,11 @@ impl Db {
     /// Stores one run in one transaction; a run whose content is already stored is left alone.
     pub fn add(&mut self, r: &RunRecord, added_at: &str) -> Result<Added, Failure> {
         let p = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| sql(&p, e))?;
+        // IMMEDIATE: two `history add` at once must not both see a run as absent.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| sql(&p, e))?;
         let present: Option<i64> = tx
             .query_row(
                 "SELECT id FROM runs WHERE content_sha256 = ?1",

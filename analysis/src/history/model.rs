@@ -31,7 +31,13 @@ impl Config {
     /// The key: `field=value` pairs in a fixed order, unknown fields left out.
     pub fn key(&self) -> String {
         let mut parts = vec![format!("tool={}", self.tool), format!("pattern={}", self.pattern)];
-        if !self.variant.is_empty() {
+        // tcpx-perf's variant is its scope/dir/mem, which follow as fields of their own.
+        let fields = [("scope", &self.scope), ("dir", &self.dir), ("mem", &self.mem)]
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+            .collect::<Vec<_>>()
+            .join(",");
+        if !self.variant.is_empty() && self.variant != fields {
             parts.push(format!("variant={}", self.variant));
         }
         let text = [
