@@ -77,6 +77,15 @@ fn chart(o: &mut String, r: &SeriesResult) {
             yy = y(v)
         );
     }
+    let step = (n / 10).max(1).div_ceil(5) * 5;
+    for i in (0..n).step_by(if n > 10 { step } else { 1 }) {
+        let _ = write!(
+            o,
+            r#"<text x="{:.3}" y="{}" font-size="10" text-anchor="middle">#{i}</text>"#,
+            x(i),
+            TOP + PH + 12.0
+        );
+    }
     let _ = write!(
         o,
         r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">run (time order), {} runs</text><text x="12" y="{}" font-size="10" transform="rotate(-90 12 {})" text-anchor="middle">busbw GB/s</text>"#,
