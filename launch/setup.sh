@@ -44,6 +44,28 @@ EOF
   fi
   echo "setup: installed Rust"
 fi
+# Best effort, for the run-history tests (analysis/tests/history_*.rs), which skip, saying so, where
+# these are missing: Debian's chromium (the HTML report checked in a headless browser) and MongoDB's
+# signal-processing-algorithms from PyPI (the reference change-point detector). Never fatal.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  ROOT=""
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && ROOT="sudo"
+  if [ "$(id -u)" -eq 0 ] || [ -n "$ROOT" ]; then
+    echo "setup: installing chromium (best effort)"
+    if $ROOT timeout 120 apt-get update -qq && DEBIAN_FRONTEND=noninteractive $ROOT timeout 600 \
+        apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; then
+      echo "setup: installed chromium"
+    else
+      echo "setup: chromium not installed: the history report's browser check will skip"
+    fi
+  fi
+fi
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import signal_processing_algorithms" 2>/dev/null; then
+  echo "setup: installing signal-processing-algorithms from PyPI (best effort)"
+  timeout 300 python3 -m pip install -q --disable-pip-version-check signal-processing-algorithms >/dev/null 2>&1 \
+    || echo "setup: signal-processing-algorithms not installed: the detector's reference comparison will skip"
+fi
+
 export PATH="$HOME/.cargo/bin:$PATH"
 # CI (launch/test.sh) runs cargo fmt and cargo clippy: add them to a toolchain installed without.
 if command -v rustup >/dev/null 2>&1 && ! { cargo clippy --version && cargo fmt --version; } >/dev/null 2>&1; then

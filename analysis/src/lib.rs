@@ -7,6 +7,7 @@ pub mod baseline;
 pub mod compare;
 pub mod decision;
 pub mod error;
+pub mod history;
 pub mod model;
 pub mod parse;
 pub mod plot;

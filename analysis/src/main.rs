@@ -58,6 +58,9 @@ enum Cmd {
     MakeBaseline(MakeBaselineArgs),
     /// Runs per side a gate needs, for a run-to-run spread (given, or measured from runs).
     RunsNeeded(RunsNeededArgs),
+    /// Run history: every run in one database (add), change points (detect), one HTML page (report).
+    #[command(subcommand)]
+    History(tcpx_analyze::history::cli::HistoryCmd),
 }
 
 #[derive(Args)]
@@ -165,6 +168,10 @@ struct CompareArgs {
     /// candidates' own runs (tcpx-perf --baseline nccl: same job, same GPUs, same plugin).
     #[arg(long, short = 'B', num_args = 1..)]
     baseline: Vec<PathBuf>,
+    /// Reference instead of -B: per candidate configuration, the runs of its last stable segment
+    /// in this history database (after its newest change point; see `history detect`).
+    #[arg(long, conflicts_with = "baseline")]
+    history: Option<PathBuf>,
     /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
     #[arg(long, value_delimiter = ',')]
     metric: Vec<String>,
@@ -312,6 +319,19 @@ fn references(
     allow_unchecked: bool,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Reference>, Failure> {
+    if let Some(db) = &a.history {
+        let db = tcpx_analyze::history::db::Db::open(db, false)?;
+        let add = tcpx_analyze::history::import::AddOptions {
+            parse: a.input.parse_options(),
+            start_time: None,
+        };
+        let edm = tcpx_analyze::history::edm::EdmSettings::default();
+        let (runs, history_notes) = tcpx_analyze::history::gate::references(&db, &a.candidate, &add, &edm)?;
+        for n in history_notes {
+            println!("history reference: {n}");
+        }
+        return Ok(vec![Reference::Runs(runs)]);
+    }
     if a.baseline.is_empty() {
         let mut same_run = Vec::new();
         for c in cands {
@@ -647,6 +667,7 @@ fn main() -> ExitCode {
         Cmd::Show(a) => run_show(a),
         Cmd::MakeBaseline(a) => run_make_baseline(a),
         Cmd::RunsNeeded(a) => run_runs_needed(a),
+        Cmd::History(h) => tcpx_analyze::history::cli::run(h),
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),

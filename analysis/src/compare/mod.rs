@@ -144,7 +144,9 @@ pub struct Report {
     pub exit_code: i32,
 }
 
-fn check_runs(runs: &[Run], side: &str, problems: &mut Vec<String>) {
+/// The gate's refusals of a run that is not fit to judge (wrong data, a failed run); `history add`
+/// refuses with the same reasons.
+pub fn check_runs(runs: &[Run], side: &str, problems: &mut Vec<String>) {
     for r in runs {
         let w = r.wrong_count();
         if w > 0.0 {

@@ -1,0 +1,200 @@
+//! The `history` subcommands' command line (`add`, `detect`, `report`).
+
+use super::db::{Added, Db};
+use super::detect::{detect, table};
+use super::edm::EdmSettings;
+use super::import::{import_path, AddOptions};
+use super::model::rfc3339;
+use crate::error::{exit, Failure};
+use crate::parse::{ParseOptions, Placement};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum HistoryCmd {
+    /// Store complete runs (tcpx-perf result directories, directories of them, nccl-tests /
+    /// rccl-tests logs); a run already stored is left alone; a run the gate would refuse is
+    /// refused with its reason (exit 3).
+    Add(AddArgs),
+    /// Change points per configuration and size (and mean busbw) by E-Divisive with Means.
+    /// Exit 0: no regression in any newest segment; 1: a regression; 3: bad input.
+    Detect(DetectArgs),
+    /// One self-contained HTML page: busbw over time per configuration and size, change points,
+    /// NCCL of the same runs, a table of the changes.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct DbArg {
+    /// The history database.
+    #[arg(long, default_value = super::DEFAULT_DB)]
+    pub db: PathBuf,
+}
+
+#[derive(Args)]
+pub struct AddArgs {
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    db: DbArg,
+    /// Start time (RFC 3339 UTC) of inputs that record none (logs); default: the file's mtime.
+    #[arg(long)]
+    start_time: Option<String>,
+    /// nccl-tests placement to read.
+    #[arg(long, value_enum, default_value_t = Placement::OutOfPlace)]
+    placement: Placement,
+    /// Collective to assume for nccl-tests inputs that do not name it.
+    #[arg(long)]
+    pattern: Option<String>,
+}
+
+/// The detector's settings.
+#[derive(Args, Clone)]
+pub struct EdmArgs {
+    /// Significance level of the permutation test.
+    #[arg(long, default_value_t = EdmSettings::default().significance)]
+    pub significance: f64,
+    /// Permutations per test.
+    #[arg(long, default_value_t = EdmSettings::default().permutations)]
+    pub permutations: usize,
+    /// Fewest runs a segment may hold.
+    #[arg(long, default_value_t = EdmSettings::default().min_segment)]
+    pub min_segment: usize,
+    /// Exponent of the distance, in (0, 2).
+    #[arg(long, default_value_t = EdmSettings::default().alpha)]
+    pub edm_alpha: f64,
+    /// Seed of the permutations (the same seed gives the same answer).
+    #[arg(long, default_value_t = EdmSettings::default().seed)]
+    pub seed: u64,
+}
+
+impl EdmArgs {
+    pub fn settings(&self) -> Result<EdmSettings, Failure> {
+        let open = |x: f64, hi: f64| x > 0.0 && x < hi;
+        if !open(self.significance, 1.0) || !open(self.edm_alpha, 2.0) || self.permutations < 19 || self.min_segment < 2
+        {
+            return Err(Failure::Usage(
+                "--significance in (0,1), --edm-alpha in (0,2), --permutations >= 19, --min-segment >= 2".into(),
+            ));
+        }
+        if 1.0 / (self.permutations as f64 + 1.0) > self.significance {
+            return Err(Failure::Usage(format!(
+                "--permutations {} cannot reach --significance {}: use at least {}",
+                self.permutations,
+                self.significance,
+                (1.0 / self.significance).ceil() as usize
+            )));
+        }
+        Ok(EdmSettings {
+            alpha: self.edm_alpha,
+            significance: self.significance,
+            permutations: self.permutations,
+            min_segment: self.min_segment,
+            seed: self.seed,
+        })
+    }
+}
+
+#[derive(Args)]
+pub struct DetectArgs {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(flatten)]
+    edm: EdmArgs,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    db: DbArg,
+    #[command(flatten)]
+    edm: EdmArgs,
+    /// Output HTML file.
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+}
+
+fn now() -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    rfc3339(s)
+}
+
+fn add(a: &AddArgs) -> Result<i32, Failure> {
+    let o = AddOptions {
+        parse: ParseOptions {
+            placement: a.placement,
+            pattern: a.pattern.clone(),
+            allow_truncated: false,
+        },
+        start_time: a.start_time.clone(),
+    };
+    // Every input is read and checked before anything is written: a refused input leaves the
+    // database as it was.
+    let mut records = Vec::new();
+    for p in &a.inputs {
+        records.extend(import_path(p, &o)?);
+    }
+    let mut db = Db::open(&a.db.db, true)?;
+    let at = now();
+    let (mut new, mut present) = (0, 0);
+    for r in &records {
+        match db.add(r, &at)? {
+            Added::New(id) => {
+                new += 1;
+                println!("added run {id}: {} ({})", r.source, r.start_time);
+            }
+            Added::Present(id) => {
+                present += 1;
+                println!("already stored as run {id}: {}", r.source);
+            }
+        }
+    }
+    println!(
+        "{}: {new} run(s) added, {present} already stored, {} in all",
+        a.db.db.display(),
+        db.run_count()?
+    );
+    Ok(exit::PASS)
+}
+
+fn run_detect(a: &DetectArgs) -> Result<i32, Failure> {
+    let s = a.edm.settings()?;
+    let db = Db::open(&a.db.db, false)?;
+    let d = detect(&db, &s)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
+    } else {
+        print!("{}", table(&d));
+    }
+    Ok(d.exit_code)
+}
+
+fn report(a: &ReportArgs) -> Result<i32, Failure> {
+    let s = a.edm.settings()?;
+    let db = Db::open(&a.db.db, false)?;
+    let d = detect(&db, &s)?;
+    let page = super::report_html::html(&d, &a.db.db.display().to_string());
+    std::fs::write(&a.out, page).map_err(|e| Failure::Input(format!("{}: cannot write: {e}", a.out.display())))?;
+    println!(
+        "wrote {} ({} series, {} change points)",
+        a.out.display(),
+        d.series.len(),
+        d.series.iter().map(|s| s.changes.len()).sum::<usize>()
+    );
+    Ok(exit::PASS)
+}
+
+/// Runs one `history` subcommand: its exit status.
+pub fn run(c: &HistoryCmd) -> Result<i32, Failure> {
+    match c {
+        HistoryCmd::Add(a) => add(a),
+        HistoryCmd::Detect(a) => run_detect(a),
+        HistoryCmd::Report(a) => report(a),
+    }
+}

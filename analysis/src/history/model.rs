@@ -1,0 +1,185 @@
+//! What the history stores: a run's provenance, its configuration key, per size its figures and
+//! per-iteration samples.
+
+use serde::Serialize;
+
+pub use crate::model::Sample;
+
+/// The configuration a series belongs to: runs compare only within one. Fields a format does not
+/// record are None and left out of the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Config {
+    /// `tcpx-perf` or the benchmark that wrote the log (`nccl-tests`, `rccl-tests`).
+    pub tool: String,
+    pub pattern: String,
+    /// The series' distinguishing fields as the parser names them (tcpx-perf scope/dir/mem,
+    /// nccl-tests type/redop when a log holds several, the placement when not out-of-place).
+    pub variant: String,
+    pub scope: Option<String>,
+    pub dir: Option<String>,
+    pub mem: Option<String>,
+    pub ranks: Option<i64>,
+    pub endpoints: Option<i64>,
+    pub nodes: Option<i64>,
+    pub plugin: Option<String>,
+    pub chunk: Option<i64>,
+    pub channels: Option<i64>,
+    pub window: Option<i64>,
+}
+
+impl Config {
+    /// The key: `field=value` pairs in a fixed order, unknown fields left out.
+    pub fn key(&self) -> String {
+        let mut parts = vec![format!("tool={}", self.tool), format!("pattern={}", self.pattern)];
+        // tcpx-perf's variant is its scope/dir/mem, which follow as fields of their own.
+        let fields = [("scope", &self.scope), ("dir", &self.dir), ("mem", &self.mem)]
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+            .collect::<Vec<_>>()
+            .join(",");
+        if !self.variant.is_empty() && self.variant != fields {
+            parts.push(format!("variant={}", self.variant));
+        }
+        let text = [
+            ("scope", &self.scope),
+            ("dir", &self.dir),
+            ("mem", &self.mem),
+            ("plugin", &self.plugin),
+        ];
+        let nums = [
+            ("ranks", self.ranks),
+            ("endpoints", self.endpoints),
+            ("nodes", self.nodes),
+            ("chunk", self.chunk),
+            ("channels", self.channels),
+            ("window", self.window),
+        ];
+        for (k, v) in text {
+            if let Some(v) = v {
+                parts.push(format!("{k}={v}"));
+            }
+        }
+        for (k, v) in nums {
+            if let Some(v) = v {
+                parts.push(format!("{k}={v}"));
+            }
+        }
+        parts.join(" ")
+    }
+}
+
+/// One size of one series as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredRow {
+    pub size: u64,
+    pub summary: Sample,
+    pub wrong: Option<f64>,
+    /// NCCL of the same run (`tcpx-perf --baseline nccl`), when the run has it.
+    pub nccl: Option<Sample>,
+    pub samples: Vec<Sample>,
+    pub nccl_samples: Vec<Sample>,
+}
+
+/// One series of a run to store: its configuration and rows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesRecord {
+    pub config: Config,
+    pub rows: Vec<StoredRow>,
+}
+
+/// One run to store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    /// SHA-256 of the run's files (a log holding several runs: of the file, then `#` and the
+    /// run's place in it): the same run added twice is recognised by it.
+    pub content_sha256: String,
+    /// Where it was read from (absolute path; `PATH#N` for the N-th run of a log).
+    pub source: String,
+    pub format: String,
+    pub tool: String,
+    /// RFC 3339 UTC, the series' order.
+    pub start_time: String,
+    /// Where the start time came from: `summary.json`, `--start-time`, or `file mtime`.
+    pub time_from: String,
+    pub git_commit: Option<String>,
+    pub plugin_sha256: Option<String>,
+    pub hosts: Option<String>,
+    pub nccl_version: Option<String>,
+    pub status: Option<String>,
+    pub series: Vec<SeriesRecord>,
+}
+
+/// A stored run of one configuration, read back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredRun {
+    pub id: i64,
+    pub source: String,
+    pub format: String,
+    pub tool: String,
+    pub start_time: String,
+    pub time_from: String,
+    pub git_commit: Option<String>,
+    pub plugin_sha256: Option<String>,
+    pub hosts: Option<String>,
+    pub nccl_version: Option<String>,
+    pub content_sha256: String,
+    pub rows: Vec<StoredRow>,
+}
+
+/// Formats seconds since the Unix epoch as RFC 3339 UTC (`2026-11-25T17:31:29Z`).
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Accepts `YYYY-MM-DDTHH:MM:SS[.frac]Z` (what tcpx-perf writes), the form that sorts by time
+/// as text.
+pub fn valid_time(t: &str) -> bool {
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && t.ends_with('Z')
+        && (b.len() == 20 || (b[19] == b'.' && digits(20..b.len() - 1) && b.len() > 21))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1795627889), "2026-11-25T17:31:29Z");
+        assert!(valid_time("2026-11-24T03:31:49Z"));
+        assert!(valid_time("2026-11-24T03:31:49.25Z"));
+        assert!(!valid_time("2026-11-24 03:31:49Z"));
+        assert!(!valid_time("2026-11-24T03:31:49+01:00"));
+    }
+}

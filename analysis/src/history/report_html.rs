@@ -1,0 +1,281 @@
+//! `history report`: one self-contained HTML page (inline SVG, one inline script, no network):
+//! per configuration and series, busbw per run in time order with the change points and segment
+//! means of [`super::detect`], NCCL of the same runs beside it, every run a link to its
+//! directory, and a table of the changes. The plotted values are embedded twice for machines:
+//! as `data-value` on every point and as JSON in `<script id="history-data">`; the inline script
+//! checks on load that every point's position encodes its value and that both agree, and sets
+//! `<body data-check>` to `ok N` (N points) or to the first mismatch (a console error as well).
+
+use super::detect::{Detection, SeriesResult};
+use std::fmt::Write;
+
+const W: f64 = 640.0;
+const H: f64 = 240.0;
+const LEFT: f64 = 56.0;
+const TOP: f64 = 12.0;
+const PW: f64 = W - LEFT - 12.0;
+const PH: f64 = H - TOP - 36.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// A link to a run's directory (or log).
+fn href(source: &str) -> String {
+    let path = source.split(" (").next().unwrap_or(source);
+    if path.starts_with('/') {
+        let enc: String = path
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        format!("file://{enc}")
+    } else {
+        path.to_string()
+    }
+}
+
+fn chart(o: &mut String, r: &SeriesResult) {
+    let pts = &r.data.points;
+    let n = pts.len().max(1);
+    let top = pts
+        .iter()
+        .flat_map(|p| std::iter::once(p.value).chain(p.nccl))
+        .fold(0.0f64, f64::max);
+    let ymax = if top > 0.0 { top * 1.1 } else { 1.0 };
+    let x = |i: usize| {
+        LEFT + if n > 1 {
+            PW * i as f64 / (n - 1) as f64
+        } else {
+            PW / 2.0
+        }
+    };
+    let y = |v: f64| TOP + PH * (1.0 - v / ymax);
+    let _ = write!(
+        o,
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" data-size="{}" data-ymin="0" data-ymax="{ymax}" data-top="{TOP}" data-height="{PH}">"#,
+        r.data.size.map_or("avg".into(), |s| s.to_string())
+    );
+    let _ = write!(
+        o,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="#fff" stroke="#999"/>"##
+    );
+    for k in 0..=4 {
+        let v = ymax * k as f64 / 4.0;
+        let _ = write!(
+            o,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.3}" y2="{yy:.3}" stroke="#eee"/><text x="{}" y="{:.3}" font-size="10" text-anchor="end">{v:.3}</text>"##,
+            LEFT + PW,
+            LEFT - 4.0,
+            y(v) + 3.0,
+            yy = y(v)
+        );
+    }
+    let step = (n / 10).max(1).div_ceil(5) * 5;
+    for i in (0..n).step_by(if n > 10 { step } else { 1 }) {
+        let _ = write!(
+            o,
+            r#"<text x="{:.3}" y="{}" font-size="10" text-anchor="middle">#{i}</text>"#,
+            x(i),
+            TOP + PH + 12.0
+        );
+    }
+    let _ = write!(
+        o,
+        r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">run (time order), {} runs</text><text x="12" y="{}" font-size="10" transform="rotate(-90 12 {})" text-anchor="middle">busbw GB/s</text>"#,
+        LEFT + PW / 2.0,
+        H - 6.0,
+        pts.len(),
+        TOP + PH / 2.0,
+        TOP + PH / 2.0
+    );
+    // Segment means between change points.
+    let mut bounds = vec![0];
+    bounds.extend(r.changes.iter().map(|c| c.index));
+    bounds.push(pts.len());
+    for w in bounds.windows(2) {
+        let seg = &pts[w[0]..w[1]];
+        if seg.is_empty() || r.skipped.is_some() {
+            continue;
+        }
+        let m = seg.iter().map(|p| p.value).sum::<f64>() / seg.len() as f64;
+        let _ = write!(
+            o,
+            r##"<line class="segment" x1="{:.3}" x2="{:.3}" y1="{:.3}" y2="{:.3}" stroke="#2a7" stroke-width="2" data-mean="{m}"/>"##,
+            x(w[0]),
+            x(w[1] - 1),
+            y(m),
+            y(m)
+        );
+    }
+    for c in &r.changes {
+        let xc = (x(c.index) + x(c.index.saturating_sub(1))) / 2.0;
+        let _ = write!(
+            o,
+            r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run #{}: {:+.1}%</title></line>"##,
+            TOP + PH,
+            c.index,
+            c.index,
+            c.relative_change * 100.0
+        );
+    }
+    let poly = |sel: &dyn Fn(&super::detect::Point) -> Option<f64>| {
+        pts.iter()
+            .enumerate()
+            .filter_map(|(i, p)| sel(p).map(|v| format!("{:.3},{:.3}", x(i), y(v))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let nccl_line = poly(&|p| p.nccl);
+    if !nccl_line.is_empty() {
+        let _ = write!(
+            o,
+            r##"<polyline class="nccl-line" points="{nccl_line}" fill="none" stroke="#88a" stroke-dasharray="3 2"/>"##
+        );
+    }
+    let _ = write!(
+        o,
+        r##"<polyline points="{}" fill="none" stroke="#36c"/>"##,
+        poly(&|p| Some(p.value))
+    );
+    for (i, p) in pts.iter().enumerate() {
+        if let Some(v) = p.nccl {
+            let _ = write!(
+                o,
+                r##"<circle class="nccl" cx="{:.3}" cy="{:.3}" r="2.5" fill="#88a" data-run="{}" data-value="{v}"><title>NCCL, same run: {v:.4} GB/s</title></circle>"##,
+                x(i),
+                y(v),
+                p.run_id
+            );
+        }
+        let _ = write!(
+            o,
+            r##"<a href="{}"><circle class="pt" cx="{:.3}" cy="{:.3}" r="3.5" fill="#36c" data-index="{i}" data-run="{}" data-value="{}"><title>#{i} {} {} commit {}: {:.4} GB/s</title></circle></a>"##,
+            esc(&href(&p.source)),
+            x(i),
+            y(p.value),
+            p.run_id,
+            p.value,
+            esc(&p.source),
+            esc(&p.start_time),
+            esc(p.git_commit.as_deref().unwrap_or("-")),
+            p.value
+        );
+    }
+    o.push_str("</svg>");
+}
+
+/// The check the page runs on itself (see the module comment).
+const CHECK_JS: &str = r#"
+(function () {
+  var bad = null, count = 0;
+  var data = JSON.parse(document.getElementById('history-data').textContent);
+  var charts = document.querySelectorAll('svg.chart');
+  if (charts.length !== data.series.length) bad = 'charts ' + charts.length + ' != series ' + data.series.length;
+  for (var k = 0; k < charts.length && !bad; k++) {
+    var svg = charts[k], s = data.series[k];
+    var ymax = parseFloat(svg.dataset.ymax), top = parseFloat(svg.dataset.top), h = parseFloat(svg.dataset.height);
+    var tol = ymax / h * 0.01;
+    var pts = svg.querySelectorAll('circle.pt');
+    if (pts.length !== s.points.length) { bad = 'series ' + k + ': ' + pts.length + ' points drawn, ' + s.points.length + ' in data'; break; }
+    for (var i = 0; i < pts.length; i++) {
+      var c = pts[i], v = parseFloat(c.dataset.value), want = s.points[i].value;
+      var fromY = ymax * (1 - (parseFloat(c.getAttribute('cy')) - top) / h);
+      if (v !== want) { bad = 'series ' + k + ' point ' + i + ': data-value ' + v + ' != ' + want; break; }
+      if (Math.abs(fromY - v) > tol) { bad = 'series ' + k + ' point ' + i + ': drawn at ' + fromY + ', value ' + v; break; }
+      count++;
+    }
+  }
+  document.body.dataset.check = bad ? 'mismatch: ' + bad : 'ok ' + count;
+  if (bad) console.error('history report check failed: ' + bad);
+})();
+"#;
+
+/// The whole page.
+pub fn html(d: &Detection, db_name: &str) -> String {
+    let mut o = String::new();
+    let runs: std::collections::BTreeSet<i64> = d
+        .series
+        .iter()
+        .flat_map(|s| s.data.points.iter().map(|p| p.run_id))
+        .collect();
+    let _ = write!(
+        o,
+        r#"<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>tcpx-perf run history</title>
+<style>body{{font-family:sans-serif;margin:1.5em;color:#222}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px}}figure{{display:inline-block;margin:0.5em}}figcaption{{font-size:13px;font-weight:bold}}.reg{{color:#c00;font-weight:bold}}code{{font-size:12px}}</style>
+</head><body data-check="pending">
+<h1>Run history</h1>
+<p>{} runs, {} configurations, {} series from <code>{}</code>. Change points: E-Divisive with Means, alpha {}, significance {}, {} permutations, min segment {}, seed {}; {:.0}% intervals (Welch t on log busbw). Blue: busbw per run (each point links to its run); green: segment means; red dashed: change points; grey dashed: NCCL in the same run.</p>
+"#,
+        runs.len(),
+        d.configs.len(),
+        d.series.len(),
+        esc(db_name),
+        d.settings.alpha,
+        d.settings.significance,
+        d.settings.permutations,
+        d.settings.min_segment,
+        d.settings.seed,
+        d.ci_level * 100.0
+    );
+    o.push_str("<h2>Changes</h2>\n<table id=\"changes\"><tr><th>configuration</th><th>series</th><th>at run</th><th>start</th><th>commit</th><th>before GB/s</th><th>after GB/s</th><th>change</th><th>CI</th><th>p</th></tr>\n");
+    let mut any = false;
+    for r in &d.series {
+        for (k, c) in r.changes.iter().enumerate() {
+            any = true;
+            let reg = r.regression && k + 1 == r.changes.len();
+            let _ = writeln!(
+                o,
+                r#"<tr{}><td><code>{}</code></td><td>{}</td><td><a href="{}">#{}</a></td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>[{:+.1}%, {:+.1}%]</td><td>{:.3}</td></tr>"#,
+                if reg { r#" class="reg""# } else { "" },
+                esc(&r.data.config_key),
+                esc(&r.data.label()),
+                esc(&href(&c.source)),
+                c.index,
+                esc(&c.start_time),
+                esc(c.git_commit.as_deref().unwrap_or("-")),
+                c.mean_before,
+                c.mean_after,
+                c.relative_change * 100.0,
+                c.ci_low * 100.0,
+                c.ci_high * 100.0,
+                c.p_value
+            );
+        }
+    }
+    if !any {
+        o.push_str("<tr><td colspan=\"10\">no change points</td></tr>\n");
+    }
+    o.push_str("</table>\n");
+    for (cid, key, _) in &d.configs {
+        let _ = writeln!(o, "<section class=\"config\"><h2><code>{}</code></h2>", esc(key));
+        for r in d.series.iter().filter(|r| r.data.config_id == *cid) {
+            let _ = write!(o, "<figure><figcaption>{}", esc(&r.data.label()));
+            if let Some(why) = &r.skipped {
+                let _ = write!(o, " (not analysed: {})", esc(why));
+            } else if r.regression {
+                o.push_str(" <span class=\"reg\">regression in the newest segment</span>");
+            }
+            o.push_str("</figcaption>");
+            chart(&mut o, r);
+            o.push_str("</figure>\n");
+        }
+        o.push_str("</section>\n");
+    }
+    // `</` inside the JSON would end the script element early.
+    let json = serde_json::to_string(d)
+        .unwrap_or_else(|_| "{}".into())
+        .replace("</", "<\\/");
+    let _ = write!(
+        o,
+        "<script type=\"application/json\" id=\"history-data\">{json}</script>\n<script>{CHECK_JS}</script>\n</body></html>\n"
+    );
+    o
+}

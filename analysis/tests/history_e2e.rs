@@ -1,0 +1,457 @@
+//! The run history end to end on real runs: 30 `tcpx-perf` runs over tcpx-emu on loopback (real
+//! `mpirun`, real sockets), the last 18 with the plugin slowed (`TCPXEMU_FAULT=slow`: 1 ms after
+//! every chunk; 4 and 8 MiB), then `history add`, `detect` (one change point at run 12), `report` (checked in a
+//! headless chromium where installed: it renders, logs nothing to the console, and every plotted
+//! value equals the database's, read with SQL here), and `gate --history`.
+//!
+//! Needs `mpirun` and the release build of the workspace (`launch/build.sh`): tcpx-perf and the
+//! plugin next to tcpx-analyze.
+
+mod common;
+
+use common::{run_analyze, tmpdir, write_run, Spec};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+fn tcpx_perf() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first (bash launch/build.sh, or cargo build --release)",
+        p.display()
+    );
+    p
+}
+
+/// One real run; `slow` arms the plugin's slow fault.
+fn run_tcpx_perf(out: &Path, slow: bool) {
+    let o = Command::new("timeout")
+        .args([
+            "120",
+            "mpirun",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_vader_single_copy_mechanism",
+            "none",
+            "-np",
+            "2",
+        ])
+        .arg(tcpx_perf())
+        .args([
+            "--pattern",
+            "sendrecv",
+            "-b",
+            "4M",
+            "-e",
+            "8M",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--progress",
+            "never",
+            "--out",
+        ])
+        .arg(out)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("TCPXEMU_FAULT", if slow { "slow" } else { "" })
+        .output()
+        .expect("mpirun");
+    assert!(
+        o.status.success(),
+        "tcpx-perf run {} failed: {}\n{}",
+        out.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Debian's chromium (or chromium-browser), if installed.
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser"].into_iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Renders the page headless; returns the DOM after its scripts ran and the console lines.
+fn render(browser: &str, page: &Path) -> (String, Vec<String>) {
+    let profile = tmpdir(&format!(
+        "chromium-profile-{}",
+        page.file_stem().unwrap().to_string_lossy()
+    ));
+    let o = Command::new("timeout")
+        .args([
+            "120",
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium");
+    assert!(
+        o.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let console = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_string)
+        .collect();
+    (String::from_utf8_lossy(&o.stdout).into_owned(), console)
+}
+
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let k = format!(" {name}=\"");
+    let i = tag.find(&k)? + k.len();
+    Some(&tag[i..i + tag[i..].find('"')?])
+}
+
+/// Per chart (in page order): its data-size and its circles of `class` as (run id, value).
+fn plotted(dom: &str, class: &str) -> Vec<(String, Vec<(i64, f64)>)> {
+    dom.split("<svg class=\"chart\"")
+        .skip(1)
+        .map(|chart| {
+            let head = &chart[..chart.find('>').unwrap()];
+            let size = attr(&format!(" {head}"), "data-size").unwrap().to_string();
+            let pts = chart
+                .split("<circle ")
+                .skip(1)
+                .filter(|c| attr(&format!(" {c}"), "class") == Some(class))
+                .map(|c| {
+                    let c = format!(" {}", &c[..c.find('>').unwrap()]);
+                    (
+                        attr(&c, "data-run").unwrap().parse().unwrap(),
+                        attr(&c, "data-value").unwrap().parse().unwrap(),
+                    )
+                })
+                .collect();
+            (size, pts)
+        })
+        .collect()
+}
+
+/// The database's values, by SQL: per (run id, size) busbw and NCCL's busbw.
+fn database(db: &Path) -> BTreeMap<(i64, u64), (f64, Option<f64>)> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut st = c
+        .prepare("SELECT run_id, size_bytes, busbw_gbps, nccl_busbw_gbps FROM results")
+        .unwrap();
+    st.query_map([], |r| {
+        Ok(((r.get(0)?, r.get::<_, i64>(1)? as u64), (r.get(2)?, r.get(3)?)))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// Checks a report in the browser against the database; returns the points checked.
+fn check_report(page: &Path, db: &Path, expect_nccl: bool) -> usize {
+    let Some(browser) = chromium() else {
+        eprintln!("SKIP headless-browser check of {}: chromium is not installed (apt-get install chromium; launch/setup.sh tries)", page.display());
+        return 0;
+    };
+    let (dom, console) = render(browser, page);
+    assert!(console.is_empty(), "console output: {console:?}");
+    let values = database(db);
+    let mut checked = 0;
+    for (class, nccl) in [("pt", false), ("nccl", true)] {
+        let charts = plotted(&dom, class);
+        assert!(!charts.is_empty());
+        for (size, pts) in charts {
+            if nccl && !expect_nccl {
+                assert!(pts.is_empty());
+                continue;
+            }
+            assert!(!pts.is_empty(), "chart {size}: no {class} points");
+            for (run, v) in pts {
+                let want = match size.as_str() {
+                    "avg" => {
+                        let of: Vec<f64> = values
+                            .iter()
+                            .filter(|((r, _), _)| *r == run)
+                            .map(|(_, (b, n))| if nccl { n.unwrap() } else { *b })
+                            .collect();
+                        of.iter().sum::<f64>() / of.len() as f64
+                    }
+                    s => {
+                        let (b, n) = values[&(run, s.parse().unwrap())];
+                        if nccl {
+                            n.unwrap()
+                        } else {
+                            b
+                        }
+                    }
+                };
+                // Per size exactly; a mean within rounding of the order of summation.
+                assert!(
+                    (v - want).abs() <= 1e-12 * want,
+                    "chart {size} run {run}: plotted {v}, database {want}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    let status = attr(&dom[dom.find("<body").unwrap()..], "data-check").unwrap();
+    assert_eq!(status.split(' ').next(), Some("ok"), "the page's own check: {status}");
+    checked
+}
+
+#[test]
+fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
+    let dir = tmpdir("history-e2e");
+    let runs = dir.join("runs");
+    let t0 = Instant::now();
+    for i in 0..30 {
+        run_tcpx_perf(&runs.join(format!("run{i:02}")), i >= 12);
+    }
+    println!("30 tcpx-perf runs: {:.1} s", t0.elapsed().as_secs_f64());
+    let db = dir.join("history.sqlite");
+    let dbs = db.to_str().unwrap();
+    let (code, out) = run_analyze(&["history", "add", "--db", dbs, runs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("30 run(s) added"), "{out}");
+
+    let (code, table) = run_analyze(&["history", "detect", "--db", dbs]);
+    println!("{table}");
+    assert_eq!(code, 1, "a regression in the newest segment: {table}");
+    let (code, json) = run_analyze(&["history", "detect", "--db", dbs, "--json"]);
+    assert_eq!(code, 1);
+    let d: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let series = d["series"].as_array().unwrap();
+    assert_eq!(series.len(), 3, "4 MiB, 8 MiB and their mean");
+    // The mean over sizes must show the step; a single size may miss it on a loaded host (this
+    // one runs other jobs' compilers beside the ranks), but never shows another change.
+    for s in series {
+        let ch = s["changes"].as_array().unwrap();
+        let what = format!("size {}: {ch:?}", s["size"]);
+        assert!(ch.len() <= 1, "{what}");
+        if s["size"].is_null() {
+            assert_eq!(ch.len(), 1, "{what}");
+        }
+        if let Some(c) = ch.first() {
+            assert!(c["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
+            // The slow fault costs well over a third of the bandwidth at these sizes.
+            assert!(c["relative_change"].as_f64().unwrap() < -0.3, "{what}");
+            assert!(c["ci_high"].as_f64().unwrap() < 0.0, "{what}");
+            assert_eq!(s["regression"], true, "{what}");
+        }
+    }
+    let changes: usize = series.iter().map(|s| s["changes"].as_array().unwrap().len()).sum();
+
+    let page = dir.join("report.html");
+    let (code, out) = run_analyze(&["history", "report", "--db", dbs, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: nothing to fetch (the SVG namespace is a name, not a request).
+    for fetch in [
+        "src=",
+        "<link",
+        "@import",
+        "url(",
+        "href=\"http",
+        "fetch(",
+        "XMLHttpRequest",
+    ] {
+        assert!(!html.contains(fetch), "the page fetches something: {fetch}");
+    }
+    assert_eq!(html.matches("class=\"cp\"").count(), changes, "the change points drawn");
+    let n = check_report(&page, &db, false);
+    println!("report: {n} plotted values equal the database's");
+
+    // gate --history: the newest runs against the rest of their stable segment pass (or are
+    // inconclusive on this noisy host), never a regression ...
+    let newest: Vec<String> = (27..30)
+        .map(|i| runs.join(format!("run{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["gate", "--history", dbs];
+    args.extend(newest.iter().map(String::as_str));
+    let (code, out) = run_analyze(&args);
+    println!("{out}");
+    assert!(code == 0 || code == 2, "slow vs slow segment: {out}");
+    assert!(
+        out.contains("last stable segment = runs #12..#26 of 27")
+            || out.contains("last stable segment = runs #11..#26 of 27")
+            || out.contains("last stable segment = runs #13..#26 of 27"),
+        "{out}"
+    );
+    // ... and against a history of the fast runs only, the slowed runs are a regression.
+    let fast = dir.join("fast.sqlite");
+    let fast_runs: Vec<String> = (0..12)
+        .map(|i| runs.join(format!("run{i:02}")).display().to_string())
+        .collect();
+    let mut add = vec!["history", "add", "--db", fast.to_str().unwrap()];
+    add.extend(fast_runs.iter().map(String::as_str));
+    assert_eq!(run_analyze(&add).0, 0);
+    let mut args = vec!["gate", "--history", fast.to_str().unwrap()];
+    args.extend(newest.iter().map(String::as_str));
+    let (code, out) = run_analyze(&args);
+    assert_eq!(code, 1, "{out}");
+    // A configuration the history does not hold: fails closed.
+    let other = write_run(&dir.join("other"), &Spec::default());
+    let (code, out) = run_analyze(&["gate", "--history", dbs, other.to_str().unwrap()]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("holds no run of configuration"), "{out}");
+}
+
+/// The NCCL series beside tcpx-perf's (runs with `--baseline nccl` figures), synthetic runs
+/// written as tcpx-perf writes them (no GPU here to run NCCL): drawn, and equal to the database.
+#[test]
+fn report_draws_the_nccl_series_of_the_same_runs() {
+    let dir = tmpdir("history-nccl-report");
+    let db = dir.join("h.sqlite");
+    for i in 0..8u64 {
+        let run = write_run(
+            &dir.join(format!("run{i}")),
+            &Spec {
+                seed: i + 1,
+                ranks: 2,
+                scale: if i < 4 { 1.0 } else { 0.7 },
+                ..Spec::default()
+            },
+        );
+        // Add the schema-3 NCCL columns and a start time per run.
+        let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
+        let mut lines = csv.lines();
+        let mut out = format!(
+            "{},nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps\n",
+            lines.next().unwrap()
+        );
+        for (k, l) in lines.enumerate() {
+            let v = 4.0 + 0.01 * (i * 7 + k as u64) as f64;
+            out.push_str(&format!("{l},{:.3},{v},{v}\n", 100.0 / v));
+        }
+        std::fs::write(run.join("results.csv"), out).unwrap();
+        let s = std::fs::read_to_string(run.join("summary.json")).unwrap();
+        std::fs::write(
+            run.join("summary.json"),
+            s.replace("2026-11-21T05:00:00Z", &format!("2026-11-21T05:00:0{i}Z")),
+        )
+        .unwrap();
+    }
+    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let page = dir.join("report.html");
+    let (code, out) = run_analyze(&[
+        "history",
+        "report",
+        "--db",
+        db.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(
+        html.matches("class=\"nccl\"").count(),
+        8 * 8,
+        "7 sizes and their mean, 8 runs"
+    );
+    let n = check_report(&page, &db, true);
+    println!("report with NCCL: {n} plotted values equal the database's");
+}
+
+/// Writes run `i` of a synthetic history made from a real run (`tests/runs/ci-sendrecv-identical/
+/// run01`, tcpx-perf on tcpx-emu): its figures times `factor(size)`, its start time `i` minutes on.
+fn derived_run(out: &Path, i: usize, factor: impl Fn(u64) -> f64) {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical/run01");
+    std::fs::create_dir_all(out).unwrap();
+    let csv = std::fs::read_to_string(real.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (size, t, a, b) = (col("size_bytes"), col("time_us"), col("algbw_gbps"), col("busbw_gbps"));
+    let mut text = format!("{}\n", head.join(","));
+    for l in lines {
+        let mut f: Vec<String> = l.split(',').map(str::to_string).collect();
+        let k = factor(f[size].parse().unwrap());
+        f[t] = format!("{}", f[t].parse::<f64>().unwrap() / k);
+        f[a] = format!("{}", f[a].parse::<f64>().unwrap() * k);
+        f[b] = format!("{}", f[b].parse::<f64>().unwrap() * k);
+        text.push_str(&f.join(","));
+        text.push('\n');
+    }
+    std::fs::write(out.join("results.csv"), text).unwrap();
+    let s = std::fs::read_to_string(real.join("summary.json")).unwrap();
+    let start = format!("\"start_time\": \"2026-11-24T{:02}:{:02}:00Z\"", 4 + i / 60, i % 60);
+    std::fs::write(
+        out.join("summary.json"),
+        s.replace("\"start_time\": \"2026-11-24T03:31:49Z\"", &start),
+    )
+    .unwrap();
+}
+
+/// The issue's acceptance case on tcpx-perf result directories. SYNTHESISED, stated plainly: a
+/// 10% step is far below this host's run-to-run spread (20-30%, `tests/runs/README.md`), so the 30
+/// runs are one real run's files with its figures scaled: per run a 5% (sd) factor shared by all
+/// sizes, 1% per size, and 0.9 from run 12 on. One change point at run 12 +- 1 in every size and
+/// the mean, about -10%; the same without the step: none. And the 12 real runs of one unchanged
+/// configuration (`ci-sendrecv-identical`): none.
+#[test]
+fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
+    for step in [true, false] {
+        let dir = tmpdir(&format!("history-step-{step}"));
+        let mut rng = tcpx_analyze::stats::Rng::new(if step { 12 } else { 13 });
+        for i in 0..30 {
+            let run = 1.0 + 0.05 * rng.normal();
+            let per_size: Vec<f64> = (0..7).map(|_| 1.0 + 0.01 * rng.normal()).collect();
+            let level = if step && i >= 12 { 0.9 } else { 1.0 };
+            derived_run(&dir.join(format!("runs/run{i:02}")), i, |s| {
+                level * run * per_size[(s.trailing_zeros() - 20) as usize]
+            });
+        }
+        let db = dir.join("h.sqlite");
+        let dbs = db.to_str().unwrap();
+        let (code, out) = run_analyze(&["history", "add", "--db", dbs, dir.join("runs").to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        let (code, table) = run_analyze(&["history", "detect", "--db", dbs]);
+        println!("step {step}:\n{table}");
+        let (_, json) = run_analyze(&["history", "detect", "--db", dbs, "--json"]);
+        let d: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let series = d["series"].as_array().unwrap();
+        assert_eq!(series.len(), 8, "7 sizes and their mean");
+        for s in series {
+            let ch = s["changes"].as_array().unwrap();
+            let what = format!("size {}: {ch:?}", s["size"]);
+            if step {
+                assert_eq!(ch.len(), 1, "{what}");
+                assert!(ch[0]["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
+                let r = ch[0]["relative_change"].as_f64().unwrap();
+                assert!((-0.15..=-0.05).contains(&r), "{what}");
+            } else {
+                assert!(ch.is_empty(), "{what}");
+            }
+        }
+        assert_eq!(code, if step { 1 } else { 0 }, "{table}");
+    }
+    let db = tmpdir("history-real-unchanged").join("h.sqlite");
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
+    assert_eq!(
+        run_analyze(&["history", "add", "--db", db.to_str().unwrap(), real.to_str().unwrap()]).0,
+        0
+    );
+    let (code, table) = run_analyze(&["history", "detect", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{table}");
+    assert!(
+        !table.contains("| #"),
+        "a change in 12 real runs of one configuration: {table}"
+    );
+}

@@ -1,0 +1,262 @@
+//! `history add`: every real log fixture and real tcpx-perf run round-trips through the database
+//! exactly (figures and per-iteration samples), what the gate refuses is refused with the gate's
+//! reason and leaves the database as it was, adding twice is a no-op, and the schema is versioned.
+
+mod common;
+
+use common::{run_analyze, tmpdir, write_run, Spec};
+use std::path::{Path, PathBuf};
+use tcpx_analyze::history::db::{Db, SCHEMA_VERSION};
+use tcpx_analyze::model::Sample;
+use tcpx_analyze::parse::{self, ParseOptions};
+
+fn fixture_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut out = Vec::new();
+    for sub in ["nccl-tests", "wild"] {
+        for e in std::fs::read_dir(root.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().unwrap() != "README.md" {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+type Flat = Vec<(String, String, u64, Sample, Option<f64>, Vec<Sample>)>;
+
+/// What the gate's loader reads from an input, flattened.
+fn parsed(p: &Path) -> Result<Flat, String> {
+    let runs = parse::load_path(p, &ParseOptions::default()).map_err(|e| e.to_string())?;
+    let mut problems = Vec::new();
+    tcpx_analyze::compare::check_runs(&runs, "run", &mut problems);
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    let mut out = Flat::new();
+    for r in &runs {
+        for s in &r.series {
+            for row in s.rows.values() {
+                out.push((
+                    s.pattern.clone(),
+                    s.variant.clone(),
+                    row.size,
+                    row.summary,
+                    row.wrong,
+                    row.samples.clone(),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Everything the database holds, flattened the same way.
+fn stored(db: &Path) -> Flat {
+    let db = Db::open(db, false).unwrap();
+    let mut out = Flat::new();
+    for (cid, c) in db.configs().unwrap() {
+        for r in db.runs_of(cid, true).unwrap() {
+            for row in r.rows {
+                out.push((
+                    c.pattern.clone(),
+                    c.variant.clone(),
+                    row.size,
+                    row.summary,
+                    row.wrong,
+                    row.samples,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn sorted(mut v: Flat) -> Flat {
+    v.sort_by(|a, b| {
+        (&a.0, &a.1, a.2, a.3.busbw)
+            .partial_cmp(&(&b.0, &b.1, b.2, b.3.busbw))
+            .unwrap()
+    });
+    v
+}
+
+#[test]
+fn every_real_log_fixture_round_trips_or_is_refused_as_the_gate_refuses_it() {
+    let dir = tmpdir("history-fixtures");
+    let (mut accepted, mut refused) = (0, 0);
+    for f in fixture_files() {
+        let db = dir.join(format!("{}.sqlite", f.file_name().unwrap().to_string_lossy()));
+        let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), f.to_str().unwrap()]);
+        match parsed(&f) {
+            Ok(want) => {
+                assert_eq!(code, 0, "{}: {out}", f.display());
+                assert!(!want.is_empty());
+                assert_eq!(sorted(stored(&db)), sorted(want), "{}", f.display());
+                let (code, again) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), f.to_str().unwrap()]);
+                assert_eq!(code, 0, "{again}");
+                assert!(again.contains(": 0 run(s) added"), "{again}");
+                accepted += 1;
+            }
+            Err(why) => {
+                assert_eq!(code, 3, "{}: {out}", f.display());
+                // The gate's own words (a problem list, or the loader's error).
+                let first = why.split("; ").next().unwrap().trim_start_matches("invalid input: ");
+                assert!(out.contains(first), "{}: want {first:?} in {out}", f.display());
+                assert!(!db.exists(), "{}: a refused input created the database", f.display());
+                refused += 1;
+            }
+        }
+    }
+    println!("fixtures: {accepted} stored and read back exactly, {refused} refused with the gate's reason");
+    assert!(accepted >= 10, "{accepted}");
+}
+
+#[test]
+fn real_tcpx_perf_runs_round_trip_with_provenance() {
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
+    let db = tmpdir("history-runs").join("h.sqlite");
+    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), runs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("12 run(s) added"), "{out}");
+    assert_eq!(sorted(stored(&db)), sorted(parsed(&runs).unwrap()));
+    let h = Db::open(&db, false).unwrap();
+    let configs = h.configs().unwrap();
+    assert_eq!(configs.len(), 1, "one configuration");
+    let c = &configs[0].1;
+    assert_eq!(
+        c.key(),
+        "tool=tcpx-perf pattern=sendrecv scope=all dir=bi mem=host plugin=tcpx-emu ranks=2 endpoints=2 nodes=1 chunk=524288 channels=1 window=8"
+    );
+    let stored = h.runs_of(configs[0].0, false).unwrap();
+    assert_eq!(stored.len(), 12);
+    assert!(
+        stored.windows(2).all(|w| w[0].start_time <= w[1].start_time),
+        "time order"
+    );
+    let r = &stored[0];
+    assert_eq!(r.start_time, "2026-11-24T03:31:49Z");
+    assert_eq!(r.git_commit.as_deref(), Some("b40d096ef0fd"));
+    assert_eq!(
+        r.plugin_sha256.as_deref(),
+        Some("3282ce44dbf46f450c7027225d1cbca5dc560630e15049a1661d8c07e95698fc")
+    );
+    assert_eq!(r.hosts.as_deref(), Some("vm"));
+    assert!(r.source.ends_with("ci-sendrecv-identical/run01"), "{}", r.source);
+    // A copy of a run elsewhere is the same run: no-op.
+    let copy = tmpdir("history-runs-copy").join("run01");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["results.csv", "summary.json"] {
+        std::fs::copy(runs.join("run01").join(f), copy.join(f)).unwrap();
+    }
+    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), copy.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already stored as run 1"), "{out}");
+}
+
+#[test]
+fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
+    let dir = tmpdir("history-refuse");
+    let good = write_run(&dir.join("good"), &Spec::default());
+    let db = dir.join("h.sqlite");
+    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let cases = [
+        (
+            "incomplete",
+            Spec {
+                complete: false,
+                ..Spec::default()
+            },
+            "\"complete\" is not true",
+        ),
+        (
+            "wrong",
+            Spec {
+                wrong: Some(8),
+                ..Spec::default()
+            },
+            "wrong data (#wrong = ",
+        ),
+    ];
+    for (name, spec, why) in cases {
+        let bad = write_run(&dir.join(name), &spec);
+        // Given together with a good run: all or nothing.
+        let other = write_run(
+            &dir.join(format!("{name}-other")),
+            &Spec {
+                seed: 99,
+                ..Spec::default()
+            },
+        );
+        let (code, out) = run_analyze(&[
+            "history",
+            "add",
+            "--db",
+            db.to_str().unwrap(),
+            other.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 3, "{name}: {out}");
+        assert!(out.contains(why), "{name}: {out}");
+        assert_eq!(
+            Db::open(&db, false).unwrap().run_count().unwrap(),
+            1,
+            "{name}: written anyway"
+        );
+    }
+    // A results.csv alone cannot show the run completed.
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        db.to_str().unwrap(),
+        good.join("results.csv").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("add its result directory"), "{out}");
+    // A run with no start time cannot be placed in time.
+    let summary = std::fs::read_to_string(good.join("summary.json")).unwrap();
+    let undated = write_run(
+        &dir.join("undated"),
+        &Spec {
+            seed: 5,
+            ..Spec::default()
+        },
+    );
+    std::fs::write(
+        undated.join("summary.json"),
+        summary.replace("\"start_time\":\"2026-11-21T05:00:00Z\",", ""),
+    )
+    .unwrap();
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        db.to_str().unwrap(),
+        undated.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("cannot place the run in time"), "{out}");
+}
+
+#[test]
+fn schema_is_versioned_and_a_newer_one_is_refused() {
+    let db = tmpdir("history-schema").join("h.sqlite");
+    assert_eq!(Db::open(&db, true).unwrap().schema_version().unwrap(), SCHEMA_VERSION);
+    // Reopening migrates nothing and keeps the version.
+    assert_eq!(Db::open(&db, false).unwrap().schema_version().unwrap(), SCHEMA_VERSION);
+    tcpx_analyze::history::db::set_user_version_for_tests(&db, SCHEMA_VERSION + 1).unwrap();
+    let err = Db::open(&db, false)
+        .err()
+        .expect("a newer schema must be refused")
+        .to_string();
+    assert!(err.contains("is newer than this tcpx-analyze"), "{err}");
+    let (code, out) = run_analyze(&["history", "detect", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 3, "{out}");
+    let (code, out) = run_analyze(&["history", "detect", "--db", "/nonexistent/h.sqlite"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("no such history database"), "{out}");
+}
