@@ -274,6 +274,16 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
         assert!(!html.contains(fetch), "the page fetches something: {fetch}");
     }
     assert_eq!(html.matches("class=\"cp\"").count(), changes, "the change points drawn");
+    // Every run is a link to its directory.
+    for i in [0, 12, 29] {
+        let link = format!(
+            "href=\"file://{}\"",
+            std::fs::canonicalize(runs.join(format!("run{i:02}")))
+                .unwrap()
+                .display()
+        );
+        assert!(html.contains(&link), "no {link}");
+    }
     let n = check_report(&page, &db, false);
     println!("report: {n} plotted values equal the database's");
 

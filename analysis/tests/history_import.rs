@@ -260,3 +260,49 @@ fn schema_is_versioned_and_a_newer_one_is_refused() {
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("no such history database"), "{out}");
 }
+
+#[test]
+fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
+    let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl-tests/nccl_sendrecv_socket_np4.txt");
+    let db = tmpdir("history-start-time").join("h.sqlite");
+    let dbs = db.to_str().unwrap();
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        dbs,
+        "--start-time",
+        "2026-11-25 17:31",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 64, "{out}");
+    assert!(out.contains("RFC 3339"), "{out}");
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        dbs,
+        "--start-time",
+        "2026-11-20T10:00:00Z",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let h = Db::open(&db, false).unwrap();
+    let (cid, c) = h.configs().unwrap().remove(0);
+    assert_eq!(c.key(), "tool=nccl-tests pattern=sendrecv_perf endpoints=4");
+    let r = h.runs_of(cid, false).unwrap().remove(0);
+    assert_eq!(
+        (r.start_time.as_str(), r.time_from.as_str()),
+        ("2026-11-20T10:00:00Z", "--start-time")
+    );
+    assert_eq!(r.nccl_version.as_deref(), Some("2.28.9"));
+    assert_eq!(r.hosts.as_deref(), Some("vm"));
+    // The JSON of the same run is another input (other bytes): stored, its time the file's mtime.
+    let json = log.with_extension("json");
+    let (code, out) = run_analyze(&["history", "add", "--db", dbs, json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let h = Db::open(&db, false).unwrap();
+    let runs = h.runs_of(cid, false).unwrap();
+    assert_eq!(runs.len(), 2, "the text log and the JSON share a configuration");
+    assert!(runs.iter().any(|r| r.time_from == "file mtime"));
+}
