@@ -667,7 +667,7 @@ fn main() -> ExitCode {
         Cmd::Show(a) => run_show(a),
         Cmd::MakeBaseline(a) => run_make_baseline(a),
         Cmd::RunsNeeded(a) => run_runs_needed(a),
-        Cmd::History(h) => tcpx_analyze::history::cli::run(h),
+        Cmd::History(h) => tcpx_analyze::history::cli::run(h).map_err(anyhow::Error::from),
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),

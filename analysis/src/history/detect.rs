@@ -8,7 +8,7 @@ use super::edm::{e_divisive, EdmSettings};
 use super::model::{Config, StoredRun};
 use crate::compare::NEAR_ZERO_GBPS;
 use crate::error::{exit, Failure};
-use crate::model::fmt_size;
+use tcpx_units::format_size_label as fmt_size;
 use crate::stats;
 use serde::Serialize;
 use std::collections::BTreeSet;
