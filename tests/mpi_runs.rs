@@ -746,7 +746,7 @@ fn dry_run_fails_on_an_error_finding() {
 }
 
 /// Setup time of an 8-rank fullmesh whose plugin blocks in connect/accept for 200 ms
-/// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms): serial with one setup thread, about one
+/// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms; one comm per peer and direction): serial with one setup thread, about one
 /// latency with the default pool. Compared within the test, as ratios.
 #[test]
 fn blocking_connects_are_set_up_concurrently() {
@@ -755,7 +755,7 @@ fn blocking_connects_are_set_up_concurrently() {
         let dir = scratch(&format!("setup-{}", threads.len()));
         let o = run(
             8,
-            &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 {threads}"),
+            &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 --channels 1 {threads}"),
             &dir,
             &env,
         );

@@ -58,6 +58,9 @@ EXIT STATUS:
   moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag
   or value tcpx-perf does not accept; one line from rank 0).";
 
+/// `--channels` default: the comms per peer NCCL 2.28 opens on tcpx-emu (issue 22).
+pub const DEFAULT_CHANNELS: usize = 2;
+
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
 #[command(name = "tcpx-perf", version, about, after_long_help = PATTERNS_HELP)]
@@ -154,7 +157,11 @@ pub struct Cli {
     pub max_reg: Option<u64>,
 
     /// Communicators (connections) per peer
-    #[arg(long, default_value_t = 1)]
+    ///
+    /// Default 2: NCCL 2.28 drives tcpx-emu with 2 comms per peer and direction (2 ring channels
+    /// for all-reduce, 2 p2p channels per peer for send/recv and alltoall), measured in
+    /// docs/runs/h100x2-20261125T1742Z-issue22.
+    #[arg(long, default_value_t = DEFAULT_CHANNELS)]
     pub channels: usize,
 
     /// Requests outstanding per communicator (1..=32; also bounded by the plugin)
