@@ -262,7 +262,7 @@ awk -F, -v names="$names" -v pats="$PATTERNS" '
         nm = median(nk); line = "| " p[k] " | " human(s[j]) " | " sprintf("%.2f", nm)
         for (i = 1; i <= nv; i++) {
           tk = v[i] SUBSEP p[k] SUBSEP s[j]
-          if (!cnt[tk]) { line = line " | - | -"; bad = 1; continue }
+          if (!cnt[tk]) { print "vs-nccl-tests: " v[i] " has no row for " p[k] " " s[j] > "/dev/stderr"; line = line " | - | -"; bad = 1; continue }
           tm = median(tk); ratio = nm > 0 ? tm / nm : 0
           line = line " | " sprintf("%.2f", tm) " | " sprintf("%.2f", ratio)
           if (ratio > 0) { lsum[i] += log(ratio); lcount[i]++ }

@@ -484,14 +484,15 @@ fn stale_receives_are_wrong_data_on_every_pattern() {
     }
 }
 
-/// A receive that never completes while its peer goes on: a stall, reported within -T.
+/// A receive that never completes while its peer goes on: a stall, reported within -T. One comm
+/// per peer: its fourth request (iteration 2 of 3, two 512 KiB requests each) is dropped.
 #[test]
 fn a_dropped_receive_is_a_stall() {
     let start = Instant::now();
     let o = mpirun(
         &[(
             2,
-            args("--pattern sendrecv -b 1M -e 1M -n 3 -w 0 -T 2 --no-out --progress never"),
+            args("--pattern sendrecv -b 1M -e 1M -n 3 -w 0 -T 2 --no-out --progress never --channels 1"),
         )],
         &[("TCPXEMU_FAULT", "drop"), ("TCPXEMU_FAULT_AFTER", "3")],
         Duration::from_secs(90),
