@@ -13,6 +13,11 @@ use std::fmt;
 use std::sync::Arc;
 use tcpx_units::TimeReduction;
 
+/// `--channels` default: the comms per peer and direction NCCL 2.28 opens on tcpx-emu (2 ring
+/// channels for all-reduce, 2 p2p channels per peer), measured in
+/// docs/runs/h100x2-20261125T1742Z-issue22.
+pub const DEFAULT_CHANNELS: usize = 2;
+
 /// What the sweep runs (`--pattern --scope --dir -b -e -f -i --max-peers`), typed once from the
 /// flags by `crate::run`.
 #[derive(Debug, Clone, PartialEq, Eq)]

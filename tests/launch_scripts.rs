@@ -160,3 +160,145 @@ fn overhead_compares_the_bare_plugin_with_tcpx_perf() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("is missing") && stderr.contains("BIN_DIR"), "{stderr}");
 }
+
+/// Writes a stand-in for nccl-tests' binaries (CI has no GPU and no NCCL; the device-machine run
+/// in docs/runs/h100x2-20261125T1742Z-issue22 drives the real ones): NCCL's two log lines that
+/// name the plugin and the network it used (`FAKE_NETWORK` overrides the latter), then, on rank
+/// 0, a table nccl-tests 2.19.6 printed (with `-I` columns) cut to 1-4 MiB; `FAKE_WRONG=N` puts N
+/// in the out-of-place `#wrong` column.
+fn stand_in_nccl_tests(dir: &Path) {
+    let fixture = repo().join("analysis/tests/fixtures/nccl-tests/nccl_sendrecv_socket_np4.txt");
+    let script = format!(
+        r#"#!/usr/bin/env bash
+log=${{NCCL_DEBUG_FILE//%h/$(hostname)}}; log=${{log//%p/$$}}
+printf '%s\n' "h:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin $NCCL_NET (v7)" \
+  "h:1:1 [0] NCCL INFO Using network ${{FAKE_NETWORK:-$NCCL_NET}}" >"$log"
+[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] || exit 0
+awk -v wrong="${{FAKE_WRONG:-0}}" '/^#/ {{print; next}} $1 <= 4194304 {{if (wrong) $9 = wrong; print}}' '{}'
+"#,
+        fixture.display()
+    );
+    let build = dir.join("build");
+    std::fs::create_dir_all(&build).expect("stand-in dir");
+    for name in ["sendrecv_perf", "all_reduce_perf", "alltoall_perf"] {
+        let path = build.join(name);
+        std::fs::write(&path, &script).expect("write stand-in");
+        let status = Command::new("chmod").arg("+x").arg(&path).status().expect("chmod");
+        assert!(status.success());
+    }
+}
+
+/// `launch/vs-nccl-tests.sh` runs tcpx-perf (real, over mpirun) and an nccl-tests binary
+/// alternately and prints both busbw medians, their ratio and the geomean. The nccl-tests column
+/// must be the out-of-place busbw of nccl-tests' table (2.62, 2.88; in-place says 2.59, 2.83),
+/// the tcpx-perf column its results.csv figure, and the ratio theirs. Wrong data, NCCL not using
+/// the plugin, and no nccl-tests at all stop it with the reason.
+#[test]
+fn vs_nccl_tests_pairs_the_two_tools_figures() {
+    let tmp = std::env::temp_dir().join(format!("tcpx-perf-vs-nccl-tests-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    stand_in_nccl_tests(&tmp);
+    let nt = tmp.display().to_string();
+    let run = |name: &str, extra: &[(&str, &str)]| {
+        let out_dir = tmp.join(name).display().to_string();
+        let mut env = vec![
+            ("NCCL_TESTS", nt.as_str()),
+            ("TCPX_PERF", BIN),
+            ("TCPXEMU_MODE", "host"),
+            ("PATTERNS", "sendrecv"),
+            ("MINB", "1M"),
+            ("MAXB", "4M"),
+            ("ITERS", "2"),
+            ("WARMUP", "1"),
+            ("ROUNDS", "1"),
+        ];
+        env.push(("VS_OUT", out_dir.as_str()));
+        env.extend_from_slice(extra);
+        let out = bash(
+            Path::new("launch/vs-nccl-tests.sh"),
+            &[],
+            &env,
+            Duration::from_secs(120),
+        );
+        (out, PathBuf::from(out_dir))
+    };
+
+    let (out, dir) = run("ok", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let why = format!("stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{why}");
+    let csv = std::fs::read_to_string(dir.join("runs/r1-sendrecv-tcpx-perf/results.csv")).expect("results.csv");
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).expect("column");
+    let tcpx: Vec<f64> = lines
+        .map(|l| {
+            l.split(',')
+                .nth(col("busbw_gbps"))
+                .expect("busbw")
+                .parse()
+                .expect("number")
+        })
+        .collect();
+    let mut ratios = Vec::new();
+    for (i, (size, nccl)) in [("1 MiB", 2.62), ("4 MiB", 2.88)].into_iter().enumerate() {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| sendrecv | {size} |")))
+            .unwrap_or_else(|| panic!("no {size} row\n{why}"));
+        let f: Vec<f64> = row.split('|').skip(3).filter_map(|c| c.trim().parse().ok()).collect();
+        assert_eq!(f.len(), 3, "{row}");
+        assert_eq!(f[0], nccl, "nccl-tests' out-of-place busbw: {row}");
+        assert!(
+            (f[1] - tcpx[i]).abs() < 0.006,
+            "tcpx-perf's results.csv busbw {}: {row}",
+            tcpx[i]
+        );
+        assert!((f[2] - tcpx[i] / nccl).abs() < 0.006, "ratio: {row}");
+        ratios.push(tcpx[i] / nccl);
+    }
+    let geo = stdout
+        .lines()
+        .find(|l| l.starts_with("| sendrecv | geomean |"))
+        .expect("geomean row");
+    let g: f64 = geo
+        .trim_end_matches([' ', '|'])
+        .rsplit('|')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("geomean");
+    assert!(
+        (g - (ratios[0] * ratios[1]).sqrt()).abs() < 0.006,
+        "{geo} vs {ratios:?}"
+    );
+
+    let (out, _) = run("wrong", &[("FAKE_WRONG", "3")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("wrong data"), "{stderr}");
+
+    let (out, _) = run("socket", &[("FAKE_NETWORK", "Socket")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not show it loaded and used plugin tcpx-emu_v7"),
+        "{stderr}"
+    );
+
+    let out = bash(
+        Path::new("launch/vs-nccl-tests.sh"),
+        &[],
+        &[("TCPX_PERF", BIN)],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("NCCL_TESTS") && stderr.contains("NCCL_TESTS_SRC"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}

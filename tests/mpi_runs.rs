@@ -485,14 +485,15 @@ fn stale_receives_are_wrong_data_on_every_pattern() {
     }
 }
 
-/// A receive that never completes while its peer goes on: a stall, reported within -T.
+/// A receive that never completes while its peer goes on: a stall, reported within -T. One comm
+/// per peer: its fourth request (iteration 2 of 3, two 512 KiB requests each) is dropped.
 #[test]
 fn a_dropped_receive_is_a_stall() {
     let start = Instant::now();
     let o = mpirun(
         &[(
             2,
-            args("--pattern sendrecv -b 1M -e 1M -n 3 -w 0 -T 2 --no-out --progress never"),
+            args("--pattern sendrecv -b 1M -e 1M -n 3 -w 0 -T 2 --no-out --progress never --channels 1"),
         )],
         &[("TCPXEMU_FAULT", "drop"), ("TCPXEMU_FAULT_AFTER", "3")],
         Duration::from_secs(90),
@@ -747,7 +748,7 @@ fn dry_run_fails_on_an_error_finding() {
 }
 
 /// Setup time of an 8-rank fullmesh whose plugin blocks in connect/accept for 200 ms
-/// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms): serial with one setup thread, about one
+/// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms; one comm per peer and direction): serial with one setup thread, about one
 /// latency with the default pool. Compared within the test, as ratios.
 #[test]
 fn blocking_connects_are_set_up_concurrently() {
@@ -756,7 +757,7 @@ fn blocking_connects_are_set_up_concurrently() {
         let dir = scratch(&format!("setup-{}", threads.len()));
         let o = run(
             8,
-            &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 {threads}"),
+            &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 --channels 1 {threads}"),
             &dir,
             &env,
         );

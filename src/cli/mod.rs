@@ -158,7 +158,11 @@ pub struct Cli {
     pub max_reg: Option<u64>,
 
     /// Communicators (connections) per peer
-    #[arg(long, default_value_t = 1)]
+    ///
+    /// Default 2: NCCL 2.28 drives tcpx-emu with 2 comms per peer and direction (2 ring channels
+    /// for all-reduce, 2 p2p channels per peer for send/recv and alltoall), measured in
+    /// docs/runs/h100x2-20261125T1742Z-issue22.
+    #[arg(long, default_value_t = crate::plan::DEFAULT_CHANNELS)]
     pub channels: usize,
 
     /// Requests outstanding per communicator (1..=32; also bounded by the plugin)

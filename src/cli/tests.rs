@@ -30,7 +30,7 @@ fn defaults() {
     assert_eq!(c.dir, Dir::Bi);
     assert_eq!(c.mem, Mem::Auto);
     assert_eq!(c.chunk, 512 << 10);
-    assert_eq!(c.channels, 1);
+    assert_eq!(c.channels, 2);
     assert_eq!(c.window, 8);
     assert_eq!(c.progress, Progress::Auto);
     assert_eq!(c.plugin_log, PluginLog::Warn);

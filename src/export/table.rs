@@ -64,10 +64,15 @@ pub fn header(info: &RunInfo) -> String {
     }
     let _ = writeln!(
         s,
-        "# chunk: {} channels: {} window: {}",
+        "# chunk: {} channels: {} window: {}{}",
         format_size(info.settings.chunk),
         info.settings.channels,
-        info.settings.window
+        info.settings.window,
+        if info.settings.channels == crate::plan::DEFAULT_CHANNELS {
+            format!(" (channels: {}, as NCCL 2.28 chose for tcpx-emu)", info.settings.channels)
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         s,
@@ -414,7 +419,11 @@ mod tests {
         assert!(h.contains("ABI v8"));
         assert!(h.contains("# pattern: sendrecv scope: inter-node dir: bi"));
         assert!(h.contains("#  Rank  0 on          a node  0 GPUs 0"));
-        assert!(h.contains("# chunk: 512K channels: 1 window: 8"));
+        assert!(h.contains("# chunk: 512K channels: 1 window: 8\n"));
+        let mut two = fixtures::info();
+        two.channels = 2;
+        assert!(header(&two)
+            .contains("# chunk: 512K channels: 2 window: 8 (channels: 2, as NCCL 2.28 chose for tcpx-emu)\n"));
         assert!(h.contains("# iters: 3 warmup: 1 check: on -a: avg"));
         assert!(h.ends_with(&format!("{}\n{}\n", COLUMNS[0], COLUMNS[1])));
     }

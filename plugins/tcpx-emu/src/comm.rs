@@ -135,6 +135,43 @@ struct UnpackStats {
     host_recvs: u64,
 }
 
+/// What the caller posted: bytes and, per post, how many requests it then had outstanding.
+/// Logged at close, so a log shows how a client (NCCL, tcpx-perf) drives the comm.
+#[derive(Clone, Copy)]
+struct PostStats {
+    bytes: u64,
+    /// `[k]`: posts that left k requests outstanding (1..=16).
+    by_outstanding: [u64; MAX_REQUESTS + 1],
+}
+
+impl PostStats {
+    fn note(c: &mut Caller, size: usize) {
+        c.post_stats.bytes += size as u64;
+        let outstanding = (c.posted - c.consumed) as usize;
+        c.post_stats.by_outstanding[outstanding.min(MAX_REQUESTS)] += 1;
+    }
+
+    /// `N posts, B bytes (mean M B), outstanding after post k:count ..., mean X`.
+    fn summary(&self, posts: u64) -> String {
+        let hist: Vec<String> = (1..=MAX_REQUESTS)
+            .filter(|&k| self.by_outstanding[k] > 0)
+            .map(|k| format!("{k}:{}", self.by_outstanding[k]))
+            .collect();
+        let weighted: u64 = (1..=MAX_REQUESTS).map(|k| k as u64 * self.by_outstanding[k]).sum();
+        format!(
+            "{posts} posts, {} bytes (mean {} B), outstanding after each post {} (mean {:.1})",
+            self.bytes,
+            self.bytes / posts.max(1),
+            if hist.is_empty() {
+                "-".to_owned()
+            } else {
+                hist.join(" ")
+            },
+            weighted as f64 / posts.max(1) as f64
+        )
+    }
+}
+
 struct Caller {
     /// Requests posted (next sequence number).
     posted: u64,
@@ -155,6 +192,7 @@ struct Caller {
     close_fault_fired: bool,
     rng: Rng,
     stats: UnpackStats,
+    post_stats: PostStats,
     /// `stale` fault: per receive slot, where the bytes land instead of the caller's buffer.
     scratch: Vec<Vec<u8>>,
 }
@@ -220,6 +258,10 @@ impl Comm {
                 close_fault_fired: false,
                 rng: Rng::new(seed),
                 stats: UnpackStats::default(),
+                post_stats: PostStats {
+                    bytes: 0,
+                    by_outstanding: [0; MAX_REQUESTS + 1],
+                },
                 scratch: Vec::new(),
             }),
             workers: Vec::new(),
@@ -392,6 +434,7 @@ impl Comm {
             cnt: 0,
         };
         c.posted += 1;
+        PostStats::note(&mut c, size);
         c.matched = c.posted;
         if !self.strict {
             self.release_sends(&mut c)?;
@@ -486,6 +529,7 @@ impl Comm {
             cnt: 0,
         };
         c.posted += 1;
+        PostStats::note(&mut c, cap);
         if !self.strict {
             self.progress(&mut c);
         }
@@ -744,9 +788,13 @@ impl Drop for Comm {
         for h in self.workers.drain(..) {
             let _ = h.join();
         }
+        let posts = {
+            let c = self.lock();
+            c.post_stats.summary(c.posted)
+        };
         crate::info!(
             nccl_net_abi::NCCL_NET,
-            "closed {} comm {} peer {}: {}",
+            "closed {} comm {} peer {}: {}; {posts}",
             if self.dir == Dir::Recv { "recv" } else { "send" },
             if self.dir == Dir::Recv { "from" } else { "to" },
             self.peer(),
