@@ -78,13 +78,12 @@ impl Topology {
         let mut local_of = Vec::with_capacity(identities.len());
         let mut count: Vec<usize> = Vec::new();
         for id in identities {
-            let node = match first_rank_of.iter().position(|x| x == id) {
-                Some(n) => n,
-                None => {
-                    first_rank_of.push(id);
-                    count.push(0);
-                    first_rank_of.len() - 1
-                }
+            let node = if let Some(n) = first_rank_of.iter().position(|x| x == id) {
+                n
+            } else {
+                first_rank_of.push(id);
+                count.push(0);
+                first_rank_of.len() - 1
             };
             node_of.push(node);
             local_of.push(count[node]);

@@ -450,7 +450,7 @@ fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
                 assert!(ch.is_empty(), "{what}");
             }
         }
-        assert_eq!(code, if step { 1 } else { 0 }, "{table}");
+        assert_eq!(code, i32::from(step), "{table}");
     }
     let db = tmpdir("history-real-unchanged").join("h.sqlite");
     let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");

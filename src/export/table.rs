@@ -69,7 +69,10 @@ pub fn header(info: &RunInfo) -> String {
         info.settings.channels,
         info.settings.window,
         if info.settings.channels == crate::plan::DEFAULT_CHANNELS {
-            format!(" (channels: {}, as NCCL 2.28 chose for tcpx-emu)", info.settings.channels)
+            format!(
+                " (channels: {}, as NCCL 2.28 chose for tcpx-emu)",
+                info.settings.channels
+            )
         } else {
             String::new()
         }

@@ -300,7 +300,7 @@ fn mtu(nic: &Nic, real: bool, out: &mut Vec<Finding>) {
 /// deadline. `unknown` is what virtual interfaces without carrier tracking (`lo`) report.
 fn link(nic: &Nic, out: &mut Vec<Finding>) {
     match nic.operstate.as_deref() {
-        None | Some("up") | Some("unknown") => {}
+        None | Some("up" | "unknown") => {}
         Some(state) => out.push(Finding::error(format!(
             "{} link is {state}: no data can cross it, and every peer that connects to it waits until -T; bring the link up, or leave {} out of the plugin's interfaces",
             nic.name, nic.name

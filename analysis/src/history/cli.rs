@@ -120,8 +120,7 @@ pub struct ReportArgs {
 fn now() -> String {
     let s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_secs() as i64);
     rfc3339(s)
 }
 

@@ -8,11 +8,11 @@ use super::edm::{e_divisive, EdmSettings};
 use super::model::{Config, StoredRun};
 use crate::compare::NEAR_ZERO_GBPS;
 use crate::error::{exit, Failure};
-use tcpx_units::format_size_label as fmt_size;
 use crate::stats;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use tcpx_units::format_size_label as fmt_size;
 
 /// Level of the change's confidence interval.
 pub const CI_LEVEL: f64 = 0.95;

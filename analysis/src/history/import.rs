@@ -184,11 +184,7 @@ pub fn import_path(path: &Path, o: &AddOptions) -> Result<Vec<RunRecord>, Failur
 }
 
 fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> {
-    let abs = |p: &str| {
-        std::fs::canonicalize(p)
-            .map(|c| c.display().to_string())
-            .unwrap_or_else(|_| p.to_string())
-    };
+    let abs = |p: &str| std::fs::canonicalize(p).map_or_else(|_| p.to_string(), |c| c.display().to_string());
     match run.format {
         Format::TcpxPerfDir => {
             let dir = Path::new(&run.source);

@@ -67,7 +67,7 @@ fn chart(o: &mut String, r: &SeriesResult) {
         r##"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="#fff" stroke="#999"/>"##
     );
     for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
+        let v = ymax * f64::from(k) / 4.0;
         let _ = write!(
             o,
             r##"<line x1="{LEFT}" x2="{}" y1="{yy:.3}" y2="{yy:.3}" stroke="#eee"/><text x="{}" y="{:.3}" font-size="10" text-anchor="end">{v:.3}</text>"##,
@@ -115,7 +115,7 @@ fn chart(o: &mut String, r: &SeriesResult) {
         );
     }
     for c in &r.changes {
-        let xc = (x(c.index) + x(c.index.saturating_sub(1))) / 2.0;
+        let xc = f64::midpoint(x(c.index), x(c.index.saturating_sub(1)));
         let _ = write!(
             o,
             r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run #{}: {:+.1}%</title></line>"##,
@@ -172,7 +172,7 @@ fn chart(o: &mut String, r: &SeriesResult) {
 }
 
 /// The check the page runs on itself (see the module comment).
-const CHECK_JS: &str = r#"
+const CHECK_JS: &str = r"
 (function () {
   var bad = null, count = 0;
   var data = JSON.parse(document.getElementById('history-data').textContent);
@@ -195,7 +195,7 @@ const CHECK_JS: &str = r#"
   document.body.dataset.check = bad ? 'mismatch: ' + bad : 'ok ' + count;
   if (bad) console.error('history report check failed: ' + bad);
 })();
-"#;
+";
 
 /// The whole page.
 pub fn html(d: &Detection, db_name: &str) -> String {

@@ -69,7 +69,7 @@ impl ListenShared {
             "rejected a connection from {from} on {}: {why}",
             self.info.addr
         );
-        let mut r = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         r.total += 1;
         if r.recent.len() < MAX_REJECTED {
             r.recent.push(format!("{from} ({why})"));
@@ -77,14 +77,18 @@ impl ListenShared {
     }
 
     fn set_error(&self, e: NetError) {
-        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        *self.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
     }
 
     /// One line for a setup that does not finish: what this listener still waits for, the
     /// connections under way, and the connections it rejected.
     pub fn waiting_for(&self) -> String {
-        let partial = self.partial.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let rejected = match &*self.rejected.lock().unwrap_or_else(|e| e.into_inner()) {
+        let partial = self
+            .partial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let rejected = match &*self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
             r if r.total == 0 => "no connection rejected".to_string(),
             r => format!(
                 "{} connection(s) rejected: {}{}",
@@ -214,7 +218,7 @@ pub fn accept_loop(ls: &ListenShared) {
         if fds[0].revents != 0 && !accept_new(ls, &mut greeting) {
             return;
         }
-        *ls.partial.lock().unwrap_or_else(|e| e.into_inner()) = describe(&partial, ls.info.nsocks);
+        *ls.partial.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = describe(&partial, ls.info.nsocks);
     }
 }
 
@@ -242,8 +246,8 @@ fn accept_new(ls: &ListenShared, greeting: &mut Vec<Greeting>) -> bool {
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
             Err(e) => match e.raw_os_error() {
-                Some(libc::EINTR) | Some(libc::ECONNABORTED) => {}
-                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                Some(libc::EINTR | libc::ECONNABORTED) => {}
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
                     std::thread::sleep(Duration::from_millis(10));
                     return true;
                 }
@@ -299,13 +303,16 @@ fn admit(ls: &ListenShared, partial: &mut HashMap<u64, Partial>, sock: TcpStream
         return;
     };
     let peer = ctrl.peer_addr().unwrap_or(from);
-    ls.ready.lock().unwrap_or_else(|e| e.into_inner()).push_back(Connected {
-        ctrl,
-        data,
-        peer,
-        chunk_size: info.chunk_size,
-        zerocopy,
-    });
+    ls.ready
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push_back(Connected {
+            ctrl,
+            data,
+            peer,
+            chunk_size: info.chunk_size,
+            zerocopy,
+        });
 }
 
 /// The connections under way, for [`ListenShared::waiting_for`].

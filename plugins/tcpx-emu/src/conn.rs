@@ -442,16 +442,23 @@ impl ListenComm {
                 self.accepted.store(true, Ordering::Release);
                 Ok(Some(comm))
             }
-            None => match self.shared.error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
-                Some(e) => Err(NetError {
-                    msg: format!("{}; waiting for {}", e.msg, self.shared.waiting_for()),
-                    ..e
-                }),
-                None => {
+            None => {
+                if let Some(e) = self
+                    .shared
+                    .error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+                {
+                    Err(NetError {
+                        msg: format!("{}; waiting for {}", e.msg, self.shared.waiting_for()),
+                        ..e
+                    })
+                } else {
                     self.report_stall(first.elapsed());
                     Ok(None)
                 }
-            },
+            }
         }
     }
 
