@@ -197,7 +197,10 @@ mod tests {
 
     #[test]
     fn nodes_are_host_identities_in_order_of_first_rank() {
-        let ids: Vec<String> = ["b", "a", "b", "a", "c"].iter().map(|s| s.to_string()).collect();
+        let ids: Vec<String> = ["b", "a", "b", "a", "c"]
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         let t = Topology::by_host_identity(&ids, 1, hosts(5));
         let nodes: Vec<usize> = t.endpoints.iter().map(|e| e.node).collect();
         let gpus: Vec<usize> = t.endpoints.iter().map(|e| e.gpu).collect();

@@ -424,7 +424,7 @@ mod tests {
         assert!(h.contains("#  Rank  0 on          a node  0 GPUs 0"));
         assert!(h.contains("# chunk: 512K channels: 1 window: 8\n"));
         let mut two = fixtures::info();
-        two.channels = 2;
+        two.settings.channels = 2;
         assert!(header(&two)
             .contains("# chunk: 512K channels: 2 window: 8 (channels: 2, as NCCL 2.28 chose for tcpx-emu)\n"));
         assert!(h.contains("# iters: 3 warmup: 1 check: on -a: avg"));

@@ -483,7 +483,7 @@ mod tests {
                 env: &env,
             }))
             .iter()
-            .map(|e| e.to_string())
+            .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
         };
         let down = check(&state(Some("lowerlayerdown")));
