@@ -3,7 +3,8 @@
 //! [`parse_size`] reads, around optional surrounding whitespace:
 //! - the compact form of flags and tables: a plain decimal number (fractions allowed, the result
 //!   a whole number of bytes) with an optional unit `K`, `M`, `G` or `T` (case-insensitive), which
-//!   may be followed by `B` or `iB`: `1048576`, `1.5M`, `64m`, `1KiB`, `64MB`, `100B`;
+//!   may be followed by `iB`: `1048576`, `1.5M`, `64m`, `1KiB`, `100B` (`64MB` is refused: GB means
+//!   10^9 in tcpx-perf's output, so a size spelled that way would be ambiguous);
 //! - the label form [`format_size_label`] writes: a number, one space, then `B`, `KiB`, `MiB`,
 //!   `GiB` or `TiB`: `64 MiB`, `1000 B`.
 //!
@@ -17,6 +18,13 @@ const UNITS: [(char, u64); 4] = [('K', 1 << 10), ('M', 1 << 20), ('G', 1 << 30),
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let invalid = || format!("invalid size '{s}': use a number with an optional K, M or G suffix (binary)");
     let t = s.trim();
+    if is_decimal_unit(t) {
+        // GB is 10^9 wherever tcpx-perf prints it: a size written `64MB` would read as 64 x 10^6.
+        return Err(format!(
+            "invalid size '{s}': sizes are binary (K = 1024); write {0} or {0}iB, not {0}B",
+            &t[..t.len() - 1]
+        ));
+    }
     let (num, mult) = split_unit(t).ok_or_else(invalid)?;
     // Only plain decimal numbers: f64's parser would also take "inf", "nan" and "1e3".
     if num.is_empty()
@@ -41,6 +49,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("invalid size '{s}': {bytes} is not a whole number of bytes"));
     }
     Ok(bytes as u64)
+}
+
+/// `64MB`, `1kB`: a unit letter then a bare `B`, which means powers of ten in tcpx-perf's own
+/// output (GB = 10^9), so it is refused as a size rather than read as binary.
+fn is_decimal_unit(t: &str) -> bool {
+    t.strip_suffix('B')
+        .and_then(|r| r.chars().last())
+        .is_some_and(|c| UNITS.iter().any(|(u, _)| c.eq_ignore_ascii_case(u)) && !t.ends_with("iB"))
 }
 
 /// Splits `t` into its number and the unit's multiplier; `None` when a space stands anywhere but
@@ -131,7 +147,9 @@ mod tests {
         assert_eq!(parse_size("1MiB"), Ok(1 << 20));
         assert_eq!(parse_size("1GiB"), Ok(1 << 30));
         assert_eq!(parse_size("1TiB"), Ok(1 << 40));
-        assert_eq!(parse_size("64MB"), Ok(64 << 20));
+        assert!(parse_size("64MB").unwrap_err().contains("write 64M or 64MiB"));
+        assert!(parse_size("1kB").is_err());
+        assert!(parse_size("1 GB").is_err());
         assert_eq!(parse_size("100B"), Ok(100));
         assert_eq!(parse_size("1048576"), Ok(1_048_576));
     }
