@@ -18,7 +18,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --workspace -- --test-threads=2 2>&1 | tee "$log"
+cargo test --release --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # cargo prints one summary per test binary (the last is often an empty doc-test run): add them up.

@@ -157,3 +157,58 @@ pub fn run_analyze(args: &[&str]) -> (i32, String) {
     );
     (out.status.code().unwrap_or(-1), text)
 }
+
+/// Adds what `--baseline nccl` writes to a result directory: NCCL `speedup` times as fast as
+/// the run's own figures (schema 3 columns, `nccl_samples.csv` in both timings).
+pub fn add_nccl(dir: &Path, speedup: f64) {
+    let res = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let mut lines = res.lines();
+    let header = lines.next().unwrap();
+    let cols: Vec<&str> = header.split(',').collect();
+    let at = |name: &str| cols.iter().position(|c| *c == name).unwrap();
+    // Schema 3 throughout (one schema version per directory): schema 2's bytes_verified_by,
+    // then the nccl_* columns.
+    let mut out = format!(
+        "{header},bytes_verified_by,nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
+    );
+    for l in lines {
+        let v: Vec<&str> = l.split(',').collect();
+        let f = |c: &str| v[at(c)].parse::<f64>().unwrap();
+        let (t, a, b) = (
+            f("time_us") / speedup,
+            f("algbw_gbps") * speedup,
+            f("busbw_gbps") * speedup,
+        );
+        let row = l.replacen("1,", "3,", 1);
+        out += &format!(
+            "{row},plugin,{t},{a},{b},{},{},{},{},0\n",
+            1.0 / speedup,
+            t * 0.9,
+            a / 0.9,
+            b / 0.9
+        );
+    }
+    std::fs::write(dir.join("results.csv"), out).unwrap();
+    for f in ["samples.csv", "pairs.csv"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        std::fs::write(dir.join(f), text.replace("\n1,", "\n3,")).unwrap();
+    }
+    let sum = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    std::fs::write(
+        dir.join("summary.json"),
+        sum.replace(r#""schema_version":1"#, r#""schema_version":3"#),
+    )
+    .unwrap();
+    let samp = std::fs::read_to_string(dir.join("samples.csv")).unwrap();
+    let mut ns = String::from("schema_version,pattern,size_bytes,timing,iter,time_us,algbw_gbps,busbw_gbps\n");
+    for timing in ["barrier", "batch"] {
+        for l in samp.lines().skip(1) {
+            let v: Vec<&str> = l.split(',').collect();
+            let t: f64 = v[4].parse::<f64>().unwrap() / speedup;
+            let a: f64 = v[5].parse::<f64>().unwrap() * speedup;
+            let b: f64 = v[6].parse::<f64>().unwrap() * speedup;
+            ns += &format!("3,{},{},{timing},{},{t},{a},{b}\n", v[1], v[2], v[3]);
+        }
+    }
+    std::fs::write(dir.join("nccl_samples.csv"), ns).unwrap();
+}
