@@ -4,7 +4,7 @@
 mod common;
 use common::run_analyze as analyze;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `n` runs of the same machine with NCCL `speedup` times as fast in each.
 fn runs(name: &str, n: usize, speedup: f64) -> Vec<PathBuf> {
