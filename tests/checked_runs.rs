@@ -138,9 +138,16 @@ fn assert_unchecked(o: &Output, dir: &Path) {
         "{}",
         show(o)
     );
-    assert!(stdout.contains("no data check (-c 0: sizes are unverified)"), "{stdout}");
+    assert!(
+        stdout.contains("no data check (-c 0: sizes are unverified)"),
+        "{stdout}"
+    );
     let s = summary(dir);
-    assert_eq!((s["complete"].as_bool(), s["status"].as_str()), (Some(true), Some("unchecked")), "{s}");
+    assert_eq!(
+        (s["complete"].as_bool(), s["status"].as_str()),
+        (Some(true), Some("unchecked")),
+        "{s}"
+    );
     let results = s["results"].as_array().expect("results");
     assert_eq!(results.len(), 3, "{s}");
     for r in results {
@@ -234,7 +241,10 @@ fn a_lying_plugin_on_a_busy_loopback_is_unchecked_and_refused() {
         assert!(r["bytes_verified_by"].contains("plugin (claim)"), "{r:?}");
     }
     let s = summary(&dir);
-    assert_eq!(s["results"][0]["bytes"]["claimed"], s["results"][0]["bytes_planned"], "{s}");
+    assert_eq!(
+        s["results"][0]["bytes"]["claimed"], s["results"][0]["bytes_planned"],
+        "{s}"
+    );
     assert_gate_refuses(&dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -261,7 +271,10 @@ fn an_unchecked_run_says_so_and_a_checked_one_does_not() {
     assert_eq!(s["status"], "ok", "{s}");
     for r in s["results"].as_array().expect("results") {
         assert_eq!(r["verified"], true, "{r}");
-        assert_eq!(r["bytes_moved"], r["bytes_planned"], "the data check saw every byte: {r}");
+        assert_eq!(
+            r["bytes_moved"], r["bytes_planned"],
+            "the data check saw every byte: {r}"
+        );
         assert_eq!(r["bytes"]["sources"][0], "data", "{r}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -325,7 +338,11 @@ fn an_error_finding_stops_the_run_before_data_moves() {
         show(&o)
     );
     let s = summary(&dir);
-    assert_eq!((s["complete"].as_bool(), s["status"].as_str()), (Some(false), Some("error")), "{s}");
+    assert_eq!(
+        (s["complete"].as_bool(), s["status"].as_str()),
+        (Some(false), Some("error")),
+        "{s}"
+    );
     assert!(s["error"].as_str().is_some_and(|e| e.contains("--force")), "{s}");
     assert_eq!(s["force"], false);
     assert_eq!(s["results"].as_array().map(Vec::len), Some(0), "{s}");
@@ -348,7 +365,11 @@ fn force_runs_despite_an_error_finding_and_records_it() {
         show(&o)
     );
     let s = summary(&dir);
-    assert_eq!((s["complete"].as_bool(), s["status"].as_str()), (Some(true), Some("ok")), "{s}");
+    assert_eq!(
+        (s["complete"].as_bool(), s["status"].as_str()),
+        (Some(true), Some("ok")),
+        "{s}"
+    );
     assert_eq!(s["force"], true);
     assert_eq!(s["config"]["force"], true);
     assert_eq!(chunk_values(&s), ["0=524288", "1=131072"]);

@@ -137,10 +137,7 @@ impl PlacementReport {
                 add(f, &first.host);
             }
         }
-        let reports_env: Vec<(usize, String, Vec<(String, String)>)> = reports
-            .iter()
-            .map(|r| (r.rank, r.host.clone(), r.tcpx_env.clone()))
-            .collect();
+        out.disagreements = disagreements(&reports);
         for r in reports {
             for f in r.findings {
                 add(f, &r.host);
@@ -149,7 +146,6 @@ impl PlacementReport {
             out.comms += r.comms;
             out.rows.extend(r.rows);
         }
-        out.disagreements = disagreements(&reports_env);
         findings.extend(rail_mtu_findings(&out.rows));
         findings.sort_by_key(|f| f.level);
         out.findings = findings;
@@ -265,20 +261,18 @@ fn hosts(list: &[String]) -> String {
 }
 
 /// Every TCPX setting some rank set differently (or not at all): each rank's value.
-fn disagreements(ranks: &[(usize, String, Vec<(String, String)>)]) -> BTreeMap<String, Vec<RankValue>> {
-    let value = |env: &[(String, String)], key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
-    let keys: std::collections::BTreeSet<&String> = ranks
-        .iter()
-        .flat_map(|(_, _, env)| env.iter().map(|(k, _)| k))
-        .collect();
+fn disagreements(reports: &[RankReport]) -> BTreeMap<String, Vec<RankValue>> {
+    let value = |r: &RankReport, key: &str| r.tcpx_env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let keys: std::collections::BTreeSet<&String> =
+        reports.iter().flat_map(|r| r.tcpx_env.iter().map(|(k, _)| k)).collect();
     keys.into_iter()
         .filter_map(|key| {
-            let values: Vec<RankValue> = ranks
+            let values: Vec<RankValue> = reports
                 .iter()
-                .map(|(rank, host, env)| RankValue {
-                    rank: *rank,
-                    host: host.clone(),
-                    value: value(env, key),
+                .map(|r| RankValue {
+                    rank: r.rank,
+                    host: r.host.clone(),
+                    value: value(r, key),
                 })
                 .collect();
             let first = &values.first()?.value;
