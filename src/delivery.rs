@@ -1,14 +1,23 @@
-//! Bytes moved, measured: what every source that can see the payload says it was.
+//! Bytes moved: what every source that can see the payload says it was, and which of them
+//! is a witness.
 //!
-//! Completions only prove that requests completed. Per size, three measurements can see more:
-//! - the sizes a plugin reports in `test` (TCPX never reports them);
-//! - the device-unpack descriptors of each receive (GPU memory on an UNPACK plugin);
+//! Completions only prove that requests completed. Per size, these sources say more:
+//! - the sizes a plugin reports in `test` (TCPX never reports them) and the device-unpack
+//!   descriptors of each receive (GPU memory on an UNPACK plugin): both are written by the
+//!   plugin under test, so they are its **claim**, not a witness; a plugin that lies about
+//!   sizes writes descriptors for bytes it never received just as easily (tcpx-perf's unpack
+//!   kernel copies exactly what the descriptors name, stale or not). A claim below the plan
+//!   fails the size; a claim that matches verifies nothing;
 //! - the kernel's counters of the interfaces the plugin's devices name ([`crate::wire`]), read
 //!   on every host before and after the timed iterations and exchanged over MPI. They bound the
 //!   payload from below: bytes that must have crossed an interface and did not show up there
-//!   were never sent.
+//!   were never sent; other traffic on the interface inflates them, so they are a **lower
+//!   bound** and never verify a size;
+//! - the data check (`-c 1`): every received byte of every timed iteration compared with the
+//!   pattern. The only exact witness: with no wrong byte, the planned bytes arrived
+//!   ([`ByteCheck::witnessed_by_data_check`]).
 //!
-//! Where no source sees the bytes, the result says "unverified" rather than copying the plan.
+//! Where no witness saw the bytes, the result says "unverified" rather than copying the plan.
 
 use crate::collectives::Collectives;
 use crate::engine::progress::Delivered;
@@ -43,10 +52,14 @@ pub struct WireBytes {
 /// The byte accounting of one size, per timed iteration where it says so.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ByteCheck {
-    /// Payload bytes per iteration measured by a source that sees payload exactly (plugin sizes,
-    /// unpack descriptors); `None`: unverified by those sources.
+    /// Payload bytes per iteration seen by an exact witness independent of the plugin (the data
+    /// check, with no wrong byte); `None`: unverified.
     pub measured: Option<u64>,
-    /// The sources that checked this size: `plugin`, `unpack`, `wire`.
+    /// Payload bytes per iteration by the plugin's own account (its reported sizes, or its
+    /// unpack descriptors): a claim by the thing under test, never a witness.
+    pub claimed: Option<u64>,
+    /// The sources that checked this size, as results.csv's `bytes_verified_by` names them:
+    /// [`SOURCE_DATA`], [`SOURCE_PLUGIN`], [`SOURCE_UNPACK`], [`SOURCE_WIRE`].
     pub sources: Vec<&'static str>,
     /// Interface receive bytes per iteration, summed over every host that could read its
     /// interfaces; `None` when no host could.
@@ -58,7 +71,23 @@ pub struct ByteCheck {
     pub wire: Vec<WireBytes>,
 }
 
+/// The data check compared every received byte: an exact witness.
+pub const SOURCE_DATA: &str = "data";
+/// The plugin's reported sizes: its claim.
+pub const SOURCE_PLUGIN: &str = "plugin (claim)";
+/// The unpack descriptors the plugin wrote: its claim.
+pub const SOURCE_UNPACK: &str = "unpack (claim)";
+/// Interface counters: a lower bound (other traffic on the interface inflates them).
+pub const SOURCE_WIRE: &str = "wire (lower bound)";
+
 impl ByteCheck {
+    /// The data check ran on this size and found no wrong byte: the planned `bytes` (per
+    /// iteration) arrived exactly, and the size is verified.
+    pub fn witnessed_by_data_check(&mut self, bytes: u64) {
+        self.measured = Some(bytes);
+        self.sources.insert(0, SOURCE_DATA);
+    }
+
     /// GPUDirect-TCPX with GPU memory: every interface that received payload must have counted
     /// devmem packets, or the bytes went through the host path (contract #15). One line per
     /// interface that did not.
@@ -202,15 +231,15 @@ pub fn check(
         ));
     }
     let mut sources = Vec::new();
-    let mut measured = None;
+    let mut claimed = None;
     if delivered.reported_missed == 0 && delivered.receives > 0 {
         // Each reported size was already compared with its receive's plan as it completed.
-        sources.push("plugin");
-        measured = Some(delivered.reported / iters);
+        sources.push(SOURCE_PLUGIN);
+        claimed = Some(delivered.reported / iters);
     }
     if delivered.unpacked_missed == 0 && delivered.receives > 0 {
-        sources.push("unpack");
-        measured = Some(delivered.unpacked / iters);
+        sources.push(SOURCE_UNPACK);
+        claimed = Some(delivered.unpacked / iters);
     }
 
     let mut hosts: Vec<&str> = Vec::new();
@@ -238,10 +267,11 @@ pub fn check(
     }
     let wire_seen = !hosts.is_empty() && payload_total > 0;
     if wire_seen {
-        sources.push("wire");
+        sources.push(SOURCE_WIRE);
     }
     Ok(ByteCheck {
-        measured,
+        measured: None,
+        claimed,
         sources,
         wire_rx_bytes: wire_seen.then(|| rx_total / iters),
         wire_payload_bytes: payload_total / iters,
@@ -286,7 +316,7 @@ mod tests {
         let (p, t) = setup(2, 1);
         let payload = p.network_bytes() * 3;
         let ok = check(&p, &t, 3, &delivered(&p, 3), vec![lo("h0", payload + 100)]).unwrap();
-        assert_eq!(ok.sources, vec!["wire"]);
+        assert_eq!(ok.sources, vec![SOURCE_WIRE]);
         assert_eq!(
             ok.measured, None,
             "wire bytes bound the payload; they do not measure it"
@@ -350,10 +380,14 @@ mod tests {
             reported_missed: 0,
             ..delivered(&p, 2)
         };
-        let c = check(&p, &t, 2, &reported, Vec::new()).unwrap();
+        let mut c = check(&p, &t, 2, &reported, Vec::new()).unwrap();
         assert_eq!(
-            (c.sources.clone(), c.measured),
-            (vec!["plugin"], Some(p.network_bytes()))
+            (c.sources.clone(), c.claimed, c.measured),
+            (vec![SOURCE_PLUGIN], Some(p.network_bytes()), None),
+            "the plugin's sizes are its claim: they verify nothing"
         );
+        c.witnessed_by_data_check(p.network_bytes());
+        assert_eq!(c.measured, Some(p.network_bytes()));
+        assert_eq!(c.sources, vec![SOURCE_DATA, SOURCE_PLUGIN]);
     }
 }

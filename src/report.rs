@@ -50,6 +50,8 @@ pub struct RunInfo {
     pub notes: Vec<String>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup time.
     pub placement: crate::placement::dry_run::PlacementReport,
+    /// `--force`: run despite error findings of preflight.
+    pub force: bool,
     /// The whole run's CPU cost (every thread of every rank, from MPI up to the end); set once
     /// the sweep completed.
     pub cpu: Option<crate::cputime::CpuCost>,
@@ -160,7 +162,8 @@ pub struct SizeResult {
     pub stats: SampleStats,
     /// Network bytes per iteration over all endpoints, as planned.
     pub bytes_planned: u64,
-    /// Bytes per iteration as measured (plugin sizes, unpack descriptors, interface counters).
+    /// Bytes per iteration as each source saw them (the data check, the plugin's claims,
+    /// interface counters).
     pub bytes: crate::delivery::ByteCheck,
     /// Per-iteration times (each iteration reduced over ranks with `-a`), microseconds: the
     /// spread columns (t_min, t_med, t_p99, cv%) describe these.
@@ -174,6 +177,16 @@ pub struct SizeResult {
     pub pairs: Vec<PairResult>,
     /// NCCL's figures at this size (`--baseline nccl`).
     pub nccl: Option<NcclFigures>,
+}
+
+impl SizeResult {
+    /// Whether this size's bytes can be trusted: the data check compared them (`-c 1`, whatever
+    /// it found), or an exact witness independent of the plugin measured them. With `-c 0`
+    /// neither holds: the plugin's own sizes and descriptors are claims and the interface
+    /// counters a lower bound, so the size is unverified.
+    pub fn verified(&self) -> bool {
+        self.wrong.is_some() || self.bytes.measured.is_some()
+    }
 }
 
 /// What one directed endpoint pair moved in one size.

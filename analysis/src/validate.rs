@@ -283,7 +283,11 @@ fn unverified_row(csv: &Csv, r: &[String]) -> Option<String> {
     Some(format!(
         "no data check (wrong is empty: -c 0) and bytes_moved {} (witness: {by}{})",
         if moved.is_empty() { "not recorded" } else { moved },
-        if by.contains("wire") { ", a lower bound" } else { "" }
+        if by.contains("wire") && !by.contains("lower bound") {
+            ", a lower bound"
+        } else {
+            ""
+        }
     ))
 }
 

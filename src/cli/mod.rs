@@ -57,9 +57,11 @@ PLUGIN:
   ncclNetPlugin_vN.
 
 EXIT STATUS:
-  0 every size measured, every byte checked right; 1 error (impossible plan, plugin error, bytes
-  moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag
-  or value tcpx-perf does not accept; one line from rank 0).";
+  0 every size measured, every byte checked right (with -c 0: measured but unchecked, the footer
+  says N/A (not checked) and summary.json's status is unchecked); 1 error (impossible plan, plugin
+  error, bytes moved != bytes planned, an error finding of preflight without --force); 2 wrong
+  data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag or value tcpx-perf does not accept;
+  one line from rank 0).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -223,6 +225,12 @@ pub struct Cli {
     /// every node, then a per-node table and one line per finding; exit 0 if no error
     #[arg(long = "dry-run")]
     pub dry_run: bool,
+
+    /// Run even though preflight found errors (ranks with different TCPX settings, a NIC whose
+    /// link is down, ...); recorded in the header and summary.json. Without it such a run exits
+    /// 1 before any data moves
+    #[arg(long)]
+    pub force: bool,
 
     /// Result directory; default: results/<UTC timestamp>-<pattern>
     #[arg(long, conflicts_with = "no_out")]

@@ -438,7 +438,7 @@ mod tests {
             "unverified",
             "wire counters bound the bytes; they do not measure them"
         );
-        assert_eq!(get("bytes_verified_by"), "wire");
+        assert_eq!(get("bytes_verified_by"), "wire (lower bound)");
         assert_eq!(get("wire_rx_bytes"), "612");
         assert_eq!(get("wire_by_iface"), "a:lo=1836/1836");
         let ratio: f64 = get("wire_payload_ratio").parse().expect("float");

@@ -20,27 +20,35 @@ pub const SUMMARY_JSON: &str = "summary.json";
 /// How the run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunStatus {
-    /// Every size measured, no wrong bytes (or unchecked).
+    /// Every size measured and checked (or verified), no wrong bytes.
     Ok,
+    /// Every size measured, but some size's bytes were neither data-checked nor verified by an
+    /// exact witness (`-c 0`): the figures stand, the delivery is unknown.
+    Unchecked,
     /// Every size measured, but the data check found wrong bytes.
     WrongData,
     /// The run stopped early; the message says why. The results are partial.
     Failed(String),
+    /// The run refused to move data (error findings of preflight without `--force`); the
+    /// message says why. No size was measured.
+    Refused(String),
 }
 
 impl RunStatus {
-    /// The `status` value: `ok`, `wrong-data`, `failed`.
+    /// The `status` value: `ok`, `unchecked`, `wrong-data`, `failed`, `error`.
     pub fn as_str(&self) -> &'static str {
         match self {
             RunStatus::Ok => "ok",
+            RunStatus::Unchecked => "unchecked",
+            RunStatus::Refused(_) => "error",
             RunStatus::WrongData => "wrong-data",
             RunStatus::Failed(_) => "failed",
         }
     }
 
-    /// Whether the sweep ran to the end (`ok` or `wrong-data`).
+    /// Whether the sweep ran to the end (`ok`, `unchecked` or `wrong-data`).
     pub fn is_complete(&self) -> bool {
-        !matches!(self, RunStatus::Failed(_))
+        !matches!(self, RunStatus::Failed(_) | RunStatus::Refused(_))
     }
 }
 
@@ -74,8 +82,10 @@ struct SizeSummary<'a> {
     time_stdev_us: f64,
     time_cv_pct: f64,
     bytes_planned: u64,
-    /// Measured payload per iteration; null = unverified (no exact source saw it).
+    /// Payload per iteration seen by an exact witness; null = unverified.
     bytes_moved: Option<u64>,
+    /// False when neither the data check nor an exact witness saw this size's bytes (`-c 0`).
+    verified: bool,
     /// Every source's view of the bytes (wire counters per host and interface included).
     bytes: &'a crate::report::ByteCheck,
     /// CPU time of the timed iterations.
@@ -91,8 +101,10 @@ struct Summary<'a> {
     /// True when the sweep ran to the end and every file was written.
     complete: bool,
     status: &'static str,
-    /// Why the run failed (`status` = `failed`), else null.
+    /// Why the run failed (`status` = `failed` or `error`), else null.
     error: Option<&'a str>,
+    /// `--force`: the run went on despite error findings (listed in `placement.findings`).
+    force: bool,
     tool: Tool<'a>,
     command: &'a [String],
     start_time: &'a str,
@@ -126,7 +138,7 @@ pub fn write_summary(
     end_time: &str,
 ) -> io::Result<()> {
     let error = match &status {
-        RunStatus::Failed(msg) => Some(msg.as_str()),
+        RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.as_str()),
         _ => None,
     };
     let summary = Summary {
@@ -134,6 +146,7 @@ pub fn write_summary(
         complete: status.is_complete(),
         status: status.as_str(),
         error,
+        force: info.force,
         tool: Tool {
             name: "tcpx-perf",
             version: &info.tool_version,
@@ -182,6 +195,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
         time_cv_pct: r.stats.cv_pct,
         bytes_planned: r.bytes_planned,
         bytes_moved: r.bytes.measured,
+        verified: r.verified(),
         bytes: &r.bytes,
         cpu: &r.cpu,
         nccl: r.nccl.as_ref(),
@@ -268,7 +282,9 @@ mod tests {
         assert_eq!(r["wrong"], 3);
         assert!(r.get("samples_us").is_none() && r.get("pairs").is_none());
         assert!(r["bytes_moved"].is_null(), "unverified is null");
-        assert_eq!(r["bytes"]["sources"][0], "wire");
+        assert_eq!(r["bytes"]["sources"][0], "wire (lower bound)");
+        assert_eq!(r["verified"], true, "checked by the data check (3 wrong bytes found)");
+        assert_eq!(v["force"], false);
         assert_eq!(r["bytes"]["wire"][0]["iface"], "lo");
         assert_eq!(v["results"].as_array().map(Vec::len), Some(2));
         assert_eq!(r["cpu"]["cpu_s_per_gb"], results[1].cpu.cpu_s_per_gb.expect("bytes"));
@@ -300,7 +316,22 @@ mod tests {
         assert_eq!(v["error"], "timeout after 300 s in connect");
         assert!(v["wrong_total"].is_null());
         assert!(v["results"][0]["wrong"].is_null());
+        assert_eq!(v["results"][0]["verified"], false, "-c 0 and no exact witness");
         assert!(v["cpu"].is_null(), "no whole-run figure for a failed run");
+        write_summary(tmp.path(), &info, &results, RunStatus::Unchecked, "t1").expect("rewrite");
+        let v = read(tmp.path());
+        assert_eq!(
+            (v["complete"].as_bool(), v["status"].as_str()),
+            (Some(true), Some("unchecked"))
+        );
+        let refused = RunStatus::Refused("2 error finding(s)".into());
+        write_summary(tmp.path(), &info, &[], refused, "t1").expect("rewrite");
+        let v = read(tmp.path());
+        assert_eq!(
+            (v["complete"].as_bool(), v["status"].as_str()),
+            (Some(false), Some("error"))
+        );
+        assert_eq!(v["error"], "2 error finding(s)");
         // Overwrites a previous summary atomically.
         write_summary(tmp.path(), &info, &[], RunStatus::Ok, "t2").expect("rewrite");
         let v = read(tmp.path());

@@ -145,6 +145,7 @@ pub(crate) mod fixtures {
             config: serde_json::json!({"minbytes": 256}),
             notes: vec!["a note".into()],
             placement: crate::report::PlacementReport::default(),
+            force: false,
             cpu: Some(crate::report::CpuCost::from_ranks(
                 &[2.0, 1.0, 4.0, 2.0, 3.0, 4.0],
                 10_000_000_000,
@@ -168,7 +169,8 @@ pub(crate) mod fixtures {
             bytes_planned: 2 * size_bytes,
             bytes: crate::report::ByteCheck {
                 measured: None,
-                sources: vec!["wire"],
+                claimed: None,
+                sources: vec![crate::delivery::SOURCE_WIRE],
                 wire_rx_bytes: Some(2 * size_bytes + 100),
                 wire_payload_bytes: 2 * size_bytes,
                 wire: vec![crate::report::WireBytes {

@@ -200,18 +200,26 @@ pub fn row(r: &SizeResult) -> String {
 }
 
 /// The footer as nccl-tests: wrong bytes with OK/FAILED, the mean busbw over the rows,
-/// then a closing `#` line.
+/// then a closing `#` line. A run with a size whose bytes nothing checked (`-c 0`) says
+/// `N/A (not checked)`, never `0 OK`.
 pub fn footer(results: &[SizeResult]) -> String {
-    let wrong = wrong_total(results).unwrap_or(0);
     let avg = avg_busbw(results).map_or_else(|| "N/A".to_string(), c_g);
     format!(
-        "# {:<20} : {} {}\n# {:<20} : {}\n#\n",
+        "# {:<20} : {}\n# {:<20} : {}\n#\n",
         "Out of bounds values",
-        wrong,
-        if wrong > 0 { "FAILED" } else { "OK" },
+        out_of_bounds(results),
         "Avg bus bandwidth",
         avg
     )
+}
+
+/// The footer's `Out of bounds values`: `N FAILED`, `N/A (not checked)` or `0 OK`.
+fn out_of_bounds(results: &[SizeResult]) -> String {
+    match wrong_total(results) {
+        Some(wrong) if wrong > 0 => format!("{wrong} FAILED"),
+        _ if results.iter().any(|r| !r.verified()) => "N/A (not checked)".to_string(),
+        wrong => format!("{} OK", wrong.unwrap_or(0)),
+    }
 }
 
 /// nccl-tests' `getFloatStr`: the most decimals that fit `width` for the value's number of
@@ -389,8 +397,14 @@ mod tests {
         let avg = avg_busbw(&r).expect("avg");
         assert_eq!(lines[1], format!("# Avg bus bandwidth    : {}", c_g(avg)));
         assert_eq!(lines[2], "#");
-        let ok = footer(&[fixtures::size(8, 1.0, None)]);
-        assert!(ok.starts_with("# Out of bounds values : 0 OK\n"));
+        let ok = footer(&[fixtures::size(8, 1.0, Some(0))]);
+        assert!(ok.starts_with("# Out of bounds values : 0 OK\n"), "{ok}");
+        // -c 0: nothing compared the bytes, and the wire counters are only a lower bound.
+        let unchecked = footer(&[fixtures::size(8, 1.0, None)]);
+        assert!(
+            unchecked.starts_with("# Out of bounds values : N/A (not checked)\n"),
+            "{unchecked}"
+        );
         assert!(footer(&[]).contains("Avg bus bandwidth    : N/A"));
     }
 

@@ -81,11 +81,21 @@ impl SetupReport {
     }
 }
 
+/// One rank's value of a setting that differs between ranks (`None`: unset there).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RankValue {
+    pub rank: usize,
+    pub host: String,
+    pub value: Option<String>,
+}
+
 /// The whole job's placement: `summary.json`'s `placement`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PlacementReport {
     pub rows: Vec<Row>,
     pub findings: Vec<NodeFinding>,
+    /// Every TCPX setting whose value differs between ranks, with every rank's value.
+    pub disagreements: BTreeMap<String, Vec<RankValue>>,
     pub comms: usize,
     pub setup: Option<SetupReport>,
     #[serde(skip)]
@@ -127,6 +137,7 @@ impl PlacementReport {
                 add(f, &first.host);
             }
         }
+        out.disagreements = disagreements(&reports);
         for r in reports {
             for f in r.findings {
                 add(f, &r.host);
@@ -249,8 +260,42 @@ fn hosts(list: &[String]) -> String {
     }
 }
 
+/// Every TCPX setting some rank set differently (or not at all): each rank's value.
+fn disagreements(reports: &[RankReport]) -> BTreeMap<String, Vec<RankValue>> {
+    let value = |r: &RankReport, key: &str| r.tcpx_env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let keys: std::collections::BTreeSet<&String> =
+        reports.iter().flat_map(|r| r.tcpx_env.iter().map(|(k, _)| k)).collect();
+    keys.into_iter()
+        .filter_map(|key| {
+            let values: Vec<RankValue> = reports
+                .iter()
+                .map(|r| RankValue {
+                    rank: r.rank,
+                    host: r.host.clone(),
+                    value: value(r, key),
+                })
+                .collect();
+            let first = &values.first()?.value;
+            values.iter().any(|v| &v.value != first).then(|| (key.clone(), values))
+        })
+        .collect()
+}
+
+/// `KEY=value` (or `KEY unset`) of the given keys in `env`.
+fn env_values(env: &[(String, String)], keys: &std::collections::BTreeSet<String>) -> String {
+    keys.iter()
+        .map(|key| match env.iter().find(|(k, _)| k == key) {
+            Some((_, v)) => format!("{key}={v}"),
+            None => format!("{key} unset"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn differences(reports: &[RankReport], what: &str) -> String {
     let first = &reports[0];
+    // Rank 0's values of the keys each odd rank differs in.
+    let mut theirs: Vec<String> = Vec::new();
     let odd: Vec<String> = reports
         .iter()
         .filter(|r| {
@@ -271,12 +316,18 @@ fn differences(reports: &[RankReport], what: &str) -> String {
                     .chain(first.tcpx_env.iter().filter(|kv| !r.tcpx_env.contains(kv)))
                     .map(|(k, _)| k.clone())
                     .collect();
-                diff.into_iter().collect::<Vec<_>>().join(",")
+                theirs.push(env_values(&first.tcpx_env, &diff));
+                env_values(&r.tcpx_env, &diff)
             };
             format!("rank {} on {} ({detail})", r.rank, r.host)
         })
         .collect();
-    format!("{} vs rank 0", odd.join("; "))
+    theirs.dedup();
+    if theirs.is_empty() {
+        format!("{} vs rank 0", odd.join("; "))
+    } else {
+        format!("{} vs rank 0 ({})", odd.join("; "), theirs.join("; "))
+    }
 }
 
 #[cfg(test)]
@@ -357,7 +408,20 @@ mod tests {
             text.contains("plugin sha256 differ between ranks: rank 2 on c (def)"),
             "{text}"
         );
-        assert!(text.contains("rank 1 on b (NCCL_DYNAMIC_CHUNK_SIZE)"), "{text}");
+        assert!(
+            text.contains("rank 1 on b (NCCL_DYNAMIC_CHUNK_SIZE=1048576) vs rank 0 (NCCL_DYNAMIC_CHUNK_SIZE=524288)"),
+            "{text}"
+        );
+        let values: Vec<Option<&str>> = merged.disagreements["NCCL_DYNAMIC_CHUNK_SIZE"]
+            .iter()
+            .map(|v| v.value.as_deref())
+            .collect();
+        assert_eq!(
+            values,
+            [Some("524288"), Some("1048576"), Some("524288")],
+            "every rank's value"
+        );
+        assert_eq!(merged.disagreements.len(), 1);
         assert!(text.contains("# ok: eth1 MTU 8244 [a,b,c]"), "{text}");
         assert!(text.find("# error").unwrap() < text.find("# warning").unwrap());
         assert!(!merged.finding_lines(Level::Warning).contains("# ok"));

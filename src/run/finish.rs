@@ -76,7 +76,14 @@ pub(super) fn finish(
     info.cpu = Some(CpuCost::from_ranks(&mpi.gather_f64(&mine), moved));
 
     let wrong = export::wrong_total(&results).unwrap_or(0);
-    let status = if wrong > 0 { RunStatus::WrongData } else { RunStatus::Ok };
+    // An unchecked run (-c 0) exits 0 as nccl-tests does; its footer and status say so.
+    let status = if wrong > 0 {
+        RunStatus::WrongData
+    } else if results.iter().any(|r| !r.verified()) {
+        RunStatus::Unchecked
+    } else {
+        RunStatus::Ok
+    };
     if rank == 0 {
         print!("{}", table::footer(&results));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));

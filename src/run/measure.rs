@@ -144,7 +144,10 @@ fn reduce(
     }
     mpi.sum_f64(&mut flow_sums);
 
-    let bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
+    let mut bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
+    if it.check && wrong == 0 {
+        bytes.witnessed_by_data_check(plan.network_bytes());
+    }
     if probe.devmem_required {
         let errors = bytes.devmem_errors();
         if !errors.is_empty() {

@@ -7,6 +7,7 @@ use super::{agree, Fatal, Job, EXIT_ERROR, EXIT_OK};
 use crate::collectives::Collectives;
 use crate::engine::gpu::CudaPath;
 use crate::engine::MemKind;
+use crate::export::{self, json::RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::placement::rank::EndpointPlace;
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
@@ -72,10 +73,45 @@ pub(super) fn place(
     info.notes = notes;
     info.placement = placement;
     info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());
+    refuse_error_findings(settings, mpi, &mut info)?;
     Ok(Placed::Ready(Box::new(Ready {
         info,
         endpoints: rank_plan.endpoints,
     })))
+}
+
+/// An error finding stops the run before any data moves: rank 0 (which alone holds the merged
+/// findings) prints them and writes a summary.json saying `status: "error"`, and every rank
+/// exits 1 together. `--force` runs anyway, recorded in the header and summary.json.
+fn refuse_error_findings(settings: &Settings, mpi: &Mpi, info: &mut RunInfo) -> Result<(), Fatal> {
+    let mut errors = [info.placement.errors() as u64];
+    mpi.sum_u64(&mut errors);
+    let [errors] = errors;
+    if errors == 0 {
+        return Ok(());
+    }
+    if settings.force {
+        info.notes.push(format!(
+            "--force: running despite {errors} error finding(s) of preflight (listed below); the results may not mean what they say"
+        ));
+        return Ok(());
+    }
+    let msg = format!(
+        "preflight found {errors} error finding(s) (listed above); no data moved. Fix them, or pass --force to run anyway"
+    );
+    if mpi.rank() == 0 {
+        print!("{}", info.placement.finding_lines(placement::preflight::Level::Warning));
+        if let Some(dir) = &settings.output.dir {
+            match export::write_results(dir, info, &[], RunStatus::Refused(msg.clone())) {
+                Ok(()) => println!(
+                    "# Findings written to {}",
+                    dir.join(export::json::SUMMARY_JSON).display()
+                ),
+                Err(e) => eprintln!("tcpx-perf: warning: summary.json not written: {e}"),
+            }
+        }
+    }
+    Err(Fatal::Everywhere(msg))
 }
 
 /// What every rank must run exactly: `(name, value)`, compared over ranks before data moves.

@@ -33,6 +33,8 @@ pub(crate) struct Settings {
     pub timeout: Duration,
     /// `--dry-run`: stop after placement and preflight.
     pub dry_run: bool,
+    /// `--force`: run despite error findings of preflight (recorded).
+    pub force: bool,
     /// Every flag as given, for summary.json's `config` (generated from `Cli` by serde).
     pub flags: serde_json::Value,
 }
@@ -139,6 +141,7 @@ impl Settings {
             },
             timeout: Duration::from_secs(cli.timeout),
             dry_run: cli.dry_run,
+            force: cli.force,
             flags: cli.config_json(),
         })
     }

@@ -85,7 +85,8 @@ pub(super) fn vet_plugin(settings: &Settings, mpi: &Mpi, job: &Job, notes: &mut 
     let mut probe = WireProbe::new(&device_names, topo, rank);
     probe.devmem_required = cuda_unpack && crate::placement::preflight::is_real_tcpx(plugin.name());
     notes.push(format!(
-        "bytes checked by: interface counters of {} on every host (a lower bound), unpack descriptor totals{}, plugin-reported sizes where the plugin reports them",
+        "bytes checked by: {}interface counters of {} on every host (a lower bound: other traffic inflates them), the plugin's own unpack descriptor totals{} and reported sizes where it reports them (its claims, not witnesses)",
+        if settings.iterations.check { "the data check (-c 1, every byte), " } else { "no data check (-c 0: sizes are unverified), " },
         probe.ifaces().join(","),
         if cuda_unpack { "" } else { " (not in this memory mode)" }
     ));
@@ -300,6 +301,7 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         config: settings.flags.clone(),
         notes: Vec::new(),
         placement: PlacementReport::default(),
+        force: settings.force,
         cpu: None,
         nccl: None,
     }
