@@ -266,6 +266,59 @@ fn a_dead_nic_and_an_mtu_mismatch_are_found_before_the_run() {
     assert!(rig.cmd(dry).status.success(), "the link is back: clean again");
 }
 
+/// One run on the rig, expected to succeed: its stdout and summary.json.
+fn run_ok(rig: &Rig, name: &str, args: &str) -> (String, serde_json::Value, PathBuf) {
+    let out = scratch(name);
+    let o = rig.cmd(&format!("run -np 4 -- {args} --out {}", out.display()));
+    assert!(o.status.success(), "{}", show(&o));
+    let summary = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json"))
+        .expect("summary.json parses");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), summary, out)
+}
+
+/// The slow-NIC warnings of a run's summary.json.
+fn slow_nic_findings(summary: &serde_json::Value) -> Vec<serde_json::Value> {
+    summary["placement"]["findings"]
+        .as_array()
+        .expect("placement.findings")
+        .iter()
+        .filter(|f| f["level"] == "warning" && f["text"].as_str().unwrap_or("").contains(" is slow "))
+        .cloned()
+        .collect()
+}
+
+/// Every NIC at 400mbit: no NIC is slow. node1's eth2 shaped to a quarter: a warning names node1
+/// and eth2 (sending) with its share, in summary.json and the footer, and links.svg marks its
+/// flow.
+#[test]
+fn a_nic_at_a_quarter_rate_is_named_with_its_share() {
+    let Some(rig) = Rig::up(7, "--nodes 2 --nics 2 --rate 400mbit") else {
+        return;
+    };
+    let args = "--pattern pairs -b 2M -e 4M -n 4 -w 1 -T 60";
+    let (stdout, summary, _) = run_ok(&rig, "even", args);
+    assert_eq!(slow_nic_findings(&summary), Vec::<serde_json::Value>::new(), "{stdout}");
+    assert!(!stdout.contains(" is slow "), "{stdout}");
+
+    rig.ok("shape node1 eth2 100mbit");
+    let (stdout, summary, out) = run_ok(&rig, "slow", args);
+    let found = slow_nic_findings(&summary);
+    assert_eq!(found.len(), 1, "one slow NIC: {found:?}");
+    let text = found[0]["text"].as_str().unwrap();
+    assert!(text.starts_with("node1 eth2 is slow sending: its flows ran at 0."), "{text}");
+    assert_eq!(found[0]["hosts"], serde_json::json!(["node1"]));
+    // The share: 100 of 400mbit, measured (TCP's share of a tbf queue is not exact).
+    let share: f64 = text["node1 eth2 is slow sending: its flows ran at ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no share in {text}"));
+    assert!((0.15..0.40).contains(&share), "{text}");
+    assert!(stdout.contains(&format!("# warning: {text} [node1]")), "{stdout}");
+    let svg = std::fs::read_to_string(out.join("links.svg")).expect("links.svg");
+    assert!(svg.contains("flows of a slow NIC: node1 eth2 at"), "links.svg marks the NIC");
+}
+
 /// Where the rig cannot exist, `cluster.sh` says what it needs in one line and exits 77 (tests
 /// and scripts skip on that), leaving nothing behind.
 #[test]
