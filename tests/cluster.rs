@@ -418,6 +418,11 @@ fn a_nic_that_dies_mid_run_is_named_within_the_deadline() {
     if let Ok(text) = std::fs::read_to_string(out.join("summary.json")) {
         let summary: serde_json::Value = serde_json::from_str(&text).expect("summary.json parses");
         assert_eq!(summary["complete"], false, "{text}");
+        let error = summary["error"].as_str().unwrap_or("");
+        assert!(
+            error.contains(" over eth2"),
+            "the summary's error names the NIC: {error}"
+        );
         assert!(
             !summary["results"].as_array().expect("results").is_empty(),
             "the 1 MiB size was measured: {text}"
