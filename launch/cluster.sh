@@ -21,7 +21,8 @@
 #
 # Environment: IP=/TC= binaries (e.g. a carried iproute2), TCPX_PERF= the binary `run` starts
 # (default target/release/tcpx-perf), CLUSTER_RIG= rig id 0..15, CLUSTER_STATE_DIR= where the
-# rig's state file lives (default /run/tcpx-cluster).
+# rig's state file lives (default /run/tcpx-cluster), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
+# host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
 # namespaces refused.
 set -euo pipefail
@@ -265,6 +266,12 @@ cmd_rank() {
   local ifnames r
   ifnames=$(for r in $(seq 1 "$NICS"); do printf 'eth%s,' "$r"; done)
   export TCPXEMU_IFNAMES=${ifnames%,}
+  # A GPU host split into nodes: node n sees GPUs n*G .. n*G+G-1 as its own 0 .. G-1.
+  if [ -n "${CLUSTER_GPUS_PER_NODE:-}" ]; then
+    in_range "$CLUSTER_GPUS_PER_NODE" 1 64 || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (1..64)"
+    CUDA_VISIBLE_DEVICES=$(seq -s, $((n * CLUSTER_GPUS_PER_NODE)) $(((n + 1) * CLUSTER_GPUS_PER_NODE - 1)))
+    export CUDA_VISIBLE_DEVICES
+  fi
   # shellcheck disable=SC2016
   exec "$IP" netns exec "$(ns_of "$n")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "node$n" "$@"
 }
@@ -288,6 +295,7 @@ cmd_run() {
   source "$ROOT/launch/mpirun-args.sh"
   local exports=() v
   for v in $(env | grep -oE '^(NCCL|TCPXEMU|TCPX_PERF)_[A-Z0-9_]+' || true); do exports+=(-x "$v"); done
+  if [ -n "${CLUSTER_GPUS_PER_NODE:-}" ]; then exports+=(-x CLUSTER_GPUS_PER_NODE); fi
   # PMIx: ranks in the namespaces reach mpirun's server over the management bridge, not lo.
   export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include="$mgmt_bridge"
   export OMPI_MCA_oob_tcp_if_include="$mgmt_bridge" OMPI_MCA_btl_tcp_if_include=eth0

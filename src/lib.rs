@@ -35,6 +35,7 @@ pub mod placement;
 pub mod plan;
 pub mod report;
 pub mod run;
+pub mod slow_nic;
 pub mod stats;
 pub mod topology;
 pub mod wire;

@@ -68,6 +68,18 @@ fn read_at(root: &Path, name: &str) -> Option<IfaceCounters> {
     })
 }
 
+/// `name`'s link state when it is not up: the kernel's `operstate` (`down`, `lowerlayerdown`,
+/// ...), read from the real `/sys` at the moment of asking (a stall names a NIC that died
+/// mid-run). `None` when up, `unknown` (as `lo` and many virtual NICs say) or not an interface.
+pub fn link_not_up(name: &str) -> Option<String> {
+    if name.is_empty() || name.contains('/') {
+        return None;
+    }
+    let state = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("operstate")).ok()?;
+    let state = state.trim();
+    (state != "up" && state != "unknown").then(|| state.to_string())
+}
+
 /// Where loopback traffic is counted: the same host's flows cross it whatever address the
 /// plugin bound (the kernel routes local addresses over `lo`).
 pub fn is_loopback(name: &str) -> bool {

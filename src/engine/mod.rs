@@ -488,7 +488,20 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
                 .map_err(|e| match e {
                     IterationError::Stalled(dump) => {
                         worker.mark_stalled();
-                        format!("endpoint {} stalled: {}", worker.endpoint, dump.trim_end())
+                        // One line names the endpoint, its node, the comms (peer and NIC)
+                        // it waits on and any of its NICs whose link is down; the dump follows.
+                        let (first, rest) = dump.trim_end().split_once('\n').unwrap_or((dump.trim_end(), ""));
+                        let dead = worker.dead_nics();
+                        let dead = if dead.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {}", dead.join(", "))
+                        };
+                        format!(
+                            "endpoint {} ({}) stalled: {first}{dead}\n{rest}",
+                            worker.endpoint,
+                            worker.own_label(),
+                        )
                     }
                     other => format!("endpoint {}: {other}", worker.endpoint),
                 })

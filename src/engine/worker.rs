@@ -70,6 +70,8 @@ pub struct Worker {
     lanes: Lanes,
     /// Plugin device per channel (placement).
     net_devs: Vec<usize>,
+    /// Their names (interfaces for socket plugins), known once connected.
+    nics: Vec<String>,
     /// Host memory with local copies: their threads (started at the first iteration). Declared
     /// before `memory` so that it is dropped (its threads joined) first.
     copier: Option<Copier>,
@@ -135,6 +137,7 @@ impl Worker {
             shared,
             lanes,
             net_devs,
+            nics: Vec::new(),
             memory: None,
             context: None,
             listens: Vec::new(),
@@ -151,6 +154,30 @@ impl Worker {
 
     fn label(&self, endpoint: usize) -> String {
         self.shared.topology.label(endpoint)
+    }
+
+    /// This endpoint as `rank R gpu G on host`.
+    pub fn own_label(&self) -> String {
+        let e = &self.shared.topology.endpoints[self.endpoint];
+        let host = self.shared.topology.hostnames.get(e.rank).map_or("?", String::as_str);
+        format!("rank {} gpu {} on {host}", e.rank, e.gpu)
+    }
+
+    /// This endpoint's NICs whose link is not up now, as `eth2 on node1 is lowerlayerdown`.
+    pub fn dead_nics(&self) -> Vec<String> {
+        let host = &self.shared.topology.hostnames[self.shared.topology.endpoints[self.endpoint].rank];
+        let mut seen: Vec<&str> = Vec::new();
+        let mut dead = Vec::new();
+        for nic in &self.nics {
+            if seen.contains(&nic.as_str()) {
+                continue;
+            }
+            seen.push(nic);
+            if let Some(state) = crate::wire::link_not_up(nic) {
+                dead.push(format!("{nic} on {host} is {state}"));
+            }
+        }
+        dead
     }
 
     /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
@@ -295,12 +322,19 @@ impl Worker {
                 _ => None,
             });
         }
+        // The stall dump names each comm's NIC (this endpoint's side), so a dead one is named.
+        let mut nics = Vec::with_capacity(self.lanes.channels);
+        for ch in 0..self.lanes.channels {
+            let props = self.plugin.properties(self.net_devs[ch]).map_err(|e| e.to_string())?;
+            nics.push(props.name);
+        }
+        self.nics.clone_from(&nics);
         for (i, mut comm) in sends.into_iter().enumerate() {
             // SAFETY: the buffer lives in this worker and is dropped after the comms (field order
             // in `close`).
             let via = dmabuf[i % self.lanes.channels];
             let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment, via) }?;
-            let peer = self.label(send_peers[i]);
+            let peer = format!("{} over {}", self.label(send_peers[i]), nics[i % self.lanes.channels]);
             let lane = SendLane::new(comm, i / self.lanes.channels, mrs, peer, window);
             self.shared.watch(("send", lane.peer.clone(), lane.stats.clone()));
             self.send.push(lane);
@@ -309,7 +343,11 @@ impl Worker {
             // SAFETY: as above.
             let via = dmabuf[i % self.lanes.channels];
             let mrs = unsafe { register_segments(&mut comm, base, len, mem, segment, via) }?;
-            let peer = self.label(self.lanes.recv_peers[i / self.lanes.channels]);
+            let peer = format!(
+                "{} over {}",
+                self.label(self.lanes.recv_peers[i / self.lanes.channels]),
+                nics[i % self.lanes.channels]
+            );
             let unpack = match (self.memory.as_ref(), comm.device_handle()) {
                 (Some(Memory::Gpu(g)), Some(handle)) if g.path == CudaPath::Direct => {
                     UnpackRing::from_handle(&g.device, handle).map_err(|e| format!("receive comm from {peer}: {e}"))?

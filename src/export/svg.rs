@@ -95,6 +95,26 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
             gbps: p.gbps,
         })
         .collect();
+    // The flows of the slow NICs the run's findings name, where judged at this size.
+    let slow: Vec<_> = crate::slow_nic::find(&info.placement.rows, results)
+        .into_iter()
+        .filter(|s| s.size == last.size_bytes)
+        .collect();
+    let flagged: Vec<(u32, u32)> = slow
+        .iter()
+        .flat_map(|s| {
+            s.flows
+                .iter()
+                .map(|&(sr, sg, dr, dg)| (endpoint(sr, sg), endpoint(dr, dg)))
+        })
+        .collect();
+    let flag_rule = (!slow.is_empty()).then(|| {
+        let named: Vec<String> = slow
+            .iter()
+            .map(|s| format!("{} {} at {:.2} of the median NIC", s.side.host, s.side.nic, s.share))
+            .collect();
+        format!("flows of a slow NIC: {}", named.join("; "))
+    });
     tcpx_plot::heatmap(
         path,
         &Heatmap {
@@ -105,8 +125,8 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
             ),
             axis: "endpoint",
             cells: &cells,
-            flagged: &[],
-            flag_rule: None,
+            flagged: &flagged,
+            flag_rule,
         },
     )
 }

@@ -42,6 +42,7 @@ pub(super) fn finish(
     let Connected { engine, mut nccl } = connected;
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
+    let link_findings = add_link_findings(&mut info, &results);
     if let Some(b) = &nccl {
         info.nccl = Some(b.info().clone());
     }
@@ -51,6 +52,7 @@ pub(super) fn finish(
             Fatal::Reported => "see the error printed by the failing rank".to_string(),
         };
         if rank == 0 {
+            print!("{link_findings}");
             if let Some(dir) = &settings.output.dir {
                 let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg));
             }
@@ -87,10 +89,24 @@ pub(super) fn finish(
     if rank == 0 {
         print!("{}", table::footer(&results));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
+        print!("{link_findings}");
         if let Some(dir) = &settings.output.dir {
             export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
             println!("# Results written to {}", dir.display());
         }
     }
     Ok(if wrong > 0 { EXIT_WRONG_DATA } else { EXIT_OK })
+}
+
+/// The findings the measurements make (a slow NIC, from the link matrix and the NICs'
+/// counters: [`crate::slow_nic`]) join placement's in `summary.json`; their footer lines.
+fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
+    let mut lines = String::new();
+    for slow in crate::slow_nic::find(&info.placement.rows, results) {
+        let f = slow.finding();
+        lines.push_str(&format!("# warning: {} [{}]\n", f.text, f.hosts.join(",")));
+        info.placement.findings.push(f);
+    }
+    info.placement.findings.sort_by_key(|f| f.level);
+    lines
 }

@@ -172,12 +172,44 @@ fn new_socket(addr: &SocketAddr) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Dials `addr` (blocking), with buffer sizes set before the SYN.
-fn dial(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpStream> {
+/// Binds `fd` to the sending device's address (port chosen at connect, so that the 4-tuple, not
+/// the address alone, bounds the ports). TCPX does the same (`connectAddress` binds each socket
+/// to its device's address): the source address names the NIC the connection was opened for,
+/// while the route (the destination's subnet) still picks the NIC the packets leave on.
+fn bind_source(fd: &OwnedFd, local: SocketAddr) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid int option on our own descriptor.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&raw const one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    let (ss, len) = sockaddr(&local);
+    // SAFETY: `ss` holds a valid address of `len` bytes.
+    if unsafe { libc::bind(fd.as_raw_fd(), (&raw const ss).cast(), len) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("binding the source address {local}: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Dials `addr` (blocking) from `local`'s address where its family matches, with buffer sizes set
+/// before the SYN.
+fn dial(addr: SocketAddr, local: Option<SocketAddr>, sockbuf: usize) -> std::io::Result<TcpStream> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let fd = new_socket(&addr)?;
+        if let Some(local) = local.filter(|l| l.is_ipv4() == addr.is_ipv4()) {
+            bind_source(&fd, local)?;
+        }
         tune_bufs(fd.as_raw_fd(), sockbuf);
         tune_common(fd.as_raw_fd());
         let (ss, len) = sockaddr(&addr);
@@ -283,6 +315,7 @@ struct Connecting {
 /// cost model; zero by default).
 fn connect_blocking(
     info: ListenInfo,
+    local: Option<SocketAddr>,
     sockbuf: usize,
     zerocopy: ZeroCopy,
     per_socket: Duration,
@@ -298,12 +331,12 @@ fn connect_blocking(
         conn_id,
     };
     std::thread::sleep(per_socket);
-    let mut ctrl = dial(info.addr, 0)?;
+    let mut ctrl = dial(info.addr, local, 0)?;
     ctrl.write_all(&hello(KIND_CTRL, 0).encode())?;
     let mut data = Vec::with_capacity(info.nsocks);
     for i in 0..info.nsocks {
         std::thread::sleep(per_socket);
-        let mut s = dial(info.addr, sockbuf)?;
+        let mut s = dial(info.addr, local, sockbuf)?;
         s.write_all(&hello(KIND_DATA, i as u8).encode())?;
         data.push(s);
     }
@@ -318,8 +351,9 @@ fn connect_blocking(
 
 /// Non-blocking connect. The first call starts the work and stores its state in `handle`; every
 /// call returns `Ok(None)` until the connection is up, then the send comm. The handle buffer must
-/// stay the same between calls (NCCL's contract).
-pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Comm>>> {
+/// stay the same between calls (NCCL's contract). `local`: the sending device's address, which
+/// every socket of the comm binds (port 0), or None to leave the source to the kernel.
+pub fn connect(handle: &mut NetHandle, cfg: &Config, local: Option<SocketAddr>) -> NetResult<Option<Box<Comm>>> {
     let Some(ptr) = connect_state(handle) else {
         let info = ListenInfo::decode(handle)?;
         // Staged zero-copy needs staging, i.e. unpack mode; otherwise no chunk would be spliced
@@ -332,7 +366,7 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config) -> NetResult<Option<Box<Com
         let per_socket = Duration::from_millis(cfg.connect_ms);
         let thread = std::thread::Builder::new()
             .name("tcpxemu-connect".to_owned())
-            .spawn(move || connect_blocking(info, sockbuf, zerocopy, per_socket))
+            .spawn(move || connect_blocking(info, local, sockbuf, zerocopy, per_socket))
             .map_err(|e| NetError::system(format!("spawning connect thread: {e}")))?;
         let state = Box::new(Connecting {
             thread: Some(thread),

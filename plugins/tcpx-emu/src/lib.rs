@@ -366,12 +366,17 @@ unsafe fn core_listen(dev: c_int, handle: *mut c_void, lc: *mut *mut c_void) -> 
 
 unsafe fn core_connect(dev: c_int, handle: *mut c_void, sc: *mut *mut c_void) -> NetResult<()> {
     let p = plugin()?;
-    device(dev)?;
+    let d = device(dev)?;
+    // The sending device's address is each socket's source, as TCPX binds it.
+    let local = match d.ip {
+        std::net::IpAddr::V4(ip) => std::net::SocketAddr::from((ip, 0)),
+        std::net::IpAddr::V6(ip) => std::net::SocketAddr::V6(std::net::SocketAddrV6::new(ip, 0, 0, d.scope_id)),
+    };
     // SAFETY: as in listen; the handle buffer stays in place between retries (NCCL's contract).
     let handle = unsafe { out(handle.cast::<NetHandle>(), "handle") }?;
     let sc = unsafe { out(sc, "sendComm") }?;
     *sc = std::ptr::null_mut();
-    if let Some(comm) = until_ready(p.cfg.setup_blocking, || conn::connect(handle, &p.cfg))? {
+    if let Some(comm) = until_ready(p.cfg.setup_blocking, || conn::connect(handle, &p.cfg, Some(local)))? {
         *sc = Box::into_raw(comm).cast();
     }
     Ok(())

@@ -226,9 +226,10 @@ fn drive(
             }
             if quiet > ctx.deadline {
                 return Err(IterationError::Stalled(format!(
-                    "no completion for {:.1} s (-T {} s):\n{}",
+                    "no completion for {:.1} s (-T {} s); waiting on {}\n{}",
                     quiet.as_secs_f64(),
                     ctx.deadline.as_secs(),
+                    waiting_on(send, recv),
                     dump_lanes(ctx.epoch, send, recv)
                 )));
             }
@@ -646,6 +647,32 @@ pub fn dump_stats<'a>(epoch: Instant, lanes: impl Iterator<Item = (&'static str,
         );
     }
     out
+}
+
+/// The comms with requests outstanding, for the stall's one-line diagnosis: `recv from rank 1
+/// gpu 1 (node0) over eth2, send to ...` (each peer and NIC once, whatever the channels).
+fn waiting_on(send: &[SendLane], recv: &[RecvLane]) -> String {
+    let outstanding = |s: &LaneStats| s.oldest_post_ns.load(Ordering::Relaxed) != 0;
+    let mut named: Vec<String> = Vec::new();
+    let lanes = send
+        .iter()
+        .filter(|l| outstanding(&l.stats))
+        .map(|l| format!("send to {}", l.peer))
+        .chain(
+            recv.iter()
+                .filter(|l| outstanding(&l.stats))
+                .map(|l| format!("recv from {}", l.peer)),
+        );
+    for lane in lanes {
+        if !named.contains(&lane) {
+            named.push(lane);
+        }
+    }
+    if named.is_empty() {
+        "no comm (every posted request completed)".to_string()
+    } else {
+        named.join(", ")
+    }
 }
 
 fn dump_lanes(epoch: Instant, send: &[SendLane], recv: &[RecvLane]) -> String {

@@ -105,7 +105,7 @@ fn fault_close_on_sender_only_reaches_a_clean_receiver() {
     while s.is_none() || r.is_none() {
         assert!(Instant::now() < end);
         if s.is_none() {
-            s = connect(&mut h, &sc).expect("connect");
+            s = connect(&mut h, &sc, None).expect("connect");
         }
         if r.is_none() {
             r = lc.accept().expect("accept");

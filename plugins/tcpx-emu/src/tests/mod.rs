@@ -51,7 +51,7 @@ fn pair(cfg: &Config) -> (Box<Comm>, Box<Comm>, Box<ListenComm>) {
     while s.is_none() || r.is_none() {
         assert!(Instant::now() < end, "connect/accept timed out");
         if s.is_none() {
-            s = connect(&mut h, cfg).expect("connect");
+            s = connect(&mut h, cfg, Some(std::net::SocketAddr::new(LOCALHOST, 0))).expect("connect");
         }
         if r.is_none() {
             r = lc.accept().expect("accept");

@@ -25,7 +25,7 @@ fn child_sender_helper() {
     });
     let end = deadline();
     let s = loop {
-        if let Some(s) = connect(&mut h, &c).expect("connect") {
+        if let Some(s) = connect(&mut h, &c, None).expect("connect") {
             break s;
         }
         assert!(Instant::now() < end);

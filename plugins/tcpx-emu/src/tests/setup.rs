@@ -24,7 +24,7 @@ fn setup_time_with_strangers(c: &Config, silent: usize) -> Duration {
             "the real peer was not accepted within 30 s behind {silent} silent connections"
         );
         if s.is_none() {
-            s = connect(&mut h, c).expect("connect");
+            s = connect(&mut h, c, None).expect("connect");
         }
         if r.is_none() {
             r = lc.accept().expect("accept");

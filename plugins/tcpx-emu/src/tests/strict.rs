@@ -297,7 +297,7 @@ fn contract_12_setup_latency_model_is_spent_in_connect_and_accept() {
     while s_at.is_none() || r_at.is_none() {
         assert!(Instant::now() < end, "setup timed out");
         if s_at.is_none() {
-            if let Some(s) = connect(&mut h, &c).expect("connect") {
+            if let Some(s) = connect(&mut h, &c, None).expect("connect") {
                 s_at = Some(start.elapsed());
                 comms.push(s);
             }

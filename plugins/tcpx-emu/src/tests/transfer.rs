@@ -291,10 +291,10 @@ fn several_accepts_on_one_listen_comm_when_lenient() {
     while s1.is_none() || s2.is_none() || rs.len() < 2 {
         assert!(Instant::now() < end, "timed out");
         if s1.is_none() {
-            s1 = connect(&mut h1, &c).expect("connect 1");
+            s1 = connect(&mut h1, &c, None).expect("connect 1");
         }
         if s2.is_none() {
-            s2 = connect(&mut h2, &c).expect("connect 2");
+            s2 = connect(&mut h2, &c, None).expect("connect 2");
         }
         if let Some(r) = lc.accept().expect("accept") {
             rs.push(r);
@@ -324,10 +324,32 @@ fn several_accepts_on_one_listen_comm_when_lenient() {
     drop((s1, s2, rs, lc));
 }
 
+/// Each socket of a send comm binds its device's address (as TCPX): an address this host does not
+/// have fails the connect, naming it (without the bind the kernel would pick a source and succeed).
+#[test]
+fn a_send_comm_binds_its_devices_address() {
+    let c = cfg(2, 4096);
+    let (_lc, mut h) = ListenComm::bind(LOCALHOST, 0, &c).expect("listen");
+    let foreign = std::net::SocketAddr::from(([198, 18, 255, 254], 0));
+    let end = deadline();
+    let err = loop {
+        assert!(Instant::now() < end, "connect neither failed nor succeeded");
+        match connect(&mut h, &c, Some(foreign)) {
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(Some(_)) => panic!("connected from an address this host does not have"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        err.to_string().contains("binding the source address 198.18.255.254:0"),
+        "{err}"
+    );
+}
+
 #[test]
 fn foreign_handle_is_rejected() {
     let mut h = [0x42u8; NET_HANDLE_MAXSIZE];
-    let err = connect(&mut h, &Config::default()).expect_err("foreign");
+    let err = connect(&mut h, &Config::default(), None).expect_err("foreign");
     assert_eq!(err.code, NCCL_INVALID_ARGUMENT);
 }
 

@@ -1,0 +1,224 @@
+//! Which NIC is slow: the link matrix (each flow's rate) read per NIC, with the NICs' own
+//! counters beside it.
+//!
+//! The path of a flow: on a rail-aligned cluster each NIC is its own subnet (A3-high: one VPC
+//! per NIC; the rig: one bridge per rail), so the kernel routes a flow by its destination: it
+//! leaves the sender's host on the NIC in the receiver NIC's subnet and enters the receiver's
+//! NIC. TCPX binds its sockets to the sending device's address, which chooses the source
+//! address, not the route; NICs of one name are one rail. A flow between hosts therefore uses
+//! `(sender host, rail)` sending and `(receiver host, rail)` receiving, the rail being the
+//! receiver's NIC.
+//!
+//! The rule, per size of at least [`MIN_SIZE`] with at least [`MIN_FLOWS`] flows between hosts:
+//! every NIC side (host, NIC, sending or receiving) gets the median rate of the flows through
+//! it; the reference is the median over all sides. A side is slow at that size when its median
+//! is below [`SLOW_SHARE`] of the reference. It is reported when it is slow at more than half of
+//! the sizes judged, the largest included. Each slow flow has a slow sending and a slow
+//! receiving side; the sides that explain the most slow flows are named, the sending side first
+//! (a NIC's egress limits TCP), and where the other side explains the same flows (two nodes
+//! cannot tell them apart) the finding says so.
+
+use crate::placement::dry_run::{NodeFinding, Row};
+use crate::placement::preflight::Level;
+use crate::report::{PairResult, SizeResult};
+use std::collections::BTreeMap;
+
+/// Sizes below this are latency-bound on fast NICs and say little about a NIC's rate.
+pub const MIN_SIZE: u64 = 1 << 20;
+/// Fewer flows between hosts make the median meaningless (one slow NIC would be half of it).
+pub const MIN_FLOWS: usize = 4;
+/// A side below this share of the median side is slow.
+pub const SLOW_SHARE: f64 = 0.5;
+
+/// A NIC of a host, in one direction.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Side {
+    pub host: String,
+    pub nic: String,
+    pub sending: bool,
+}
+
+impl Side {
+    fn describe(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.host,
+            self.nic,
+            if self.sending { "sending" } else { "receiving" }
+        )
+    }
+}
+
+/// A slow NIC side, as measured at the largest size judged.
+#[derive(Debug, Clone)]
+pub struct SlowNic {
+    pub side: Side,
+    /// The side's median flow rate over the reference, at `size`.
+    pub share: f64,
+    pub gbps: f64,
+    pub reference_gbps: f64,
+    pub size: u64,
+    /// Sizes at which it was slow, of those judged.
+    pub slow_sizes: usize,
+    pub judged_sizes: usize,
+    /// The flows through it at `size`: (src rank, src gpu, dst rank, dst gpu).
+    pub flows: Vec<(usize, usize, usize, usize)>,
+    /// Bytes its counters saw per timed iteration at `size`, where they were read.
+    pub wire_bytes: Option<u64>,
+    /// The other side of the same flows, when it is slow too and explains nothing more.
+    pub twin: Option<Side>,
+}
+
+impl SlowNic {
+    /// The finding: a warning naming host, NIC and measured share.
+    pub fn finding(&self) -> NodeFinding {
+        let twin = self.twin.as_ref().map_or(String::new(), |t| {
+            format!(
+                "; {} carried the same flows (with these flows alone the two cannot be told apart)",
+                t.describe()
+            )
+        });
+        let wire = self.wire_bytes.map_or(String::new(), |b| {
+            format!(", its counters {:.1} MB per iteration", b as f64 / 1e6)
+        });
+        let flows: Vec<String> = self
+            .flows
+            .iter()
+            .map(|(sr, _, dr, _)| format!("rank {sr} -> rank {dr}"))
+            .collect();
+        NodeFinding {
+            level: Level::Warning,
+            text: format!(
+                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({:.4} GB/s vs {:.4}; {}{wire}), slow at {} of {} sizes{twin}",
+                self.side.host,
+                self.side.nic,
+                if self.side.sending { "sending" } else { "receiving" },
+                self.share,
+                tcpx_units::format_size_label(self.size),
+                self.gbps,
+                self.reference_gbps,
+                flows.join(", "),
+                self.slow_sizes,
+                self.judged_sizes
+            ),
+            hosts: vec![self.side.host.clone()],
+        }
+    }
+}
+
+/// The sides one flow crosses, or None for a flow within a host or an endpoint whose NIC is
+/// unknown or spread over several.
+fn sides(p: &PairResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<[Side; 2]> {
+    if p.src_host == p.dst_host {
+        return None;
+    }
+    let rail = *nic_of.get(&(p.dst_rank, p.dst_gpu))?;
+    if rail.contains('+') {
+        return None;
+    }
+    Some([
+        Side {
+            host: p.src_host.clone(),
+            nic: rail.to_string(),
+            sending: true,
+        },
+        Side {
+            host: p.dst_host.clone(),
+            nic: rail.to_string(),
+            sending: false,
+        },
+    ])
+}
+
+/// One size judged: each side's median rate, the reference, and the flows through each side.
+struct Judged<'a> {
+    size: u64,
+    reference: f64,
+    median: BTreeMap<Side, f64>,
+    flows: BTreeMap<Side, Vec<&'a PairResult>>,
+    result: &'a SizeResult,
+}
+
+fn judge<'a>(r: &'a SizeResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<Judged<'a>> {
+    let mut flows: BTreeMap<Side, Vec<&PairResult>> = BTreeMap::new();
+    let mut count = 0;
+    for p in &r.pairs {
+        let Some(both) = sides(p, nic_of) else { continue };
+        count += 1;
+        for s in both {
+            flows.entry(s).or_default().push(p);
+        }
+    }
+    if r.size_bytes < MIN_SIZE || count < MIN_FLOWS {
+        return None;
+    }
+    let median: BTreeMap<Side, f64> = flows
+        .iter()
+        .map(|(s, f)| {
+            (
+                s.clone(),
+                tcpx_units::median(&f.iter().map(|p| p.gbps).collect::<Vec<_>>()),
+            )
+        })
+        .collect();
+    let reference = tcpx_units::median(&median.values().copied().collect::<Vec<_>>());
+    (reference > 0.0).then_some(Judged {
+        size: r.size_bytes,
+        reference,
+        median,
+        flows,
+        result: r,
+    })
+}
+
+/// The slow NIC sides of a run (see the module's rule); empty when none or too few flows.
+pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
+    let nic_of: BTreeMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
+    let judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of)).collect();
+    let Some(last) = judged.iter().max_by_key(|j| j.size) else {
+        return Vec::new();
+    };
+    let slow_at = |j: &Judged, s: &Side| j.median.get(s).is_some_and(|m| *m < SLOW_SHARE * j.reference);
+    // Slow at the largest size and at more than half of the sizes.
+    let mut slow: Vec<&Side> = last
+        .median
+        .keys()
+        .filter(|s| slow_at(last, s) && 2 * judged.iter().filter(|j| slow_at(j, s)).count() > judged.len())
+        .collect();
+    // The sides explaining the most slow flows first; sending before receiving.
+    let key = |p: &PairResult| (p.src_rank, p.src_gpu, p.dst_rank, p.dst_gpu);
+    slow.sort_by_key(|s| (std::cmp::Reverse(last.flows[*s].len()), !s.sending));
+    let mut named: Vec<SlowNic> = Vec::new();
+    for s in slow {
+        let mut flows: Vec<_> = last.flows[s].iter().map(|p| key(p)).collect();
+        flows.sort_unstable();
+        // The other side of exactly these flows, already named: its twin.
+        if let Some(prev) = named.iter_mut().find(|n| n.flows == flows && n.twin.is_none()) {
+            prev.twin = Some(s.clone());
+            continue;
+        }
+        let wire_bytes = last
+            .result
+            .bytes
+            .wire
+            .iter()
+            .find(|w| w.host == s.host && w.iface == s.nic)
+            .map(|w| if s.sending { w.tx_bytes } else { w.rx_bytes } / last.result.iters.max(1) as u64);
+        named.push(SlowNic {
+            side: s.clone(),
+            share: last.median[s] / last.reference,
+            gbps: last.median[s],
+            reference_gbps: last.reference,
+            size: last.size,
+            slow_sizes: judged.iter().filter(|j| slow_at(j, s)).count(),
+            judged_sizes: judged.len(),
+            flows,
+            wire_bytes,
+            twin: None,
+        });
+    }
+    named
+}
+
+#[cfg(test)]
+mod tests;

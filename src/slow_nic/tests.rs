@@ -1,0 +1,154 @@
+use super::*;
+use crate::placement::Choice;
+use crate::report::WireBytes;
+
+/// 2 nodes x 2 NICs, rank r on node r / 2 with GPU r % 2 on eth(r % 2 + 1) (the rig's layout).
+fn rows() -> Vec<Row> {
+    (0..4)
+        .map(|r| Row {
+            endpoint: r,
+            rank: r,
+            host: format!("node{}", r / 2),
+            gpu: r % 2,
+            gpu_pci: "-".into(),
+            gpu_numa: "-".into(),
+            nic: format!("eth{}", r % 2 + 1),
+            nic_dev: r % 2,
+            nic_pci: "-".into(),
+            nic_numa: "-".into(),
+            speed_gbps: 10.0,
+            mtu: Some(1500),
+            distance: "unknown".into(),
+            choice: Choice::Arithmetic,
+            cpus: "0-1".into(),
+            cpus_why: String::new(),
+        })
+        .collect()
+}
+
+fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {
+    PairResult {
+        src_rank: src,
+        src_gpu: src % 2,
+        src_host: format!("node{}", src / 2),
+        dst_rank: dst,
+        dst_gpu: dst % 2,
+        dst_host: format!("node{}", dst / 2),
+        bytes: size,
+        time_us: size as f64 / gbps / 1e3,
+        gbps,
+    }
+}
+
+/// Pairs at one size: `rates` of the flows 0->2, 1->3, 2->0, 3->1.
+fn pairs_size(size: u64, rates: [f64; 4]) -> SizeResult {
+    let mut r = crate::export::fixtures::size(size, 1000.0, Some(0));
+    r.pairs = [(0, 2), (1, 3), (2, 0), (3, 1)]
+        .iter()
+        .zip(rates)
+        .map(|(&(s, d), g)| pair(s, d, size, g))
+        .collect();
+    r.bytes.wire = ["eth1", "eth2"]
+        .iter()
+        .flat_map(|nic| {
+            (0..2).map(move |n| WireBytes {
+                host: format!("node{n}"),
+                iface: (*nic).to_string(),
+                rx_bytes: 3 * size + 1000,
+                tx_bytes: 3 * size + 2000,
+                devmem_pkts: None,
+            })
+        })
+        .collect();
+    r
+}
+
+/// `cluster.sh up --nodes 2 --nics 2 --rate 400mbit; shape node1 eth2 100mbit`, pairs 4-16 MiB
+/// on the 2-core VM (pairs.csv): 3 -> 1 leaves node1's eth2.
+fn shaped() -> Vec<SizeResult> {
+    vec![
+        pairs_size(4 << 20, [0.0496, 0.0396, 0.0470, 0.0119]),
+        pairs_size(8 << 20, [0.0468, 0.0333, 0.0441, 0.0120]),
+        pairs_size(16 << 20, [0.0454, 0.0298, 0.0438, 0.0120]),
+    ]
+}
+
+#[test]
+fn the_shaped_nic_is_named_sending_with_its_share_and_twin() {
+    let found = find(&rows(), &shaped());
+    assert_eq!(found.len(), 1, "{found:?}");
+    let s = &found[0];
+    assert_eq!(
+        s.side,
+        Side {
+            host: "node1".into(),
+            nic: "eth2".into(),
+            sending: true
+        }
+    );
+    assert_eq!(s.flows, vec![(3, 1, 1, 1)]);
+    assert_eq!((s.slow_sizes, s.judged_sizes, s.size), (3, 3, 16 << 20));
+    // Reference: the median of the 8 sides = (0.0298 + 0.0438) / 2.
+    assert!((s.reference_gbps - 0.0368).abs() < 1e-9, "{}", s.reference_gbps);
+    assert!((s.share - 0.0120 / 0.0368).abs() < 1e-9);
+    assert_eq!(s.wire_bytes, Some((3 * (16 << 20) + 2000) / 3));
+    assert_eq!(
+        s.twin.as_ref().map(Side::describe).as_deref(),
+        Some("node0 eth2 receiving")
+    );
+    let f = s.finding();
+    assert_eq!(f.level, Level::Warning);
+    assert_eq!(f.hosts, vec!["node1".to_string()]);
+    assert!(
+        f.text.starts_with("node1 eth2 is slow sending: its flows ran at 0.33 of the median NIC at 16 MiB (0.0120 GB/s vs 0.0368; rank 3 -> rank 1, its counters 16.8 MB per iteration), slow at 3 of 3 sizes; node0 eth2 receiving carried the same flows"),
+        "{}",
+        f.text
+    );
+}
+
+#[test]
+fn even_links_have_no_slow_nic() {
+    let even = vec![
+        pairs_size(4 << 20, [0.0496, 0.0396, 0.0470, 0.0419]),
+        pairs_size(16 << 20, [0.0454, 0.0298, 0.0438, 0.0420]),
+    ];
+    assert!(find(&rows(), &even).is_empty());
+}
+
+#[test]
+fn one_slow_size_small_sizes_and_few_flows_are_not_enough() {
+    // Slow at the largest size only, of three.
+    let mut once = shaped();
+    once[0] = pairs_size(4 << 20, [0.0496, 0.0396, 0.0470, 0.0419]);
+    once[1] = pairs_size(8 << 20, [0.0468, 0.0333, 0.0441, 0.0420]);
+    assert!(find(&rows(), &once).is_empty());
+    // Below 1 MiB nothing is judged.
+    let small = vec![pairs_size(512 << 10, [0.0496, 0.0396, 0.0470, 0.0119])];
+    assert!(find(&rows(), &small).is_empty());
+    // Three flows between hosts: too few for a median.
+    let mut few = shaped();
+    for r in &mut few {
+        r.pairs.remove(0);
+    }
+    assert!(find(&rows(), &few).is_empty());
+    // Flows within a host and spread NICs do not count.
+    let mut spread = rows();
+    spread[1].nic = "eth1+eth2".into();
+    assert!(find(&spread, &shaped()).is_empty());
+}
+
+#[test]
+fn a_nic_slow_on_every_flow_through_it_is_named_alone() {
+    // Fullmesh across the nodes: the rail is the receiver's, so both node1 ranks' flows to rank 1
+    // leave node1 on eth2 (rank 2's too, though its own NIC is eth1), and only those are slow.
+    let size = 16u64 << 20;
+    let mut r = pairs_size(size, [0.045, 0.044, 0.043, 0.012]);
+    r.pairs.push(pair(2, 1, size, 0.011));
+    r.pairs.push(pair(0, 3, size, 0.040));
+    r.pairs.push(pair(3, 0, size, 0.041));
+    r.pairs.push(pair(1, 2, size, 0.046));
+    let found = find(&rows(), &[r]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].side.describe(), "node1 eth2 sending");
+    assert_eq!(found[0].flows, vec![(2, 0, 1, 1), (3, 1, 1, 1)]);
+}
