@@ -56,6 +56,34 @@ pub struct RunInfo {
     /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
     /// plugin, the alternation of the blocks.
     pub nccl: Option<NcclInfo>,
+    /// `NCCL_TESTS_MIN_BW`'s verdict, set once the sweep completed with the variable set.
+    pub bandwidth_gate: Option<BandwidthGate>,
+}
+
+/// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
+/// the rows is below 90% of X (nccl-tests' own margin).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BandwidthGate {
+    /// `NCCL_TESTS_MIN_BW`, GB/s.
+    pub min_bw_gbps: f64,
+    /// The average busbw the gate judged (the footer's "Avg bus bandwidth"), GB/s.
+    pub avg_busbw_gbps: Option<f64>,
+    /// `avg_busbw_gbps >= 0.9 * min_bw_gbps`.
+    pub passed: bool,
+}
+
+impl BandwidthGate {
+    /// nccl-tests' margin: the run passes at 90% of `NCCL_TESTS_MIN_BW`.
+    pub const MARGIN: f64 = 0.9;
+
+    /// The verdict on `avg_busbw` (`None`: no row measured, which fails).
+    pub fn judge(min_bw_gbps: f64, avg_busbw_gbps: Option<f64>) -> BandwidthGate {
+        BandwidthGate {
+            min_bw_gbps,
+            avg_busbw_gbps,
+            passed: avg_busbw_gbps.is_some_and(|a| a >= Self::MARGIN * min_bw_gbps),
+        }
+    }
 }
 
 /// A run's resolved settings and its job's shape, in the order summary.json lists them: the

@@ -302,5 +302,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         placement: PlacementReport::default(),
         cpu: None,
         nccl: None,
+        bandwidth_gate: None,
     }
 }
