@@ -231,10 +231,19 @@ fn record(r: &SizeResult, pattern: &str) -> Record {
     let iters = r.iters.max(1);
     let per_process: Vec<Vec<f64>> = r.rank_samples_us.chunks(iters).map(<[f64]>::to_vec).collect();
     let slowest: Vec<f64> = (0..iters)
-        .map(|i| per_process.iter().filter_map(|p| p.get(i)).fold(f64::NEG_INFINITY, |a, &b| a.max(b)))
+        .map(|i| {
+            per_process
+                .iter()
+                .filter_map(|p| p.get(i))
+                .fold(f64::NEG_INFINITY, |a, &b| a.max(b))
+        })
         .collect();
     // A run without per-rank samples (none in practice) falls back to the reduced ones.
-    let times = if per_process.is_empty() { r.samples_us.clone() } else { slowest };
+    let times = if per_process.is_empty() {
+        r.samples_us.clone()
+    } else {
+        slowest
+    };
     Record {
         size: r.size_bytes,
         count: r.count,
@@ -351,7 +360,9 @@ pub fn write(path: &Path, doc: &NcclTestsJson) -> io::Result<PathBuf> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path.file_name().map_or_else(|| "nccl-tests.json".into(), |n| n.to_string_lossy().into_owned());
+    let name = path
+        .file_name()
+        .map_or_else(|| "nccl-tests.json".into(), |n| n.to_string_lossy().into_owned());
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let written = (|| {
         let mut file = File::create(&tmp)?;
@@ -369,7 +380,10 @@ pub fn write(path: &Path, doc: &NcclTestsJson) -> io::Result<PathBuf> {
         }
         Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
-            format!("-J {}: it and {0}.0 to {0}.1000 exist: choose another file", path.display()),
+            format!(
+                "-J {}: it and {0}.0 to {0}.1000 exist: choose another file",
+                path.display()
+            ),
         ))
     })();
     let _ = fs::remove_file(&tmp);

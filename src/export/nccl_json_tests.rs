@@ -106,9 +106,15 @@ fn same_keys_in_the_same_order_as_nccl_tests() {
     let expected = [
         "$.results[0]: keys [\"size\", \"count\", \"type\", \"redop\", \"root\", \"out_of_place\", \"out_of_place_per_iter\", \"in_place\", \"actual_iterations\", \"experiment_name\"] vs nccl-tests' [\"size\", \"count\", \"type\", \"redop\", \"root\", \"out_of_place\", \"out_of_place_per_iter\", \"in_place\", \"in_place_per_iter\", \"actual_iterations\", \"experiment_name\"]",
     ];
-    let rest: Vec<&String> = diffs.iter().filter(|d| !d.starts_with("$.results[0].in_place:")).collect();
+    let rest: Vec<&String> = diffs
+        .iter()
+        .filter(|d| !d.starts_with("$.results[0].in_place:"))
+        .collect();
     assert_eq!(rest, expected.iter().collect::<Vec<_>>(), "{diffs:#?}");
-    assert!(diffs.iter().any(|d| d.starts_with("$.results[0].in_place: Null")), "{diffs:#?}");
+    assert!(
+        diffs.iter().any(|d| d.starts_with("$.results[0].in_place: Null")),
+        "{diffs:#?}"
+    );
 }
 
 #[test]
@@ -169,10 +175,16 @@ fn statistics_recompute_nccl_tests_own() {
             .map(|x| x.as_f64().expect("f64"))
             .collect();
         let got = serde_json::to_value(per_iteration(times, Vec::new())).expect("value");
-        for k in ["min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct"] {
+        for k in [
+            "min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct",
+        ] {
             let (a, b) = (got[k].as_f64().expect(k), want[k].as_f64().expect(k));
             // nccl-tests prints %lf: 6 decimals.
-            assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "size {}: {k} {a} vs {b}", r["size"]);
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "size {}: {k} {a} vs {b}",
+                r["size"]
+            );
         }
     }
 }

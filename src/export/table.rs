@@ -378,7 +378,10 @@ mod tests {
         let theirs = nccl_line("#       size");
         let theirs_units = nccl_line("#        (B)");
         let shared = COLUMNS[0].len() - (2 + 7);
-        assert_eq!(&COLUMNS[0][..shared].replace("t_", "i_").replace("  cv%", "i_cv%"), &theirs[..shared]);
+        assert_eq!(
+            &COLUMNS[0][..shared].replace("t_", "i_").replace("  cv%", "i_cv%"),
+            &theirs[..shared]
+        );
         assert_eq!(&COLUMNS[1][..shared], &theirs_units[..shared]);
         // Every column name ends where its values end in a row.
         let r = row(&fixtures::size(1 << 20, 100.0, Some(0)), "sendrecv");
@@ -446,7 +449,11 @@ mod tests {
         assert!(footer(&r, Some(&failed)).contains(&format!("bandwidth    : {} FAILED\n", c_g(avg))));
         assert!(!BandwidthGate::judge(0.0, None).passed);
         // The fixture's footer lines, byte for byte (same widths, trailing space included).
-        let theirs: Vec<&str> = NCCL.lines().skip_while(|l| !l.starts_with("# Out of")).take(5).collect();
+        let theirs: Vec<&str> = NCCL
+            .lines()
+            .skip_while(|l| !l.starts_with("# Out of"))
+            .take(5)
+            .collect();
         let mut one = fixtures::size(8, 1.0, Some(0));
         one.busbw_gbps = 2.737284;
         let ours = format!("{}{}", footer(&[one], None), concluded("sendrecv_perf"));

@@ -177,10 +177,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
     // -T too; the engine arms its own watchdog per phase.
     let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
-    setup.arm(
-        "setup (flags, topology, plugin)",
-        settings::timeout_of(cli.timeout),
-    );
+    setup.arm("setup (flags, topology, plugin)", settings::timeout_of(cli.timeout));
     agree_on_flags(mpi)?;
     // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     let settings = Settings::from_cli(cli).map_err(Fatal::Usage)?;

@@ -12,11 +12,11 @@ use nccl_net::LogLevel;
 
 use crate::baseline::BaselineSettings;
 use crate::cli::{Cli, IterTime, Mem, PluginLog, Scope as ScopeFlag};
-use tcpx_units::TimeReduction;
 use crate::engine::backoff::PollMode;
 use crate::export;
 use crate::placement::PlacementSettings;
 use crate::plan::{Iterations, Scope, SweepSettings};
+use tcpx_units::TimeReduction;
 
 /// Everything a run needs from the command line, typed.
 #[derive(Debug, Clone)]
@@ -223,7 +223,10 @@ mod tests {
         assert_eq!(min_bw_of(Some(" 1.5 ")), Ok(Some(1.5)));
         for bad in ["", "fast", "-1", "nan", "inf"] {
             let e = min_bw_of(Some(bad)).unwrap_err();
-            assert!(e.starts_with("NCCL_TESTS_MIN_BW=") && e.contains("GB/s") && !e.contains('\n'), "{e}");
+            assert!(
+                e.starts_with("NCCL_TESTS_MIN_BW=") && e.contains("GB/s") && !e.contains('\n'),
+                "{e}"
+            );
         }
     }
 

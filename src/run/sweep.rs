@@ -40,7 +40,15 @@ pub(super) fn sweep(
     let mut timed_it = *it;
     if settings.warmup_once {
         for plan in &job.plans {
-            let warmed = warm_up(it, mpi, &connected.engine, probe, plan, &mut pattern_iter, progress.as_ref());
+            let warmed = warm_up(
+                it,
+                mpi,
+                &connected.engine,
+                probe,
+                plan,
+                &mut pattern_iter,
+                progress.as_ref(),
+            );
             if let Err(e) = warmed {
                 return Swept {
                     results,
