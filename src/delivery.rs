@@ -30,7 +30,7 @@ pub struct WireProbe {
 }
 
 /// One interface of one host over the timed iterations of one size.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct WireBytes {
     pub host: String,
     pub iface: String,
@@ -41,7 +41,7 @@ pub struct WireBytes {
 }
 
 /// The byte accounting of one size, per timed iteration where it says so.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ByteCheck {
     /// Payload bytes per iteration measured by a source that sees payload exactly (plugin sizes,
     /// unpack descriptors); `None`: unverified by those sources.

@@ -88,7 +88,7 @@ impl BandwidthGate {
 
 /// A run's resolved settings and its job's shape, in the order summary.json lists them: the
 /// field names are summary.json's keys (the summary serializes this struct, no hand-kept copy).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunSettings {
     /// `sendrecv`, `pairs`, `ring`, `fullmesh`.
     pub pattern: String,
@@ -126,7 +126,7 @@ pub struct RunSettings {
 }
 
 /// Where one rank ran.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HostInfo {
     /// MPI rank.
     pub rank: usize,
@@ -139,7 +139,7 @@ pub struct HostInfo {
 }
 
 /// The net plugin as loaded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PluginInfo {
     /// Path of the loaded shared object.
     pub path: String,
@@ -306,7 +306,7 @@ pub fn now_rfc3339() -> String {
 // --baseline nccl: NCCL's figures beside tcpx-perf's (filled by `crate::baseline`).
 
 /// The run-level description of the baseline (summary.json `nccl_baseline`, the header).
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, schemars::JsonSchema)]
 pub struct NcclInfo {
     /// The NCCL library file the loader mapped.
     pub library: String,
@@ -330,7 +330,7 @@ pub struct NcclInfo {
 }
 
 /// Definitions of the figures, written into summary.json beside them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Timing {
     pub time_us: &'static str,
     pub batch_time_us: &'static str,
@@ -350,7 +350,7 @@ impl Default for Timing {
 }
 
 /// One measured block of the alternation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Block {
     pub size_bytes: u64,
     /// `tcpx-perf` or `nccl`.
@@ -361,7 +361,7 @@ pub struct Block {
 }
 
 /// NCCL's figures at one size.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct NcclFigures {
     /// The bytes NCCL's algbw divides (the size; whole floats for the all-reduce).
     pub size_bytes: u64,

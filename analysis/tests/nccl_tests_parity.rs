@@ -112,6 +112,117 @@ fn analyze_perf_json() -> Option<PathBuf> {
     script.exists().then_some(script)
 }
 
+/// Where `value` breaks `schema` (the subset of JSON Schema that schemars writes: `$ref`, `type`,
+/// `properties`/`required`/`additionalProperties`, `items`, `minItems`/`maxItems`, `anyOf`/`oneOf`,
+/// `enum`, `const`, `minimum`).
+fn schema_errors(
+    root: &serde_json::Value,
+    schema: &serde_json::Value,
+    value: &serde_json::Value,
+    at: &str,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let name = r.trim_start_matches("#/$defs/");
+        return schema_errors(root, &root["$defs"][name], value, at, out);
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(alts) = schema.get(key).and_then(Value::as_array) {
+            let fits = alts.iter().filter(|a| {
+                let mut e = Vec::new();
+                schema_errors(root, a, value, at, &mut e);
+                e.is_empty()
+            });
+            if fits.count() == 0 {
+                out.push(format!("{at}: fits no alternative of {key}: {value}"));
+            }
+        }
+    }
+    if let Some(t) = schema.get("type") {
+        let kinds: Vec<&str> = t.as_array().map_or_else(
+            || vec![t.as_str().unwrap_or("")],
+            |a| a.iter().filter_map(Value::as_str).collect(),
+        );
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        if !kinds
+            .iter()
+            .any(|k| *k == kind || (*k == "number" && kind == "integer"))
+        {
+            out.push(format!("{at}: {kind} where the schema says {kinds:?}"));
+            return;
+        }
+    }
+    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        if !e.contains(value) {
+            out.push(format!("{at}: {value} not in {e:?}"));
+        }
+    }
+    if let Some(c) = schema.get("const") {
+        if c != value {
+            out.push(format!("{at}: {value} is not {c}"));
+        }
+    }
+    if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+        if v < min {
+            out.push(format!("{at}: {v} below {min}"));
+        }
+    }
+    if let Value::Object(o) = value {
+        let props = schema.get("properties").and_then(Value::as_object);
+        for req in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            if !o.contains_key(req.as_str().unwrap_or("")) {
+                out.push(format!("{at}: required {req} missing"));
+            }
+        }
+        for (k, v) in o {
+            match (props.and_then(|p| p.get(k)), schema.get("additionalProperties")) {
+                (Some(s), _) | (None, Some(s)) if s.is_object() => schema_errors(root, s, v, &format!("{at}.{k}"), out),
+                (None, Some(Value::Bool(false))) => out.push(format!("{at}: unexpected key {k}")),
+                (None, None) if props.is_some() => out.push(format!("{at}: key {k} not in the schema")),
+                _ => {}
+            }
+        }
+    }
+    if let Value::Array(a) = value {
+        if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
+            for (i, v) in a.iter().enumerate() {
+                schema_errors(root, items, v, &format!("{at}[{i}]"), out);
+            }
+        }
+        if let Some(prefix) = schema.get("prefixItems").and_then(Value::as_array) {
+            for (i, (s, v)) in prefix.iter().zip(a).enumerate() {
+                schema_errors(root, s, v, &format!("{at}[{i}]"), out);
+            }
+        }
+        let n = a.len() as u64;
+        if schema.get("minItems").and_then(Value::as_u64).is_some_and(|m| n < m)
+            || schema.get("maxItems").and_then(Value::as_u64).is_some_and(|m| n > m)
+        {
+            out.push(format!("{at}: {n} items out of the schema's bounds"));
+        }
+    }
+}
+
+/// `file` against the committed schema `docs/schema/NAME`.
+fn assert_fits_schema(name: &str, file: &Path) {
+    let schema_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/schema").join(name);
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_file).expect("schema")).expect("schema json");
+    let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).expect("file")).expect("json");
+    let mut errors = Vec::new();
+    schema_errors(&schema, &schema, &value, "$", &mut errors);
+    assert!(errors.is_empty(), "{} against {name}: {errors:#?}", file.display());
+}
+
 #[test]
 fn nccl_tests_readers_read_tcpx_perfs_table_and_json() {
     let cases = [
@@ -176,6 +287,10 @@ fn nccl_tests_readers_read_tcpx_perfs_table_and_json() {
                 "{pattern}: header busbw {r:?}"
             );
         }
+
+        // The committed JSON Schemas (generated from the Rust types) describe the real files.
+        assert_fits_schema("summary.schema.json", &out.join("summary.json"));
+        assert_fits_schema("nccl-tests-json.schema.json", &json);
 
         // tcpx-analyze's nccl-tests parsers: the text and the -J file.
         let text = nccl_text::parse(log.to_str().expect("utf-8"), &stdout, &ParseOptions::default())

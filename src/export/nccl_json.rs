@@ -330,6 +330,12 @@ pub fn document(info: &RunInfo, results: &[SizeResult], error: Option<&str>, end
     }
 }
 
+/// The JSON Schema of the `-J` file, generated from these types (committed as
+/// `docs/schema/nccl-tests-json.schema.json`).
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(NcclTestsJson)).unwrap_or_default()
+}
+
 /// Fails early (before measuring) when `path`'s directory does not exist.
 pub fn check_destination(path: &Path) -> io::Result<()> {
     let dir = match path.parent() {
