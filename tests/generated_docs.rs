@@ -96,7 +96,7 @@ fn variables_read(dir: &Path, out: &mut Vec<(String, String)>) {
             }
             continue;
         }
-        if !name.ends_with(".rs") || name.ends_with("tests.rs") {
+        if path.extension().is_none_or(|e| e != "rs") || name.ends_with("tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("read");

@@ -181,6 +181,7 @@ impl From<bool> for CBool {
 }
 
 /// nccl-tests' `jsonDouble`: a number, or the string `"nan"` for what is not finite.
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's serialize_with passes a reference
 fn c_double<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
     if v.is_finite() {
         s.serialize_f64(*v)

@@ -13,8 +13,8 @@ const FIXTURE: &str = include_str!("../../analysis/tests/fixtures/nccl-tests/ncc
 enum Ordered {
     Obj(Vec<(String, Ordered)>),
     Arr(Vec<Ordered>),
-    Num(f64),
-    Str(String),
+    Num,
+    Str,
     Bool,
     Null,
 }
@@ -30,17 +30,17 @@ impl<'de> Deserialize<'de> for Ordered {
             fn visit_bool<E>(self, _: bool) -> Result<Ordered, E> {
                 Ok(Ordered::Bool)
             }
-            fn visit_i64<E>(self, v: i64) -> Result<Ordered, E> {
-                Ok(Ordered::Num(v as f64))
+            fn visit_i64<E>(self, _: i64) -> Result<Ordered, E> {
+                Ok(Ordered::Num)
             }
-            fn visit_u64<E>(self, v: u64) -> Result<Ordered, E> {
-                Ok(Ordered::Num(v as f64))
+            fn visit_u64<E>(self, _: u64) -> Result<Ordered, E> {
+                Ok(Ordered::Num)
             }
-            fn visit_f64<E>(self, v: f64) -> Result<Ordered, E> {
-                Ok(Ordered::Num(v))
+            fn visit_f64<E>(self, _: f64) -> Result<Ordered, E> {
+                Ok(Ordered::Num)
             }
-            fn visit_str<E>(self, v: &str) -> Result<Ordered, E> {
-                Ok(Ordered::Str(v.to_string()))
+            fn visit_str<E>(self, _: &str) -> Result<Ordered, E> {
+                Ok(Ordered::Str)
             }
             fn visit_unit<E>(self) -> Result<Ordered, E> {
                 Ok(Ordered::Null)
@@ -85,7 +85,7 @@ fn differences(path: &str, ours: &Ordered, theirs: &Ordered, out: &mut Vec<Strin
                 differences(&format!("{path}[0]"), x, y, out);
             }
         }
-        (Ordered::Num(_), Ordered::Num(_)) | (Ordered::Str(_), Ordered::Str(_)) | (Ordered::Null, Ordered::Null) => {}
+        (Ordered::Num, Ordered::Num) | (Ordered::Str, Ordered::Str) | (Ordered::Null, Ordered::Null) => {}
         (a, b) => out.push(format!("{path}: {a:?} where nccl-tests has {b:?}")),
     }
 }

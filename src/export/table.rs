@@ -333,7 +333,6 @@ fn trim_zeros(s: &str) -> &str {
 mod tests {
     use super::super::fixtures;
     use super::*;
-    use crate::stats::summarize;
 
     /// nccl-tests 2.19.6's header and first row (sendrecv_perf -I 1, tcpx-analyze's fixture).
     const NCCL: &str = include_str!("../../analysis/tests/fixtures/nccl-tests/nccl_sendrecv_socket_np4.txt");
