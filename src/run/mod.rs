@@ -181,6 +181,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     agree_on_flags(mpi)?;
     // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     let settings = Settings::from_cli(cli).map_err(Fatal::Usage)?;
+    notes.extend(settings.nccl_tests_notes());
     let start_time = report::now_rfc3339();
     let job = plan_job(&settings, mpi)?;
     let vetted = vet::vet_plugin(&settings, mpi, &job, &mut notes)?;

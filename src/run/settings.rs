@@ -82,6 +82,36 @@ pub(crate) struct OutputSettings {
     pub nccl_json: Option<PathBuf>,
 }
 
+impl Settings {
+    /// Header notes for the nccl-tests behaviours asked for, so the table says what its
+    /// columns mean.
+    pub fn nccl_tests_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.warmup_once {
+            notes.push(format!(
+                "--warmup-once: {} warm-up iterations of every size before the first timed one, none between sizes (nccl-tests' -w)",
+                self.iterations.warmup
+            ));
+        }
+        if self.iterations.iteration_reduction != self.iterations.average {
+            notes.push(format!(
+                "t_min t_max t_p99 cv% t_med and samples.csv: each iteration's {} over ranks (--iter-time; nccl-tests -I takes the max)",
+                self.iterations.iteration_reduction
+            ));
+        }
+        if self.timeout == TIMEOUT_OFF {
+            notes.push("-T 0: no deadline; a stuck plugin or peer hangs the job (nccl-tests' default)".into());
+        }
+        if let Some(min) = self.min_bw {
+            notes.push(format!(
+                "{MIN_BW_ENV}={min}: the run fails (exit 7) if the average busbw is below {} GB/s",
+                min * crate::report::BandwidthGate::MARGIN
+            ));
+        }
+        notes
+    }
+}
+
 /// `-T 0`: no deadline (nccl-tests' default); a century, so every `Instant + timeout` still works.
 pub(crate) const TIMEOUT_OFF: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -244,6 +274,15 @@ mod tests {
         let d = settings(&["-a", "2"]);
         assert_eq!(d.iterations.iteration_reduction, TimeReduction::Min);
         assert!(!d.warmup_once);
+        let notes = s.nccl_tests_notes().join("\n");
+        assert!(
+            notes.contains("--warmup-once") && notes.contains("max over ranks") && notes.contains("-T 0"),
+            "{notes}"
+        );
+        // -a max with the default --iter-time is no note (the spread already uses max).
+        assert!(settings(&["-a", "3", "--iter-time", "max"])
+            .nccl_tests_notes()
+            .is_empty());
         let j = settings(&["-J", "x.json"]);
         assert_eq!(j.output.nccl_json.as_deref(), Some(std::path::Path::new("x.json")));
     }
