@@ -112,6 +112,7 @@ fn probe() -> Result<(), String> {
         iters: cli.iters,
         check: cli.check_enabled(),
         average: cli.average,
+        iteration_reduction: cli.average,
     };
     let prep = baseline::prepare(Some(&settings), &plugin, &props, &topo, 0)?.ok_or("no baseline prepared")?;
     println!(

@@ -52,7 +52,7 @@ impl CpuTime {
 }
 
 /// What a phase cost in CPU, over every rank. Seconds per rank are means over ranks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CpuCost {
     /// User CPU seconds per rank (mean over ranks).
     pub user_s: f64,

@@ -39,7 +39,7 @@ pub struct WireProbe {
 }
 
 /// One interface of one host over the timed iterations of one size.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct WireBytes {
     pub host: String,
     pub iface: String,
@@ -50,7 +50,7 @@ pub struct WireBytes {
 }
 
 /// The byte accounting of one size, per timed iteration where it says so.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, schemars::JsonSchema)]
 pub struct ByteCheck {
     /// Payload bytes per iteration seen by an exact witness independent of the plugin (the data
     /// check, with no wrong byte); `None`: unverified.

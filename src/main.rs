@@ -24,5 +24,9 @@ fn main() {
             std::process::exit(EXIT_USAGE);
         }
     };
+    // Generated documentation (`--print-man`, `--completions SHELL`): no MPI, no plugin.
+    if cli.print_man || cli.completions.is_some() {
+        std::process::exit(tcpx_perf::cli::docs::print(&cli));
+    }
     std::process::exit(tcpx_perf::run::run(cli));
 }

@@ -76,6 +76,9 @@ pub struct Iterations {
     pub check: bool,
     /// How per-rank times are reduced to one number.
     pub average: TimeReduction,
+    /// How each timed iteration's per-rank times are reduced for the spread statistics
+    /// (`--iter-time`): `-a`'s reduction, or the slowest rank's as nccl-tests `-I`.
+    pub iteration_reduction: TimeReduction,
 }
 
 /// The traffic pattern (`--pattern`).

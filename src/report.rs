@@ -58,11 +58,39 @@ pub struct RunInfo {
     /// `--baseline nccl`: NCCL's library, settings, the log lines that prove it used the
     /// plugin, the alternation of the blocks.
     pub nccl: Option<NcclInfo>,
+    /// `NCCL_TESTS_MIN_BW`'s verdict, set once the sweep completed with the variable set.
+    pub bandwidth_gate: Option<BandwidthGate>,
+}
+
+/// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
+/// the rows is below 90% of X (nccl-tests' own margin).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BandwidthGate {
+    /// `NCCL_TESTS_MIN_BW`, GB/s.
+    pub min_bw_gbps: f64,
+    /// The average busbw the gate judged (the footer's "Avg bus bandwidth"), GB/s.
+    pub avg_busbw_gbps: Option<f64>,
+    /// `avg_busbw_gbps >= 0.9 * min_bw_gbps`.
+    pub passed: bool,
+}
+
+impl BandwidthGate {
+    /// nccl-tests' margin: the run passes at 90% of `NCCL_TESTS_MIN_BW`.
+    pub const MARGIN: f64 = 0.9;
+
+    /// The verdict on `avg_busbw` (`None`: no row measured, which fails).
+    pub fn judge(min_bw_gbps: f64, avg_busbw_gbps: Option<f64>) -> BandwidthGate {
+        BandwidthGate {
+            min_bw_gbps,
+            avg_busbw_gbps,
+            passed: avg_busbw_gbps.is_some_and(|a| a >= Self::MARGIN * min_bw_gbps),
+        }
+    }
 }
 
 /// A run's resolved settings and its job's shape, in the order summary.json lists them: the
 /// field names are summary.json's keys (the summary serializes this struct, no hand-kept copy).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunSettings {
     /// `sendrecv`, `pairs`, `ring`, `fullmesh`.
     pub pattern: String,
@@ -100,7 +128,7 @@ pub struct RunSettings {
 }
 
 /// Where one rank ran.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HostInfo {
     /// MPI rank.
     pub rank: usize,
@@ -113,7 +141,7 @@ pub struct HostInfo {
 }
 
 /// The net plugin as loaded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PluginInfo {
     /// Path of the loaded shared object.
     pub path: String,
@@ -291,7 +319,7 @@ pub fn now_rfc3339() -> String {
 // --baseline nccl: NCCL's figures beside tcpx-perf's (filled by `crate::baseline`).
 
 /// The run-level description of the baseline (summary.json `nccl_baseline`, the header).
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, schemars::JsonSchema)]
 pub struct NcclInfo {
     /// The NCCL library file the loader mapped.
     pub library: String,
@@ -315,7 +343,7 @@ pub struct NcclInfo {
 }
 
 /// Definitions of the figures, written into summary.json beside them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Timing {
     pub time_us: &'static str,
     pub batch_time_us: &'static str,
@@ -335,7 +363,7 @@ impl Default for Timing {
 }
 
 /// One measured block of the alternation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Block {
     pub size_bytes: u64,
     /// `tcpx-perf` or `nccl`.
@@ -346,7 +374,7 @@ pub struct Block {
 }
 
 /// NCCL's figures at one size.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct NcclFigures {
     /// The bytes NCCL's algbw divides (the size; whole floats for the all-reduce).
     pub size_bytes: u64,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tcpx_units::{median_sorted, nearest_rank};
 
 /// Summary of a set of samples (microseconds in practice, but unit-agnostic).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SampleStats {
     /// Number of samples.
     pub n: usize,

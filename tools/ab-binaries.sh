@@ -21,7 +21,7 @@ for round in $(seq 1 "$ROUNDS"); do
     out=$(mpirun "${ROOT[@]}" --oversubscribe --bind-to none -np "$NP" "${extra[@]}" \
       "$dir/tcpx-perf" "$@" --no-out --progress never 2>&1)
     r=$?
-    rows=$(echo "$out" | awk '/^ +[0-9]/ {print $1, $6}')
+    rows=$(echo "$out" | awk '/^ +[0-9]/ {print $1, $8}')
     if [ $r -ne 0 ] || [ -z "$rows" ]; then
       echo "$side round $round: FAILED ($r)"; echo "$out" | grep -v '^#' | tail -5; rc=1; continue
     fi

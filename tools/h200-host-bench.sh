@@ -36,7 +36,7 @@ for pattern in ${PATTERNS:-sendrecv fullmesh ring}; do
     IFS=_ read -r nsocks channels chunk bind <<<"$v"
     bw=$(mpi "$bind" -x NCCL_NSOCKS_PERTHREAD=$nsocks -x NCCL_SOCKET_NTHREADS=1 -x NCCL_DYNAMIC_CHUNK_SIZE=1048576 \
           "$BIN_DIR/tcpx-perf" --pattern "$pattern" -b 256M -e 256M -n 8 -w 2 -c 0 --chunk "$chunk" --window 8 \
-          --channels "$channels" --no-out --progress never 2>/dev/null | awk '/^ +[0-9]/ {print $6}')
+          --channels "$channels" --no-out --progress never 2>/dev/null | awk '/^ +[0-9]/ {print $8}')
     echo "# tune $pattern: NCCL_NSOCKS_PERTHREAD=$nsocks --channels $channels --chunk $chunk bind=$bind -> 256M busbw ${bw:-failed} GB/s"
     if [ -n "$bw" ] && awk -v a="$bw" -v b="$best_bw" 'BEGIN{exit !(a>b)}'; then best_bw=$bw; best=$v; fi
   done

@@ -46,16 +46,16 @@ for k in $SOCKS; do
     if ! grep -q '^RESULT' <<<"$out"; then echo "bare k=$k round $round FAILED"; tail -5 <<<"$out"; rc=1; continue; fi
     awk -v k="$k" '/^RESULT/ {print k, $2, $4, $5, $2 / $7 / 1e3}' <<<"$out" >>"$tmp/bare"
     echo "bare     k=$k round $round GB/s:" $(awk '/^RESULT/ {printf "%s=%s ", $2, $4}' <<<"$out")
-    # tcpx-perf: rows (size ... algbw in column 5), then the CPU footer "# size user sys max cores cpu_s/GB"
+    # tcpx-perf: rows (size ... algbw in column 7, t_med in 14), then the CPU footer "# size user sys max cores cpu_s/GB"
     out=$(mpirun "${MPIRUN_ARGS[@]}" -np "$NP" -x NCCL_NSOCKS_PERTHREAD -x TCPXEMU_MODE -x NCCL_DYNAMIC_CHUNK_SIZE \
       "$BIN_DIR/tcpx-perf" --plugin "$PLUGIN" --pattern pairs --dir uni --mem host "${common[@]}" \
       -c 0 -a 3 --no-out --progress never "$@" 2>&1)
     r=$?
-    rows=$(awk '/^ +[0-9]/ {print $1, $5, $1 / $9 / 1e3}' <<<"$out")
+    rows=$(awk '/^ +[0-9]/ {print $1, $7, $1 / $14 / 1e3}' <<<"$out")
     if [ $r -ne 0 ] || [ -z "$rows" ]; then echo "tcpx-perf k=$k round $round FAILED ($r)"; grep -v '^#' <<<"$out" | tail -5; rc=1; continue; fi
     # CPU per size from the footer (nan from a build without it).
     awk -v k="$k" '/^# +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.N\/A]+$/ {cpu[$2] = $7}
-      /^ +[0-9]/ {size[++n] = $1; bw[n] = $5; med[n] = $1 / $9 / 1e3}
+      /^ +[0-9]/ {size[++n] = $1; bw[n] = $7; med[n] = $1 / $14 / 1e3}
       END {for (i = 1; i <= n; i++) print k, size[i], bw[i], (size[i] in cpu ? cpu[size[i]] : "nan"), med[i]}' <<<"$out" >>"$tmp/perf"
     echo "tcpx-perf k=$k round $round GB/s:" $(awk '{printf "%s=%s ", $1, $2}' <<<"$rows")
   done

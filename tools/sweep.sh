@@ -31,7 +31,7 @@ for variant in "$@"; do
       "$BIN_DIR/tcpx-perf" --pattern "$PATTERN" --mem "$MEM" -b "$size" -e "$size" -n "$ITERS" -w "$WARMUP" \
       -c "$CHECK" "${variant_args[@]}" -T 120 --no-out --progress never 2>&1)
     r=$?
-    bw=$(echo "$out" | awk '/^ +[0-9]/ {printf "%s/%s", $5, $6; if ($7 != 0) printf "(wrong %s)", $7}')
+    bw=$(echo "$out" | awk '/^ +[0-9]/ {printf "%s/%s", $7, $8; if ($9 != 0) printf "(wrong %s)", $9}')
     if [ $r -ne 0 ] || [ -z "$bw" ]; then
       bw="FAILED($r)"; rc=1
       echo "$out" | grep -v '^#' | tail -3 >&2

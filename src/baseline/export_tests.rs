@@ -87,7 +87,7 @@ fn baseline_figures_land_in_every_file() {
     // The table: NCCL columns in the header, lined up with the row's cells.
     let header = export::table::header(&info);
     let names = header.lines().rev().nth(1).expect("names line");
-    let row = export::table::row(&results[1]);
+    let row = export::table::row(&results[1], "sendrecv");
     assert!(names.ends_with("ratio") && row.ends_with(" 0.50"), "{names}\n{row}");
     assert_eq!(names.len(), row.len(), "{names}\n{row}");
     assert!(header.contains("# NCCL baseline: NCCL 2.28.9"));

@@ -56,12 +56,36 @@ PLUGIN:
   a path, or a name resolved as NCCL does (X, then libnccl-net-X.so). --abi N forces
   ncclNetPlugin_vN.
 
+ENVIRONMENT:
+  NCCL_TESTS_MIN_BW         fail (exit 7) when the average busbw is below 90% of this many GB/s,
+                            as nccl-tests; the footer says OK or FAILED (-J: average_bus_bandwidth)
+  NCCL_DYNAMIC_CHUNK_SIZE   TCPX's receive chunk; set to GKE's value for the built-in tcpx-emu
+                            when unset (a note in the header says so)
+  NCCL_DMABUF_ENABLE        0 keeps GPU memory off DMA-BUF registration, as NCCL
+  NCCL_HOSTID               the node identity (else hostname and boot id), as NCCL
+  NCCL_GPUDIRECTTCPX_*, NCCL_TCPX_*, NCCL_NSOCKS_PERTHREAD, NCCL_SOCKET_NTHREADS,
+  NCCL_MIN_ZCOPY_SIZE       TCPX's settings: compared across nodes by the preflight;
+                            _TX_BINDINGS/_RX_BINDINGS also shape --cpu-bind auto
+  NCCL_*, TCPXEMU_*, UCCL_*, CUDA_VISIBLE_DEVICES, OMPI_COMM_WORLD_SIZE,
+  OMPI_COMM_WORLD_LOCAL_SIZE
+                            recorded in summary.json (an allow-list: nothing else is recorded);
+                            --baseline nccl sets NCCL_NET_PLUGIN, NCCL_NET and the P2P/SHM/NVLS
+                            switches for NCCL (settings replaced are listed in the header)
+  OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID
+                            this process's rank before MPI starts (who prints usage errors)
+  TCPX_PERF_SYSFS_ROOT      read sysfs from this directory instead of /sys (tests, dry runs)
+  TCPX_PERF_GPU_PCI         the GPUs' PCI bus ids, comma-separated in CUDA order, where CUDA
+                            cannot say (placement without a GPU)
+  TCPX_GPU_NVRTC, CUDA_HOME, CUDA_PATH
+                            where libnvrtc is found for the GPU kernels
+
 EXIT STATUS:
   0 every size measured, every byte checked right (with -c 0: measured but unchecked, the footer
   says N/A (not checked) and summary.json's status is unchecked); 1 error (impossible plan, plugin
   error, bytes moved != bytes planned, an error finding of preflight without --force); 2 wrong
-  data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag or value tcpx-perf does not accept;
-  one line from rank 0).";
+  data (#wrong > 0); 3 timeout (-T); 7 average busbw below NCCL_TESTS_MIN_BW (nccl-tests' status
+  for a failed check); 64 usage error (a flag or value tcpx-perf does not accept; one line from
+  rank 0).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -87,7 +111,7 @@ pub struct Cli {
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
 
-    /// Untimed warmup iterations, run before every size (not only at doubling sizes)
+    /// Untimed warmup iterations, run before every size (nccl-tests: once before the sweep; see --warmup-once)
     #[arg(
         short = 'w',
         long = "warmup_iters",
@@ -96,7 +120,7 @@ pub struct Cli {
     )]
     pub warmup_iters: usize,
 
-    /// Data check of the timed iterations: 1 on, 0 off (#wrong then shows N/A)
+    /// Data check of every timed iteration: 1 on, 0 off (#wrong then shows N/A)
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u32,
 
@@ -105,11 +129,11 @@ pub struct Cli {
     #[serde(serialize_with = "serialize_reduction")]
     pub average: TimeReduction,
 
-    /// Watchdog in seconds for every phase (connect, warmup, each size); must be >= 1
+    /// Watchdog in seconds for every phase (connect, warmup, each size); 0 turns it off
     ///
-    /// Unlike nccl-tests' -T, 0 (off) is not accepted: every phase, including connection
-    /// setup and MPI barriers, is bounded so that a stuck plugin or peer fails the run with a
-    /// message instead of hanging the job.
+    /// On by default (nccl-tests: off): every phase, including connection setup and MPI
+    /// barriers, is bounded so that a stuck plugin or peer fails the run with a message instead
+    /// of hanging the job. 0 gives nccl-tests' default: no deadline at all.
     #[arg(short = 'T', long = "timeout", default_value_t = 300)]
     pub timeout: u64,
 
@@ -248,9 +272,37 @@ pub struct Cli {
     #[arg(long = "plugin-log", value_enum, default_value_t = PluginLog::Warn)]
     pub plugin_log: PluginLog,
 
-    /// More output (repeat for more)
+    /// More of the plugin's log: -v at least info, -vv trace (raises --plugin-log, never lowers it)
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// Also write the run as nccl-tests 2.19 writes -J FILE (JSON version 3), for nccl-tests' tools
+    ///
+    /// Rank 0 creates FILE, never overwriting: if it exists, FILE.0, FILE.1, ... as nccl-tests.
+    /// tcpx-perf's one measurement per size fills out_of_place and out_of_place_per_iter
+    /// (times_us: each iteration's slowest rank, as nccl-tests -I); in_place is null.
+    #[arg(short = 'J', long = "output_file", visible_alias = "output-file")]
+    pub output_file: Option<PathBuf>,
+
+    /// Warm up as nccl-tests does: -w untimed iterations of every size once, before the first timed
+    /// iteration, and none between sizes
+    #[arg(long = "warmup-once")]
+    pub warmup_once: bool,
+
+    /// Which rank's time each timed iteration gets in t_min t_max t_p99 cv% t_med and samples.csv:
+    /// reduced (with -a, the default) or max (the slowest rank, as nccl-tests -I 1)
+    #[arg(long = "iter-time", value_enum, default_value_t = IterTime::Reduced)]
+    pub iter_time: IterTime,
+
+    /// Print the man page (roff) generated from these flags, then exit
+    #[arg(long = "print-man", hide = true)]
+    #[serde(skip)]
+    pub print_man: bool,
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell), then exit
+    #[arg(long = "completions", value_name = "SHELL", hide = true)]
+    #[serde(skip)]
+    pub completions: Option<clap_complete::Shell>,
 
     /// Measure NCCL itself beside tcpx-perf, size by size, in the same job
     ///
@@ -397,9 +449,6 @@ impl Cli {
         if self.iters < 1 {
             return Err("-n 0 measures nothing: use -n 1 or more timed iterations".into());
         }
-        if self.timeout < 1 {
-            return Err("-T 0 would disable the watchdog, which tcpx-perf requires: use -T 1 or more seconds".into());
-        }
         if self.ngpus < 1 {
             return Err("-g 0 has no endpoints: use -g 1 or more endpoints per rank".into());
         }
@@ -444,6 +493,7 @@ impl Cli {
     }
 }
 
+pub mod docs;
 mod values;
 
 /// Parses `-a` (clap wants a function; the grammar is `TimeReduction`'s).

@@ -53,6 +53,16 @@ pub enum Progress {
     Never,
 }
 
+/// `--iter-time`: how each timed iteration's per-rank times become one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IterTime {
+    /// Reduced over ranks as -a says.
+    Reduced,
+    /// The slowest rank's (nccl-tests -I 1: "i_* uses max over process rows").
+    Max,
+}
+
 /// Plugin log level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -52,7 +52,7 @@ impl RunStatus {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct Tool<'a> {
     name: &'static str,
     version: &'a str,
@@ -60,7 +60,7 @@ struct Tool<'a> {
 }
 
 /// One size, as in `results.csv` plus the remaining statistics.
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct SizeSummary<'a> {
     size_bytes: u64,
     count: u64,
@@ -95,7 +95,7 @@ struct SizeSummary<'a> {
     nccl: Option<&'a crate::report::NcclFigures>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, schemars::JsonSchema)]
 struct Summary<'a> {
     schema_version: u32,
     /// True when the sweep ran to the end and every file was written.
@@ -126,6 +126,12 @@ struct Summary<'a> {
     /// the timings' definitions and the alternation of the blocks (null without it).
     nccl_baseline: Option<&'a crate::report::NcclInfo>,
     results: Vec<SizeSummary<'a>>,
+}
+
+/// The JSON Schema of `summary.json`, generated from the types that write it (committed as
+/// `docs/schema/summary.schema.json`).
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Summary<'static>)).unwrap_or_default()
 }
 
 /// Writes `summary.json` into `dir` atomically (temporary file in `dir`, fsync, rename).

@@ -2,7 +2,8 @@
 //! - [`table`]: the nccl-tests-style stdout table (header, one row per size, footer);
 //! - [`csv`]: `results.csv`, `samples.csv`, `pairs.csv`;
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
-//! - [`json`]: `summary.json`, written last and atomically.
+//! - [`json`]: `summary.json`, written last and atomically;
+//! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON.
 //!
 //! The file formats are specified in `results/README.md` (schema version 3).
 
@@ -14,6 +15,7 @@ use crate::report::{RunInfo, SizeResult};
 
 pub mod csv;
 pub mod json;
+pub mod nccl_json;
 pub mod svg;
 pub mod table;
 
@@ -151,6 +153,7 @@ pub(crate) mod fixtures {
                 10_000_000_000,
             )),
             nccl: None,
+            bandwidth_gate: None,
         }
     }
 

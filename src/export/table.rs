@@ -1,21 +1,58 @@
 //! The stdout table, in nccl-tests' layout so that people and scripts that read
-//! nccl-tests output can read ours: the same `#` header conventions, the same first columns
-//! (`size count type`, then `time algbw busbw #wrong`) with the same widths and the same
-//! float fitting, then our per-iteration statistics columns. nccl-tests' `redop`/`root`
-//! columns and the in-place block are dropped (they mean nothing for point-to-point).
+//! nccl-tests output can read ours: the same `#` header conventions, the
+//! `# Collective test starting/concluded` lines, the same first nine columns
+//! (`size count type redop root time algbw busbw #wrong`, so `awk '{print $8}'` is busbw) with
+//! the same widths and float fitting as nccl-tests 2.19, then our per-iteration statistics where
+//! nccl-tests `-I 1` prints its own (`t_min t_max t_p99 cv%` at `i_min i_max i_p99 i_cv%`), then
+//! `t_med`. tcpx-perf makes one measurement per size: it fills nccl-tests' out-of-place block;
+//! there is no in-place block (point-to-point traffic has no in-place variant).
 
 use std::fmt::Write as _;
 
-use crate::report::{CpuCost, FindingLevel, RunInfo, SizeResult};
+use crate::report::{BandwidthGate, CpuCost, FindingLevel, RunInfo, SizeResult};
 use tcpx_units::format_size;
 
 use super::{avg_busbw, wrong_total};
 
 /// The two column header lines (names, then units).
 const COLUMNS: [&str; 2] = [
-    "#       size         count      type     time   algbw   busbw  #wrong    t_min    t_med    t_p99    cv%",
-    "#        (B)    (elements)               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)    (%)",
+    "#       size         count      type   redop    root     time   algbw   busbw  #wrong    t_min    t_max    t_p99      cv%    t_med",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)",
 ];
+
+/// The nccl-tests binary whose traffic a pattern mirrors (its `# Collective test` name and the
+/// `-J` file's meaning).
+pub fn nccl_tests_binary(pattern: &str) -> &'static str {
+    match pattern {
+        "ring" => "all_reduce_perf",
+        "fullmesh" => "alltoall_perf",
+        _ => "sendrecv_perf",
+    }
+}
+
+/// The `redop` cell as nccl-tests prints it for that binary: `none` for alltoall (no
+/// reduction), `sum` (the default `-o`) for sendrecv and all-reduce.
+pub fn redop(pattern: &str) -> &'static str {
+    if pattern == "fullmesh" {
+        "none"
+    } else {
+        "sum"
+    }
+}
+
+/// The `root` cell: `-1` (no root) for every pattern, as nccl-tests' `"%6i"` of -1.
+pub const ROOT: &str = "    -1";
+
+/// The line that opens a run's output (after the version line), as nccl-tests; the name is the
+/// pattern, which tcpx-analyze reads as the run's collective.
+pub fn starting(pattern: &str) -> String {
+    format!("# Collective test starting: {pattern}\n")
+}
+
+/// The line that ends a run's table, as nccl-tests (`#`, the line, `#`).
+pub fn concluded(pattern: &str) -> String {
+    format!("# Collective test concluded: {pattern}\n#\n")
+}
 
 /// The run description printed before the table: every line starts with `# `
 /// (nccl-tests' convention, so parsers skip it), then the two column header lines.
@@ -28,6 +65,7 @@ pub fn header(info: &RunInfo) -> String {
         .unwrap_or_default();
     // `writeln!` into a String cannot fail.
     let _ = writeln!(s, "# tcpx-perf {}{commit}", info.tool_version);
+    s.push_str(&starting(&info.settings.pattern));
     let p = &info.plugin;
     let _ = writeln!(
         s,
@@ -124,10 +162,6 @@ fn nccl_cells([time, busbw, batch_busbw, ratio]: [String; 4]) -> String {
     format!("   {time:>7}  {busbw:>7}  {batch_busbw:>8}  {ratio:>5}")
 }
 
-/// One row per size, without a trailing newline, byte for byte nccl-tests' layout for the
-/// columns it shares: `"%12li  %12li  %8s"` (size, count, type), then `"  %7s  %6s  %6s"`
-/// (time, algbw, busbw) and `" %6g"` for `#wrong` (`"    N/A"` when unchecked), as in
-/// nccl-tests' real output (peers.md section 1.7); floats are fitted to their width as
 /// The CPU cost after the footer (every line a `#` comment, so nccl-tests parsers skip it): per
 /// size the timed iterations' user and system seconds per rank, the busiest rank's, the cores a
 /// rank kept busy and the CPU seconds per GB of network bytes; then the whole run's.
@@ -166,15 +200,15 @@ pub fn cpu_footer(results: &[SizeResult], run: Option<&CpuCost>) -> String {
     s
 }
 
-/// nccl-tests' `getFloatStr`. Then our columns `"   %7s  %7s  %7s  %5s"` (t_min, t_med,
-/// t_p99, cv%).
-///
-/// nccl-tests' `#wrong` values end one column left of their header (its header uses
-/// `"  %6s"`, its rows `" %6g"`); we keep that quirk so nccl-tests parsers see identical
-/// rows, and give t_min three leading spaces so our own columns line up with their headers.
-/// A `#wrong` above 999999 is printed as an integer (wider) rather than `%g`'s exponent.
-pub fn row(r: &SizeResult) -> String {
-    let wrong = r.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
+/// One row per size, without a trailing newline, byte for byte nccl-tests 2.19's layout for
+/// the columns it shares: `"%12li  %12li  %8s  %6s  %6s"` (size, count, type, redop, root), then
+/// the out-of-place block `"  %7s  %6s  %6s  %6g"` (time, algbw, busbw, #wrong; `"    N/A"` when
+/// unchecked), then `"  %7s"` for each of t_min, t_max, t_p99, cv% (where nccl-tests `-I 1`
+/// prints i_min, i_max, i_p99, i_cv%) and t_med; floats are fitted to their width as
+/// nccl-tests' `getFloatStr`. A `#wrong` above 999999 is printed as an integer (wider) rather
+/// than `%g`'s rounded exponent.
+pub fn row(r: &SizeResult, pattern: &str) -> String {
+    let wrong = r.wrong.map_or_else(|| "    N/A".to_string(), |w| format!("  {w:>6}"));
     let nccl = r.nccl.as_ref().map_or_else(String::new, |n| {
         nccl_cells([
             float_str(n.time_us, 7),
@@ -184,28 +218,31 @@ pub fn row(r: &SizeResult) -> String {
         ])
     });
     format!(
-        "{:>12}  {:>12}  {:>8}  {:>7}  {:>6}  {:>6} {:>6}   {:>7}  {:>7}  {:>7}  {:>5}{nccl}",
+        "{:>12}  {:>12}  {:>8}  {:>6}  {ROOT}  {:>7}  {:>6}  {:>6}{wrong}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}{nccl}",
         r.size_bytes,
         r.count,
         "float",
+        redop(pattern),
         float_str(r.time_us, 7),
         float_str(r.algbw_gbps, 6),
         float_str(r.busbw_gbps, 6),
-        wrong,
         float_str(r.stats.min, 7),
-        float_str(r.stats.median, 7),
+        float_str(r.stats.max, 7),
         float_str(r.stats.p99, 7),
-        float_str(r.stats.cv_pct, 5),
+        float_str(r.stats.cv_pct, 7),
+        float_str(r.stats.median, 7),
     )
 }
 
-/// The footer as nccl-tests: wrong bytes with OK/FAILED, the mean busbw over the rows,
-/// then a closing `#` line. A run with a size whose bytes nothing checked (`-c 0`) says
-/// `N/A (not checked)`, never `0 OK`.
-pub fn footer(results: &[SizeResult]) -> String {
+/// The footer as nccl-tests: wrong bytes with OK/FAILED, the mean busbw over the rows (with
+/// `OK`/`FAILED` against `NCCL_TESTS_MIN_BW` when it is set: [`BandwidthGate`]), then a closing
+/// `#` line. A run with a size whose bytes nothing checked (`-c 0`) says `N/A (not checked)`,
+/// never `0 OK`.
+pub fn footer(results: &[SizeResult], gate: Option<&BandwidthGate>) -> String {
     let avg = avg_busbw(results).map_or_else(|| "N/A".to_string(), c_g);
+    let verdict = gate.map_or("", |g| if g.passed { "OK" } else { "FAILED" });
     format!(
-        "# {:<20} : {}\n# {:<20} : {}\n#\n",
+        "# {:<20} : {}\n# {:<20} : {} {verdict}\n#\n",
         "Out of bounds values",
         out_of_bounds(results),
         "Avg bus bandwidth",
@@ -304,39 +341,57 @@ fn trim_zeros(s: &str) -> &str {
 mod tests {
     use super::super::fixtures;
     use super::*;
-    use crate::stats::summarize;
 
-    /// nccl-tests' rendered header and row from peers.md §1.7 (sendrecv, 2xA40).
-    const NCCL_COLUMNS: &str = "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ";
-    const NCCL_ROW: &str = "         256            64     float     sum      -1    34.24    0.01    0.01      0    33.65    0.01    0.01    N/A";
+    /// nccl-tests 2.19.6's header and first row (sendrecv_perf -I 1, tcpx-analyze's fixture).
+    const NCCL: &str = include_str!("../../analysis/tests/fixtures/nccl-tests/nccl_sendrecv_socket_np4.txt");
+
+    fn nccl_line(starts: &str) -> &'static str {
+        NCCL.lines().find(|l| l.starts_with(starts)).expect("fixture line")
+    }
 
     #[test]
     fn row_matches_nccl_tests_layout() {
-        let mut r = fixtures::size(256, 34.24, Some(0));
-        r.algbw_gbps = 256.0 / 34.24 / 1e3;
-        r.busbw_gbps = r.algbw_gbps;
-        r.stats = summarize(&[30.0, 34.0, 40.5]);
-        let ours = row(&r);
-        // size, count, type: identical to nccl-tests' first 3 columns.
-        let pre = 12 + 2 + 12 + 2 + 8;
-        assert_eq!(&ours[..pre], &NCCL_ROW[..pre]);
-        // nccl-tests then has "  %6s  %6s" (redop, root), which we drop; the out-of-place
-        // block "  %7s  %6s  %6s %6g" follows identically.
-        let block = 2 + 7 + 2 + 6 + 2 + 6 + 1 + 6;
-        assert_eq!(&ours[pre..pre + block], &NCCL_ROW[pre + 16..pre + 16 + block]);
-        assert_eq!(
-            ours,
-            format!("{}     30.00    34.00    40.50  12.42", &ours[..pre + block])
-        );
+        // nccl-tests' first row: 1048576 bytes, 400.77 us, 2.62 GB/s, 0 wrong, then -I's
+        // i_min i_max i_p99 i_cv% = 395.10 693.25 693.25 15.53.
+        let theirs = nccl_line("     1048576");
+        let mut r = fixtures::size(1048576, 400.77, Some(0));
+        r.algbw_gbps = 2.616389;
+        r.busbw_gbps = 2.616389;
+        r.stats.min = 395.10;
+        r.stats.max = 693.25;
+        r.stats.p99 = 693.25;
+        r.stats.cv_pct = 15.53;
+        r.stats.median = 450.30;
+        let ours = row(&r, "sendrecv");
+        // Byte for byte nccl-tests' out-of-place block with -I's statistics, then t_med.
+        let block = 12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6 + (2 + 7 + 2 + 6 + 2 + 6 + 2 + 6) + 4 * (2 + 7);
+        assert_eq!(&ours[..block], &theirs[..block]);
+        assert_eq!(&ours[block..], "   450.30");
+        // awk '{print $8}' is busbw; $4 $5 redop and root as nccl-tests prints them.
+        let fields: Vec<&str> = ours.split_whitespace().collect();
+        assert_eq!(fields[7], "2.62");
+        assert_eq!(&fields[3..5], ["sum", "-1"]);
+        let a2a = row(&r, "fullmesh");
+        assert_eq!(&a2a.split_whitespace().collect::<Vec<_>>()[3..5], ["none", "-1"]);
+        // Unchecked: "    N/A" as nccl-tests' in-place block, and the columns after still align.
+        let unchecked = row(&fixtures::size(1048576, 400.77, None), "ring");
+        assert_eq!(unchecked.len(), ours.len() - 1);
+        assert!(unchecked.contains("    N/A  "), "{unchecked}");
     }
 
     #[test]
     fn header_columns_line_up_with_rows() {
-        // Our column names sit where nccl-tests puts them, minus redop/root.
-        let nccl_without_root: String = format!("{}{}", &NCCL_COLUMNS[..36], &NCCL_COLUMNS[52..85]);
-        assert_eq!(&COLUMNS[0][..69], nccl_without_root.as_str());
+        // Our column names sit where nccl-tests -I 1 puts its out-of-place ones.
+        let theirs = nccl_line("#       size");
+        let theirs_units = nccl_line("#        (B)");
+        let shared = COLUMNS[0].len() - (2 + 7);
+        assert_eq!(
+            &COLUMNS[0][..shared].replace("t_", "i_").replace("  cv%", "i_cv%"),
+            &theirs[..shared]
+        );
+        assert_eq!(&COLUMNS[1][..shared], &theirs_units[..shared]);
         // Every column name ends where its values end in a row.
-        let r = row(&fixtures::size(1 << 20, 100.0, None));
+        let r = row(&fixtures::size(1 << 20, 100.0, Some(0)), "sendrecv");
         assert_eq!(COLUMNS[0].len(), r.len());
         assert_eq!(COLUMNS[1].len(), r.len());
         let ends = |s: &str| -> Vec<usize> {
@@ -345,16 +400,9 @@ mod tests {
                 .filter(|&i| b[i] != b' ' && (i + 1 == b.len() || b[i + 1] == b' '))
                 .collect()
         };
-        let e = ends(&r);
         let mut names = ends(COLUMNS[0]);
         assert_eq!(names.remove(0), 0); // the leading '#'
-                                        // #wrong (the 7th column) ends one left of its name, as in nccl-tests.
-        names[6] -= 1;
-        assert_eq!(names, e);
-        assert!(r.contains("    N/A"));
-        // The unchecked row is exactly nccl-tests' "  %7s  %6s  %6s    N/A".
-        let unchecked = &r[36..36 + 2 + 7 + 2 + 6 + 2 + 6 + 7];
-        assert!(unchecked.ends_with("    N/A"), "{unchecked:?}");
+        assert_eq!(names, ends(&r));
     }
 
     #[test]
@@ -391,21 +439,38 @@ mod tests {
     #[test]
     fn footer_lines() {
         let r = fixtures::results();
-        let f = footer(&r);
+        let f = footer(&r, None);
         let lines: Vec<&str> = f.lines().collect();
         assert_eq!(lines[0], "# Out of bounds values : 3 FAILED");
         let avg = avg_busbw(&r).expect("avg");
-        assert_eq!(lines[1], format!("# Avg bus bandwidth    : {}", c_g(avg)));
+        // nccl-tests' "%g %s" leaves a space before the empty verdict.
+        assert_eq!(lines[1], format!("# Avg bus bandwidth    : {} ", c_g(avg)));
         assert_eq!(lines[2], "#");
-        let ok = footer(&[fixtures::size(8, 1.0, Some(0))]);
+        let ok = footer(&[fixtures::size(8, 1.0, Some(0))], None);
         assert!(ok.starts_with("# Out of bounds values : 0 OK\n"), "{ok}");
         // -c 0: nothing compared the bytes, and the wire counters are only a lower bound.
-        let unchecked = footer(&[fixtures::size(8, 1.0, None)]);
+        let unchecked = footer(&[fixtures::size(8, 1.0, None)], None);
         assert!(
             unchecked.starts_with("# Out of bounds values : N/A (not checked)\n"),
             "{unchecked}"
         );
-        assert!(footer(&[]).contains("Avg bus bandwidth    : N/A"));
+        assert!(footer(&[], None).contains("Avg bus bandwidth    : N/A"));
+        // NCCL_TESTS_MIN_BW: OK at 90% of the minimum, FAILED below, as nccl-tests.
+        let passed = BandwidthGate::judge(avg / 0.9, Some(avg));
+        assert!(footer(&r, Some(&passed)).contains(&format!("bandwidth    : {} OK\n", c_g(avg))));
+        let failed = BandwidthGate::judge(avg / 0.9 * 1.001, Some(avg));
+        assert!(footer(&r, Some(&failed)).contains(&format!("bandwidth    : {} FAILED\n", c_g(avg))));
+        assert!(!BandwidthGate::judge(0.0, None).passed);
+        // The fixture's footer lines, byte for byte (same widths, trailing space included).
+        let theirs: Vec<&str> = NCCL
+            .lines()
+            .skip_while(|l| !l.starts_with("# Out of"))
+            .take(5)
+            .collect();
+        let mut one = fixtures::size(8, 1.0, Some(0));
+        one.busbw_gbps = 2.737284;
+        let ours = format!("{}{}", footer(&[one], None), concluded("sendrecv_perf"));
+        assert_eq!(ours.lines().collect::<Vec<_>>(), theirs);
     }
 
     #[test]
@@ -432,7 +497,7 @@ mod tests {
     fn header_describes_the_run() {
         let h = header(&fixtures::info());
         assert!(h.lines().all(|l| l.starts_with('#')));
-        assert!(h.contains("# tcpx-perf 0.1.0 (git abc1234)"));
+        assert!(h.starts_with("# tcpx-perf 0.1.0 (git abc1234)\n# Collective test starting: sendrecv\n"));
         assert!(h.contains("ABI v8"));
         assert!(h.contains("# pattern: sendrecv scope: inter-node dir: bi"));
         assert!(h.contains("#  Rank  0 on          a node  0 GPUs 0"));

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// One endpoint's placement, ready to print.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Row {
     pub endpoint: usize,
     pub rank: usize,
@@ -46,7 +46,7 @@ pub struct RankReport {
 }
 
 /// A finding with the hosts that reported it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct NodeFinding {
     pub level: Level,
     pub text: String,
@@ -54,7 +54,7 @@ pub struct NodeFinding {
 }
 
 /// How long connection setup took (rank 0's view of the slowest rank).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SetupReport {
     /// Listen, handle exchange and every connect/accept, to the last rank's last comm.
     pub seconds: f64,
@@ -82,7 +82,7 @@ impl SetupReport {
 }
 
 /// One rank's value of a setting that differs between ranks (`None`: unset there).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct RankValue {
     pub rank: usize,
     pub host: String,
@@ -90,7 +90,7 @@ pub struct RankValue {
 }
 
 /// The whole job's placement: `summary.json`'s `placement`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct PlacementReport {
     pub rows: Vec<Row>,
     pub findings: Vec<NodeFinding>,

@@ -137,7 +137,7 @@ pub struct Nic {
 }
 
 /// How a GPU's NIC was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Choice {
     /// Closest by PCIe topology.

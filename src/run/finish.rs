@@ -5,12 +5,12 @@
 use super::connect::Connected;
 use super::settings::Settings;
 use super::sweep::Swept;
-use super::{Fatal, Job, EXIT_OK, EXIT_WRONG_DATA};
+use super::{Fatal, Job, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
 use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
-use crate::export::{self, json::RunStatus, table};
+use crate::export::{self, json::RunStatus, nccl_json, table};
 use crate::mpi_boot::Mpi;
-use crate::report::RunInfo;
+use crate::report::{BandwidthGate, RunInfo, SizeResult};
 use std::time::Instant;
 
 /// Rank 0 prepares the result directory (refusing one with results in it) and prints the header.
@@ -20,6 +20,9 @@ pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo
     }
     if let Some(dir) = &settings.output.dir {
         export::prepare_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
+    }
+    if let Some(path) = &settings.output.nccl_json {
+        nccl_json::check_destination(path).map_err(|e| Fatal::Here(e.to_string()))?;
     }
     print!("{}", table::header(info));
     for s in &job.skipped {
@@ -53,6 +56,7 @@ pub(super) fn finish(
         };
         if rank == 0 {
             print!("{link_findings}");
+            write_nccl_json(settings, &info, &results, Some(&msg));
             if let Some(dir) = &settings.output.dir {
                 let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg));
             }
@@ -86,16 +90,38 @@ pub(super) fn finish(
     } else {
         RunStatus::Ok
     };
+    info.bandwidth_gate = settings
+        .min_bw
+        .map(|min| BandwidthGate::judge(min, export::avg_busbw(&results)));
     if rank == 0 {
-        print!("{}", table::footer(&results));
+        print!("{}", table::footer(&results, info.bandwidth_gate.as_ref()));
+        print!("{}", table::concluded(&info.settings.pattern));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
+        write_nccl_json(settings, &info, &results, None);
         if let Some(dir) = &settings.output.dir {
             export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
             println!("# Results written to {}", dir.display());
         }
     }
-    Ok(if wrong > 0 { EXIT_WRONG_DATA } else { EXIT_OK })
+    Ok(if wrong > 0 {
+        EXIT_WRONG_DATA
+    } else if info.bandwidth_gate.is_some_and(|g| !g.passed) {
+        EXIT_MIN_BW
+    } else {
+        EXIT_OK
+    })
+}
+
+/// `-J`: nccl-tests' JSON of the run (rank 0). A file that cannot be written is a warning: the
+/// table is printed and the result directory still follows.
+fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], error: Option<&str>) {
+    let Some(path) = &settings.output.nccl_json else { return };
+    let doc = nccl_json::document(info, results, error, &crate::report::now_rfc3339());
+    match nccl_json::write(path, &doc) {
+        Ok(written) => println!("# nccl-tests JSON written to {}", written.display()),
+        Err(e) => eprintln!("tcpx-perf: warning: nccl-tests JSON not written: {e}"),
+    }
 }
 
 /// The findings the measurements make (a slow NIC, from the link matrix and the NICs'

@@ -47,6 +47,22 @@ pub(super) fn measure(
     reduce(it, mpi, engine, topo, probe, plan, sampled)
 }
 
+/// `--warmup-once`: the `-w` untimed iterations of one size, with nothing timed (the sweep runs
+/// this for every size before the first timed iteration, as nccl-tests warms up once).
+pub(super) fn warm_up(
+    it: &Iterations,
+    mpi: &Mpi,
+    engine: &Engine,
+    probe: &WireProbe,
+    plan: &Arc<Plan>,
+    pattern_iter: &mut u32,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<(), Fatal> {
+    engine.prepare(plan.clone()).map_err(Fatal::Here)?;
+    let untimed = Iterations { iters: 0, ..*it };
+    iterate(&untimed, mpi, engine, probe, pattern_iter, progress).map(|_| ())
+}
+
 /// Warm-up and timed iterations of the prepared size on this rank.
 fn iterate(
     it: &Iterations,
@@ -112,7 +128,7 @@ fn reduce(
     s: Sampled,
 ) -> Result<SizeResult, Fatal> {
     let all = mpi.gather_f64(&s.times);
-    let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.average);
+    let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.iteration_reduction);
     // The host's counters are read once every rank on it has its last byte: a rank whose own
     // iterations ended first must not read while others still receive.
     mpi.barrier();

@@ -36,6 +36,9 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_ERROR: i32 = 1;
 pub const EXIT_WRONG_DATA: i32 = 2;
 pub const EXIT_TIMEOUT: i32 = watchdog::EXIT_TIMEOUT;
+/// The average busbw is below 90% of `NCCL_TESTS_MIN_BW` (nccl-tests' `testNumResults`, which its
+/// `main` returns as the exit status).
+pub const EXIT_MIN_BW: i32 = 7;
 /// A flag or value tcpx-perf does not accept (`EX_USAGE` of sysexits.h).
 pub const EXIT_USAGE: i32 = 64;
 
@@ -174,13 +177,11 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
     // -T too; the engine arms its own watchdog per phase.
     let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
-    setup.arm(
-        "setup (flags, topology, plugin)",
-        std::time::Duration::from_secs(cli.timeout.max(1)),
-    );
+    setup.arm("setup (flags, topology, plugin)", settings::timeout_of(cli.timeout));
     agree_on_flags(mpi)?;
     // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     let settings = Settings::from_cli(cli).map_err(Fatal::Usage)?;
+    notes.extend(settings.nccl_tests_notes());
     let start_time = report::now_rfc3339();
     let job = plan_job(&settings, mpi)?;
     let vetted = vet::vet_plugin(&settings, mpi, &job, &mut notes)?;

@@ -11,11 +11,12 @@ use std::time::Duration;
 use nccl_net::LogLevel;
 
 use crate::baseline::BaselineSettings;
-use crate::cli::{Cli, Mem, PluginLog, Scope as ScopeFlag};
+use crate::cli::{Cli, IterTime, Mem, PluginLog, Scope as ScopeFlag};
 use crate::engine::backoff::PollMode;
 use crate::export;
 use crate::placement::PlacementSettings;
 use crate::plan::{Iterations, Scope, SweepSettings};
+use tcpx_units::TimeReduction;
 
 /// Everything a run needs from the command line, typed.
 #[derive(Debug, Clone)]
@@ -29,8 +30,12 @@ pub(crate) struct Settings {
     /// `--baseline nccl` (None without it).
     pub baseline: Option<BaselineSettings>,
     pub output: OutputSettings,
-    /// `-T`: the deadline of every phase.
+    /// `-T`: the deadline of every phase ([`TIMEOUT_OFF`] with `-T 0`).
     pub timeout: Duration,
+    /// `--warmup-once`: every size's warm-up before the first timed iteration, none between sizes.
+    pub warmup_once: bool,
+    /// `NCCL_TESTS_MIN_BW` (GB/s): the run fails (exit 7) when the average busbw is below 90% of it.
+    pub min_bw: Option<f64>,
     /// `--dry-run`: stop after placement and preflight.
     pub dry_run: bool,
     /// `--force`: run despite error findings of preflight (recorded).
@@ -75,6 +80,91 @@ pub(crate) struct OutputSettings {
     pub dir: Option<PathBuf>,
     /// Whether rank 0 draws a progress bar.
     pub progress: bool,
+    /// `-J`: nccl-tests' JSON file (rank 0 writes it; never overwritten).
+    pub nccl_json: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Header notes for the nccl-tests behaviours asked for, so the table says what its
+    /// columns mean.
+    pub fn nccl_tests_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.warmup_once {
+            notes.push(format!(
+                "--warmup-once: {} warm-up iterations of every size before the first timed one, none between sizes (nccl-tests' -w)",
+                self.iterations.warmup
+            ));
+        }
+        if self.iterations.iteration_reduction != self.iterations.average {
+            notes.push(format!(
+                "t_min t_max t_p99 cv% t_med and samples.csv: each iteration's {} over ranks (--iter-time; nccl-tests -I takes the max)",
+                self.iterations.iteration_reduction
+            ));
+        }
+        if self.timeout == TIMEOUT_OFF {
+            notes.push("-T 0: no deadline; a stuck plugin or peer hangs the job (nccl-tests' default)".into());
+        }
+        if let Some(min) = self.min_bw {
+            notes.push(format!(
+                "{MIN_BW_ENV}={min}: the run fails (exit 7) if the average busbw is below {} GB/s",
+                min * crate::report::BandwidthGate::MARGIN
+            ));
+        }
+        notes
+    }
+}
+
+/// `-T 0`: no deadline (nccl-tests' default); a century, so every `Instant + timeout` still works.
+pub(crate) const TIMEOUT_OFF: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The variable nccl-tests reads for its bandwidth gate.
+pub const MIN_BW_ENV: &str = "NCCL_TESTS_MIN_BW";
+
+/// `-T SECONDS` as a deadline: 0 is off ([`TIMEOUT_OFF`]).
+pub(crate) fn timeout_of(seconds: u64) -> Duration {
+    if seconds == 0 {
+        TIMEOUT_OFF
+    } else {
+        Duration::from_secs(seconds)
+    }
+}
+
+/// `NCCL_TESTS_MIN_BW` as nccl-tests reads it (GB/s), but strictly: nccl-tests' `atof` turns a
+/// typo into 0, a gate that always passes; here it is a usage error.
+pub(crate) fn min_bw_of(value: Option<&str>) -> Result<Option<f64>, String> {
+    let Some(v) = value else { return Ok(None) };
+    match v.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
+        _ => Err(format!(
+            "{MIN_BW_ENV}={v:?} is not a bandwidth: set it to the least average busbw in GB/s (e.g. {MIN_BW_ENV}=20) or unset it"
+        )),
+    }
+}
+
+/// `--plugin-log`, raised by `-v` (info) and `-vv` (trace), never lowered.
+fn plugin_log_level(flag: PluginLog, verbose: u8) -> LogLevel {
+    let given = match flag {
+        PluginLog::None => LogLevel::None,
+        PluginLog::Warn => LogLevel::Warn,
+        PluginLog::Info => LogLevel::Info,
+        PluginLog::Trace => LogLevel::Trace,
+    };
+    let wanted = match verbose {
+        0 => LogLevel::None,
+        1 => LogLevel::Info,
+        _ => LogLevel::Trace,
+    };
+    let rank = |l: LogLevel| match l {
+        LogLevel::None => 0,
+        LogLevel::Warn => 1,
+        LogLevel::Info => 2,
+        LogLevel::Trace => 3,
+    };
+    if rank(wanted) > rank(given) {
+        wanted
+    } else {
+        given
+    }
 }
 
 impl Settings {
@@ -98,6 +188,10 @@ impl Settings {
                 iters: cli.iters,
                 check: cli.check_enabled(),
                 average: cli.average,
+                iteration_reduction: match cli.iter_time {
+                    IterTime::Reduced => cli.average,
+                    IterTime::Max => TimeReduction::Max,
+                },
             },
             job: JobSettings {
                 endpoints_per_rank: cli.ngpus,
@@ -106,12 +200,7 @@ impl Settings {
             plugin: PluginSettings {
                 spec: cli.plugin.clone(),
                 force_abi: cli.abi,
-                log_level: match cli.plugin_log {
-                    PluginLog::None => LogLevel::None,
-                    PluginLog::Warn => LogLevel::Warn,
-                    PluginLog::Info => LogLevel::Info,
-                    PluginLog::Trace => LogLevel::Trace,
-                },
+                log_level: plugin_log_level(cli.plugin_log, cli.verbose),
             },
             transport: TransportSettings {
                 mem: cli.mem,
@@ -138,11 +227,76 @@ impl Settings {
                         .unwrap_or_else(|| export::default_out_dir(cli.pattern.as_str()))
                 }),
                 progress: cli.progress_enabled(std::io::stderr().is_terminal()),
+                nccl_json: cli.output_file.clone(),
             },
-            timeout: Duration::from_secs(cli.timeout),
+            timeout: timeout_of(cli.timeout),
+            warmup_once: cli.warmup_once,
+            min_bw: min_bw_of(std::env::var(MIN_BW_ENV).ok().as_deref())?,
             dry_run: cli.dry_run,
             force: cli.force,
             flags: cli.config_json(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn settings(args: &[&str]) -> Settings {
+        let cli = Cli::try_parse_from(std::iter::once("tcpx-perf").chain(args.iter().copied())).expect("parse");
+        Settings::from_cli(&cli).expect("settings")
+    }
+
+    #[test]
+    fn nccl_tests_min_bw_is_read_strictly() {
+        assert_eq!(min_bw_of(None), Ok(None));
+        assert_eq!(min_bw_of(Some("20")), Ok(Some(20.0)));
+        assert_eq!(min_bw_of(Some(" 1.5 ")), Ok(Some(1.5)));
+        for bad in ["", "fast", "-1", "nan", "inf"] {
+            let e = min_bw_of(Some(bad)).unwrap_err();
+            assert!(
+                e.starts_with("NCCL_TESTS_MIN_BW=") && e.contains("GB/s") && !e.contains('\n'),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn nccl_tests_behaviours_on_request() {
+        assert_eq!(timeout_of(0), TIMEOUT_OFF);
+        assert_eq!(timeout_of(7), Duration::from_secs(7));
+        // The deadline arithmetic the watchdogs do still works with "off".
+        assert!(std::time::Instant::now().checked_add(TIMEOUT_OFF).is_some());
+        let s = settings(&["-T", "0", "--warmup-once", "--iter-time", "max", "-a", "2"]);
+        assert_eq!(s.timeout, TIMEOUT_OFF);
+        assert!(s.warmup_once);
+        assert_eq!(s.iterations.average, TimeReduction::Min);
+        assert_eq!(s.iterations.iteration_reduction, TimeReduction::Max);
+        let d = settings(&["-a", "2"]);
+        assert_eq!(d.iterations.iteration_reduction, TimeReduction::Min);
+        assert!(!d.warmup_once);
+        let notes = s.nccl_tests_notes().join("\n");
+        assert!(
+            notes.contains("--warmup-once") && notes.contains("max over ranks") && notes.contains("-T 0"),
+            "{notes}"
+        );
+        // -a max with the default --iter-time is no note (the spread already uses max).
+        assert!(settings(&["-a", "3", "--iter-time", "max"])
+            .nccl_tests_notes()
+            .is_empty());
+        let j = settings(&["-J", "x.json"]);
+        assert_eq!(j.output.nccl_json.as_deref(), Some(std::path::Path::new("x.json")));
+    }
+
+    #[test]
+    fn verbose_raises_the_plugin_log() {
+        assert_eq!(plugin_log_level(PluginLog::Warn, 0), LogLevel::Warn);
+        assert_eq!(plugin_log_level(PluginLog::Warn, 1), LogLevel::Info);
+        assert_eq!(plugin_log_level(PluginLog::None, 2), LogLevel::Trace);
+        assert_eq!(plugin_log_level(PluginLog::Trace, 1), LogLevel::Trace);
+        assert_eq!(plugin_log_level(PluginLog::None, 0), LogLevel::None);
+        assert_eq!(settings(&["-vv"]).plugin.log_level, LogLevel::Trace);
     }
 }

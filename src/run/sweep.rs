@@ -2,7 +2,7 @@
 //! for), rank 0 printing each row as it lands; a hook sees each size's result.
 
 use super::connect::Connected;
-use super::measure::measure;
+use super::measure::{measure, warm_up};
 use super::settings::Settings;
 use super::{Fatal, Job};
 use crate::collectives::Collectives;
@@ -36,10 +36,32 @@ pub(super) fn sweep(
     let mut results = Vec::new();
     let mut pattern_iter: u32 = 0;
     let mut failure = None;
+    // --warmup-once: every size's warm-up first, then the timed sweep without any.
+    let mut timed_it = *it;
+    if settings.warmup_once {
+        for plan in &job.plans {
+            let warmed = warm_up(
+                it,
+                mpi,
+                &connected.engine,
+                probe,
+                plan,
+                &mut pattern_iter,
+                progress.as_ref(),
+            );
+            if let Err(e) = warmed {
+                return Swept {
+                    results,
+                    failure: Some(e),
+                };
+            }
+        }
+        timed_it.warmup = 0;
+    }
     for plan in &job.plans {
         let started = std::time::Instant::now();
         let measured = measure(
-            it,
+            &timed_it,
             mpi,
             &connected.engine,
             &job.topo,
@@ -62,7 +84,7 @@ pub(super) fn sweep(
         match measured {
             Ok(r) => {
                 if rank == 0 {
-                    let line = table::row(&r);
+                    let line = table::row(&r, &settings.sweep.pattern.to_string());
                     match &progress {
                         Some(bar) => bar.println(line.trim_end()),
                         None => println!("{}", line.trim_end()),

@@ -304,5 +304,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         force: settings.force,
         cpu: None,
         nccl: None,
+        bandwidth_gate: None,
     }
 }

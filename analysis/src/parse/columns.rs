@@ -6,7 +6,9 @@
 //!   `time|cputime algbw busbw #wrong|error [i_min i_max i_p99 i_cv%]`, then `[timestamp]`;
 //!   before 2.13 `#wrong` was `error`, the largest absolute error (`2e-07`), and tests without a
 //!   reduction printed no `redop` (alltoall printed a blank one) and no `root`;
-//! - tcpx-perf: `size count type time algbw busbw #wrong t_min t_med t_p99 cv%` (one block).
+//! - tcpx-perf since issue 22: nccl-tests' columns with one block,
+//!   `size count type redop root time algbw busbw #wrong t_min t_max t_p99 cv% t_med`;
+//!   before: `size count type time algbw busbw #wrong t_min t_med t_p99 cv%`.
 
 use super::{int, num};
 use crate::error::ParseError;
@@ -71,7 +73,8 @@ pub enum RowError {
 
 const EXPECTED: &str = "expected `size count type [redop] [root]`, then per placement \
 `time|cputime algbw busbw #wrong|error [i_min i_max i_p99 i_cv%]`, then `[timestamp]` \
-(nccl-tests/rccl-tests), or tcpx-perf's `size count type time algbw busbw #wrong t_min t_med t_p99 cv%`";
+(nccl-tests/rccl-tests), or tcpx-perf's `size count type redop root time algbw busbw #wrong t_min t_max t_p99 cv% t_med` \
+(before issue 22: `size count type time algbw busbw #wrong t_min t_med t_p99 cv%`)";
 
 /// True when the tokens are a column header line (`size count ...` with a bandwidth column).
 pub fn is_header(tokens: &[&str]) -> bool {
@@ -106,7 +109,7 @@ impl Columns {
                 "#wrong" => Col::Wrong,
                 "error" => Col::Error,
                 "i_min" | "i_max" | "i_p99" | "i_cv%" => Col::Stat,
-                "t_min" | "t_med" | "t_p99" | "cv%" => {
+                "t_min" | "t_max" | "t_med" | "t_p99" | "cv%" => {
                     tcpx = true;
                     Col::Stat
                 }
@@ -303,6 +306,18 @@ mod tests {
         assert_eq!(r.placed[1].time_us, 5.1);
         let t = cols("size count type time algbw busbw #wrong t_min t_med t_p99 cv%").unwrap();
         assert!(t.tcpx && t.blocks == 1);
+        // tcpx-perf since issue 22: nccl-tests' first nine columns, then -I's positions and t_med.
+        let t = cols("size count type redop root time algbw busbw #wrong t_min t_max t_p99 cv% t_med").unwrap();
+        assert!(t.tcpx && t.blocks == 1);
+        let r = row(
+            &t,
+            "1048576 262144 float none -1 400.77 2.62 2.61 N/A 395.10 693.25 693.25 15.53 450.30",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.redop.as_str(), r.placed[0].busbw, r.placed[0].wrong),
+            ("none", 2.61, None)
+        );
         let e = cols("size count type redop time algbw busbw frobs time algbw busbw error").unwrap_err();
         assert!(e.msg.contains("unknown column `frobs`"), "{e}");
         let e = cols("size count type time algbw busbw #wrong time algbw").unwrap_err();

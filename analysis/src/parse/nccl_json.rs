@@ -38,6 +38,21 @@ fn req(file: &str, path: &str, v: Option<&Value>) -> Result<f64, ParseError> {
     }
 }
 
+/// tcpx-perf's `--pattern` in its argv (`--pattern X` or `--pattern=X`; default `sendrecv`).
+fn tcpx_pattern(args: &[&str]) -> String {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if *a == "--pattern" {
+            if let Some(v) = it.next() {
+                return (*v).to_string();
+            }
+        } else if let Some(v) = a.strip_prefix("--pattern=") {
+            return v.to_string();
+        }
+    }
+    "sendrecv".into()
+}
+
 pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseError> {
     let root: Value = serde_json::from_str(text).map_err(|e| {
         ParseError::new(
@@ -181,13 +196,19 @@ pub fn parse(file: &str, text: &str, opts: &ParseOptions) -> Result<Run, ParseEr
         (a, b) => Some(a.unwrap_or(0.0).max(b.unwrap_or(0.0))),
     };
     // The collective: from argv[0] (e.g. ".../sendrecv_perf"), else the file name, else --pattern.
-    let argv0 = obj
+    // tcpx-perf's -J file: its `--pattern` (default sendrecv).
+    let args: Vec<&str> = obj
         .get("args")
         .and_then(Value::as_array)
-        .and_then(|a| a.first())
-        .and_then(Value::as_str)
-        .map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
-    let (pattern, family) = resolve_collective(file, argv0.as_deref(), opts, true)?;
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let argv0 = args.first().map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
+    let from_tcpx = argv0.as_deref() == Some("tcpx-perf");
+    let named = if from_tcpx { Some(tcpx_pattern(&args)) } else { argv0 };
+    let (pattern, family) = resolve_collective(file, named.as_deref(), opts, true)?;
+    if from_tcpx {
+        run.labels.insert("tool".into(), "tcpx-perf".into());
+    }
     if let Some(v) = obj.get("nccl_version").and_then(Value::as_i64) {
         run.labels.insert("nccl_version".into(), v.to_string());
     }
