@@ -7,6 +7,13 @@ pub trait Collectives {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
     fn barrier(&self);
+    /// A barrier that gives up after `limit`. The error lists the ranks that had not arrived,
+    /// where this rank can know (rank 0 tracks arrivals); empty elsewhere.
+    fn barrier_within(&self, limit: std::time::Duration) -> Result<(), Vec<usize>> {
+        let _ = limit;
+        self.barrier();
+        Ok(())
+    }
     /// Bitwise OR of `buf` across ranks, in place (handle exchange: each rank fills its slots).
     fn or_bytes(&self, buf: &mut [u8]);
     fn sum_u64(&self, buf: &mut [u64]);

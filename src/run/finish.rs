@@ -5,6 +5,7 @@
 use super::connect::Connected;
 use super::settings::Settings;
 use super::sweep::Swept;
+use super::record::{self, Record};
 use super::{Fatal, Job, EXIT_OK, EXIT_WRONG_DATA};
 use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
@@ -13,13 +14,15 @@ use crate::mpi_boot::Mpi;
 use crate::report::RunInfo;
 use std::time::Instant;
 
-/// Rank 0 prepares the result directory (refusing one with results in it) and prints the header.
+/// Rank 0 prepares the result directory (refusing one with results in it, proving it takes a
+/// file) and prints the header.
 pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo) -> Result<(), Fatal> {
     if mpi.rank() != 0 {
         return Ok(());
     }
     if let Some(dir) = &settings.output.dir {
-        export::prepare_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
+        // Before any data moves: a directory that cannot take the results ends the run now.
+        export::probe_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
     }
     print!("{}", table::header(info));
     for s in &job.skipped {
@@ -29,7 +32,9 @@ pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo
 }
 
 /// Closes the baseline and the engine and writes the results; the exit status. A sweep that
-/// stopped early still writes the rows it measured, under a summary that says it failed.
+/// stopped early keeps the rows it measured (written after each size), under a summary that
+/// says why: `failed`, or `timeout` with every rank's account ([`record::timed_out`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     settings: &Settings,
     mpi: &Mpi,
@@ -38,6 +43,7 @@ pub(super) fn finish(
     swept: Swept,
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
+    record: &Record,
 ) -> Result<i32, Fatal> {
     let Connected { engine, mut nccl } = connected;
     let Swept { results, failure } = swept;
@@ -46,15 +52,15 @@ pub(super) fn finish(
         info.nccl = Some(b.info().clone());
     }
     if let Some(fatal) = failure {
+        if let Fatal::Stalled(msg) = &fatal {
+            engine.disarm_watchdog();
+            return Err(record::timed_out(settings, mpi, record, msg));
+        }
         let msg = match &fatal {
             Fatal::Usage(m) | Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
-            Fatal::Reported => "see the error printed by the failing rank".to_string(),
+            Fatal::Reported | Fatal::TimedOut => "see the error printed by the failing rank".to_string(),
         };
-        if rank == 0 {
-            if let Some(dir) = &settings.output.dir {
-                let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg));
-            }
-        }
+        let _ = record.end(&RunStatus::Failed(msg));
         if matches!(fatal, Fatal::Everywhere(_)) {
             let _ = engine.close(mpi);
         }
@@ -80,8 +86,8 @@ pub(super) fn finish(
     if rank == 0 {
         print!("{}", table::footer(&results));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
-        if let Some(dir) = &settings.output.dir {
-            export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
+        // Said only once every file is in place.
+        if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
             println!("# Results written to {}", dir.display());
         }
     }
