@@ -132,6 +132,12 @@ impl Mpi {
         self.arrivals.report(message);
     }
 
+    /// Sends rank 0 this rank's error, so that rank 0, waiting at a barrier, names this rank in
+    /// the results before the job ends (a no-op on rank 0).
+    pub fn report_failure(&self, message: &str) {
+        self.arrivals.report(&format!("{}{message}", arrivals::FAILED));
+    }
+
     /// Rank 0, after its own timeout: every other rank's account, waiting up to `grace` for them,
     /// and the ranks that had not arrived where rank 0 last waited.
     pub fn timeout_reports(&self, grace: std::time::Duration) -> TimeoutReports {
@@ -202,7 +208,7 @@ impl Collectives for Mpi {
         self.world.barrier();
     }
 
-    fn barrier_within(&self, limit: std::time::Duration) -> Result<(), Vec<usize>> {
+    fn barrier_within(&self, limit: std::time::Duration) -> Result<(), crate::collectives::BarrierError> {
         self.arrivals.barrier_within(&self.world, limit)
     }
 

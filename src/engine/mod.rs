@@ -239,15 +239,20 @@ impl Engine {
     /// marks the engine stalled.
     pub fn meet(&self, coll: &dyn Collectives, name: &str) -> Result<(), String> {
         self.phase(name);
-        coll.barrier_within(self.config.timeout).map_err(|absent| {
-            self.shared.stalled.store(true, Ordering::Relaxed);
-            let who = if absent.is_empty() {
-                String::new()
-            } else {
-                let ranks: Vec<String> = absent.iter().map(ToString::to_string).collect();
-                format!("; rank(s) {} had not arrived", ranks.join(","))
-            };
-            format!("waited -T {} s in the {name}{who}", self.config.timeout.as_secs())
+        coll.barrier_within(self.config.timeout).map_err(|e| match e {
+            crate::collectives::BarrierError::PeerFailed { rank, message } => {
+                format!("rank {rank} failed while the others waited in the {name}: {message}")
+            }
+            crate::collectives::BarrierError::TimedOut { absent } => {
+                self.shared.stalled.store(true, Ordering::Relaxed);
+                let who = if absent.is_empty() {
+                    String::new()
+                } else {
+                    let ranks: Vec<String> = absent.iter().map(ToString::to_string).collect();
+                    format!("; rank(s) {} had not arrived", ranks.join(","))
+                };
+                format!("waited -T {} s in the {name}{who}", self.config.timeout.as_secs())
+            }
         })
     }
 

@@ -59,25 +59,32 @@ pub struct RankReport {
 }
 
 impl TimeoutDiagnosis {
-    /// One line: who did not arrive, then what the others said.
+    /// One line: who did not arrive or answer; the accounts of the ranks that did not arrive but
+    /// answered (or, when rank 0 was not waiting at a barrier, every account).
     pub fn line(&self) -> String {
-        let list = |ranks: &[usize]| ranks.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let list = |ranks: &[&usize]| ranks.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let (gone, late): (Vec<&usize>, Vec<&usize>) =
+            self.absent_ranks.iter().partition(|r| self.silent_ranks.contains(r));
+        let quiet: Vec<&usize> = self.silent_ranks.iter().filter(|r| !self.absent_ranks.contains(r)).collect();
         let mut parts = Vec::new();
-        if !self.absent_ranks.is_empty() {
+        if !gone.is_empty() {
             parts.push(format!(
-                "rank(s) {} did not arrive within -T {} s",
-                list(&self.absent_ranks),
+                "rank(s) {} did not arrive within -T {} s and did not answer (stopped, hung or unreachable)",
+                list(&gone),
                 self.limit_s
             ));
         }
-        if !self.silent_ranks.is_empty() {
-            parts.push(format!(
-                "rank(s) {} did not answer (stopped, hung or unreachable)",
-                list(&self.silent_ranks)
-            ));
+        if !late.is_empty() {
+            parts.push(format!("rank(s) {} did not arrive within -T {} s", list(&late), self.limit_s));
         }
+        if !quiet.is_empty() {
+            parts.push(format!("rank(s) {} did not answer (stopped, hung or unreachable)", list(&quiet)));
+        }
+        let waited_at_barrier = !self.absent_ranks.is_empty();
         for r in &self.reports {
-            parts.push(format!("rank {}: {}", r.rank, r.message));
+            if !waited_at_barrier || late.contains(&&r.rank) {
+                parts.push(format!("rank {}: {}", r.rank, r.message));
+            }
         }
         parts.join("; ")
     }
@@ -105,8 +112,10 @@ impl RunStatus {
     fn error(&self) -> Option<String> {
         match self {
             RunStatus::Failed(msg) => Some(msg.clone()),
-            RunStatus::Interrupted { signal } => Some(format!("interrupted by {signal}")),
-            RunStatus::Timeout(d) => Some(format!("timeout in '{}': {}", d.phase, d.line())),
+            RunStatus::Interrupted { signal } => Some(format!(
+                "interrupted by {signal} (from the user, the scheduler, or mpirun ending the job after another rank died)"
+            )),
+            RunStatus::Timeout(d) => Some(format!("timeout: {}", d.line())),
             _ => None,
         }
     }

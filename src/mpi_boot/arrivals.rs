@@ -8,6 +8,7 @@
 //! one-line account; rank 0 waits a short grace for them, and a rank that neither arrived nor
 //! answered is named as silent (stopped, hung or unreachable). Only the main thread calls MPI.
 
+use crate::collectives::BarrierError;
 use mpi::point_to_point::MatchedReceiveVec;
 use mpi::request::{Request, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 
 const ARRIVED: Tag = 1;
 const REPORT: Tag = 2;
+/// The start of a report that is an error, not a timeout's account.
+pub(super) const FAILED: &str = "\u{1}failed: ";
 
 /// What rank 0 learned after its timeout.
 #[derive(Debug, Default)]
@@ -39,6 +42,8 @@ pub(super) struct Arrivals {
     seen: RefCell<Vec<u64>>,
     /// Rank 0: each rank's account of its timeout.
     accounts: RefCell<Vec<Option<String>>>,
+    /// Rank 0: the first rank that reported an error, and the error.
+    failure: RefCell<Option<(usize, String)>>,
     /// Rank 0: the barrier that timed out, if one did.
     timed_out: Cell<Option<u64>>,
     /// Sends still in flight (their buffers are leaked: a few bytes per barrier).
@@ -53,6 +58,7 @@ impl Arrivals {
             seq: Cell::new(0),
             seen: RefCell::new(vec![0; ranks]),
             accounts: RefCell::new(vec![None; ranks]),
+            failure: RefCell::new(None),
             timed_out: Cell::new(None),
             sends: RefCell::new(Vec::new()),
         }
@@ -60,7 +66,7 @@ impl Arrivals {
 
     /// A barrier over `world` that gives up after `limit`; on rank 0 the error lists the ranks
     /// that had not arrived (empty on the others, which cannot know).
-    pub(super) fn barrier_within(&self, world: &SimpleCommunicator, limit: Duration) -> Result<(), Vec<usize>> {
+    pub(super) fn barrier_within(&self, world: &SimpleCommunicator, limit: Duration) -> Result<(), BarrierError> {
         let seq = self.seq.get() + 1;
         self.seq.set(seq);
         let root = self.comm.rank() == 0;
@@ -76,16 +82,22 @@ impl Arrivals {
             };
             if root {
                 self.drain();
+                if let Some((rank, message)) = self.failure.borrow().clone() {
+                    std::mem::forget(request);
+                    return Err(BarrierError::PeerFailed { rank, message });
+                }
             }
             let waited = started.elapsed();
             if waited >= limit {
                 // The barrier can never be completed now; the job ends after the timeout's reports.
                 std::mem::forget(request);
                 if !root {
-                    return Err(Vec::new());
+                    return Err(BarrierError::TimedOut { absent: Vec::new() });
                 }
                 self.timed_out.set(Some(seq));
-                return Err(self.absent(seq));
+                return Err(BarrierError::TimedOut {
+                    absent: self.absent(seq),
+                });
             }
             // Spin briefly (barriers before an iteration usually complete in microseconds and
             // their skew is the iterations' start skew), then give the core back.
@@ -153,8 +165,12 @@ impl Arrivals {
         }
         while let Some(message) = self.comm.any_process().immediate_matched_probe_with_tag(REPORT) {
             let (bytes, status) = message.matched_receive_vec::<u8>();
-            if let Some(slot) = self.accounts.borrow_mut().get_mut(status.source_rank() as usize) {
-                *slot = Some(String::from_utf8_lossy(&bytes).into_owned());
+            let rank = status.source_rank() as usize;
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if let Some(error) = text.strip_prefix(FAILED) {
+                self.failure.borrow_mut().get_or_insert((rank, error.to_string()));
+            } else if let Some(slot) = self.accounts.borrow_mut().get_mut(rank) {
+                *slot = Some(text);
             }
         }
     }

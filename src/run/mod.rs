@@ -118,6 +118,13 @@ pub fn run(cli: Cli) -> i32 {
         }
         Err(Fatal::Here(msg)) => {
             eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
+            if mpi.rank() != 0 {
+                // Rank 0, if it waits at a barrier, names this rank in the results first.
+                use std::io::Write;
+                let _ = std::io::stderr().flush();
+                mpi.report_failure(msg.lines().next().unwrap_or(&msg));
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
             mpi.abort(EXIT_ERROR)
         }
         Err(Fatal::Stalled(msg)) => {

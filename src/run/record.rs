@@ -92,7 +92,7 @@ impl Record {
                 return;
             };
             if st.ended {
-                eprintln!("tcpx-perf: interrupted by {name} after the results were written");
+                eprintln!("tcpx-perf: {name} after the results were written; they are left as they are");
                 return;
             }
             let written = st.write_summary(&RunStatus::Interrupted { signal: name.clone() });
@@ -139,9 +139,12 @@ impl Record {
         st.write(&RunStatus::Running)
     }
 
-    /// The run ended early with `status`: the files say so.
+    /// The run ended early with `status`: the files say so, and no signal rewrites them.
     pub(super) fn end(&self, status: &RunStatus) -> Result<(), String> {
-        self.lock().map_or(Ok(()), |st| st.write(status))
+        self.lock().map_or(Ok(()), |mut st| {
+            st.ended = true;
+            st.write(status)
+        })
     }
 
     /// The sweep ran to the end: the final files (pictures too), `summary.json` last; after this
