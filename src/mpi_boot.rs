@@ -138,6 +138,11 @@ impl Mpi {
         self.arrivals.report(&format!("{}{message}", arrivals::FAILED));
     }
 
+    /// Rank 0: the first error another rank reported (rank, error), if one did.
+    pub fn reported_failure(&self) -> Option<(usize, String)> {
+        self.arrivals.reported_failure()
+    }
+
     /// Rank 0, after its own timeout: every other rank's account, waiting up to `grace` for them,
     /// and the ranks that had not arrived where rank 0 last waited.
     pub fn timeout_reports(&self, grace: std::time::Duration) -> TimeoutReports {

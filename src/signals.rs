@@ -33,7 +33,11 @@ pub fn install() {
             continue;
         }
         RECEIVED.store(signal, Ordering::SeqCst);
-        if let Some(words) = LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+        if let Some(words) = LAST_WORDS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
             words(signal);
         }
         use std::io::Write;

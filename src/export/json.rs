@@ -65,7 +65,11 @@ impl TimeoutDiagnosis {
         let list = |ranks: &[&usize]| ranks.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         let (gone, late): (Vec<&usize>, Vec<&usize>) =
             self.absent_ranks.iter().partition(|r| self.silent_ranks.contains(r));
-        let quiet: Vec<&usize> = self.silent_ranks.iter().filter(|r| !self.absent_ranks.contains(r)).collect();
+        let quiet: Vec<&usize> = self
+            .silent_ranks
+            .iter()
+            .filter(|r| !self.absent_ranks.contains(r))
+            .collect();
         let mut parts = Vec::new();
         if !gone.is_empty() {
             parts.push(format!(
@@ -75,10 +79,17 @@ impl TimeoutDiagnosis {
             ));
         }
         if !late.is_empty() {
-            parts.push(format!("rank(s) {} did not arrive within -T {} s", list(&late), self.limit_s));
+            parts.push(format!(
+                "rank(s) {} did not arrive within -T {} s",
+                list(&late),
+                self.limit_s
+            ));
         }
         if !quiet.is_empty() {
-            parts.push(format!("rank(s) {} did not answer (stopped, hung or unreachable)", list(&quiet)));
+            parts.push(format!(
+                "rank(s) {} did not answer (stopped, hung or unreachable)",
+                list(&quiet)
+            ));
         }
         let waited_at_barrier = !self.absent_ranks.is_empty();
         for r in &self.reports {
@@ -285,6 +296,7 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
 mod tests {
     use super::super::fixtures;
     use super::*;
+    use std::fs;
 
     fn read(dir: &Path) -> serde_json::Value {
         let text = fs::read_to_string(dir.join(SUMMARY_JSON)).expect("read");

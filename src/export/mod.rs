@@ -49,10 +49,21 @@ pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot create result directory {}: {e}; choose another --out",
+                    dir.display()
+                ),
+            )
+        }),
         Err(e) => Err(io::Error::new(
             e.kind(),
-            format!("cannot use result directory {}: {e}", dir.display()),
+            format!(
+                "cannot use result directory {}: {e}; choose another --out",
+                dir.display()
+            ),
         )),
     }
 }
@@ -86,7 +97,9 @@ fn sync_files(dir: &Path) -> io::Result<()> {
     for entry in fs::read_dir(dir).map_err(|e| named(e, dir))? {
         let path = entry.map_err(|e| named(e, dir))?.path();
         if path.is_file() {
-            fs::File::open(&path).and_then(|f| f.sync_all()).map_err(|e| named(e, &path))?;
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| named(e, &path))?;
         }
     }
     if let Ok(d) = fs::File::open(dir) {
@@ -126,7 +139,10 @@ pub fn probe_out_dir(dir: &Path) -> io::Result<()> {
     written.and(removed).map_err(|e| {
         io::Error::new(
             e.kind(),
-            format!("cannot write to result directory {}: {e}; choose another --out", dir.display()),
+            format!(
+                "cannot write to result directory {}: {e}; choose another --out",
+                dir.display()
+            ),
         )
     })
 }
@@ -157,7 +173,7 @@ pub(crate) fn write_atomically(
         })()
         .map_err(|e| e.to_string())
     })
-    .map_err(|e| io::Error::other(e))
+    .map_err(io::Error::other)
 }
 
 /// Lets `write` make the file at a temporary path, then renames it to `path` (a failed write

@@ -19,7 +19,7 @@ pub fn write_plots(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> Result
         return Ok(());
     }
     super::publish(&dir.join(BANDWIDTH_SVG), |tmp| {
-        tcpx_plot::bandwidth(tmp, &chart(info), &lines(results), &[]).map_err(|e| e.to_string())
+        tcpx_plot::bandwidth(tmp, &chart(info), &lines(results), &[])
     })?;
     if info.settings.endpoints > 2 {
         super::publish(&dir.join(LINKS_SVG), |tmp| links(tmp, info, results))?;

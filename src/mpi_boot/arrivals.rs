@@ -144,10 +144,16 @@ impl Arrivals {
         TimeoutReports {
             absent: self.timed_out.get().map(|seq| self.absent(seq)).unwrap_or_default(),
             silent: (1..ranks).filter(|&r| accounts[r].is_none()).collect(),
-            reports: (1..ranks)
-                .filter_map(|r| accounts[r].clone().map(|m| (r, m)))
-                .collect(),
+            reports: (1..ranks).filter_map(|r| accounts[r].clone().map(|m| (r, m))).collect(),
         }
+    }
+
+    /// Rank 0: the first error another rank reported.
+    pub(super) fn reported_failure(&self) -> Option<(usize, String)> {
+        if self.comm.rank() == 0 {
+            self.drain();
+        }
+        self.failure.borrow().clone()
     }
 
     /// Rank 0: takes every heartbeat and account that has arrived.

@@ -3,9 +3,9 @@
 //! footers and the files, `summary.json` last).
 
 use super::connect::Connected;
+use super::record::{self, Record};
 use super::settings::Settings;
 use super::sweep::Swept;
-use super::record::{self, Record};
 use super::{Fatal, Job, EXIT_OK, EXIT_WRONG_DATA};
 use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
@@ -56,10 +56,17 @@ pub(super) fn finish(
             engine.disarm_watchdog();
             return Err(record::timed_out(settings, mpi, record, msg));
         }
-        let msg = match &fatal {
+        let mut msg = match &fatal {
             Fatal::Usage(m) | Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
             Fatal::Reported | Fatal::TimedOut => "see the error printed by the failing rank".to_string(),
         };
+        // Another rank's error that came first is the cause: rank 0's own (a peer that closed its
+        // connections when it ended) is its consequence.
+        if let Some((first, error)) = (rank == 0).then(|| mpi.reported_failure()).flatten() {
+            if !msg.starts_with(&format!("rank {first} failed")) {
+                msg = format!("rank {first} failed first: {error}; then rank 0: {msg}");
+            }
+        }
         let _ = record.end(&RunStatus::Failed(msg));
         if matches!(fatal, Fatal::Everywhere(_)) {
             let _ = engine.close(mpi);

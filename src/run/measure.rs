@@ -112,7 +112,9 @@ fn reduce(
     s: Sampled,
 ) -> Result<SizeResult, Fatal> {
     // Every rank is here before the reductions, which have no deadline of their own.
-    engine.meet(mpi, "barrier before the reductions").map_err(Fatal::Stalled)?;
+    engine
+        .meet(mpi, "barrier before the reductions")
+        .map_err(Fatal::Stalled)?;
     let all = mpi.gather_f64(&s.times);
     let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.average);
     // The host's counters are read once every rank on it has its last byte: a rank whose own

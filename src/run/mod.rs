@@ -118,13 +118,18 @@ pub fn run(cli: Cli) -> i32 {
         }
         Err(Fatal::Here(msg)) => {
             eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
+            use std::io::Write;
+            let _ = std::io::stderr().flush();
             if mpi.rank() != 0 {
                 // Rank 0, if it waits at a barrier, names this rank in the results first.
-                use std::io::Write;
-                let _ = std::io::stderr().flush();
                 mpi.report_failure(msg.lines().next().unwrap_or(&msg));
-                std::thread::sleep(std::time::Duration::from_millis(500));
             }
+            // mpirun forwards the line only if the abort does not overtake it.
+            std::thread::sleep(std::time::Duration::from_millis(if mpi.rank() == 0 {
+                200
+            } else {
+                500
+            }));
             mpi.abort(EXIT_ERROR)
         }
         Err(Fatal::Stalled(msg)) => {

@@ -32,8 +32,9 @@ impl State {
     /// Writes the CSV files and `summary.json` with `status` (partial: no pictures).
     fn write(&self, status: &RunStatus) -> Result<(), String> {
         match &self.dir {
-            Some(dir) => export::write_partial(dir, &self.info, &self.results, self.planned, status)
-                .map_err(|e| e.to_string()),
+            Some(dir) => {
+                export::write_partial(dir, &self.info, &self.results, self.planned, status).map_err(|e| e.to_string())
+            }
             None => Ok(()),
         }
     }
@@ -196,7 +197,12 @@ fn grace(limit: Duration) -> Duration {
 /// or answer, writes `summary.json` as `timeout` and ends the job ([`Fatal::TimedOut`]).
 pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message: &str) -> Fatal {
     let rank = mpi.rank();
-    let account = message.lines().next().unwrap_or(message).trim_end_matches(':').to_string();
+    let account = message
+        .lines()
+        .next()
+        .unwrap_or(message)
+        .trim_end_matches(':')
+        .to_string();
     eprintln!("tcpx-perf: rank {rank}: timeout: {message}");
     let grace = grace(settings.timeout);
     if rank != 0 {
@@ -207,8 +213,16 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
         return Fatal::TimedOut;
     }
     let heard = mpi.timeout_reports(grace);
-    let mut reports = vec![RankReport { rank: 0, message: account.clone() }];
-    reports.extend(heard.reports.into_iter().map(|(rank, message)| RankReport { rank, message }));
+    let mut reports = vec![RankReport {
+        rank: 0,
+        message: account.clone(),
+    }];
+    reports.extend(
+        heard
+            .reports
+            .into_iter()
+            .map(|(rank, message)| RankReport { rank, message }),
+    );
     let diagnosis = TimeoutDiagnosis {
         limit_s: settings.timeout.as_secs(),
         phase: account,
