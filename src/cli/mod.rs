@@ -59,7 +59,8 @@ PLUGIN:
 EXIT STATUS:
   0 every size measured, every byte checked right; 1 error (impossible plan, plugin error, bytes
   moved != bytes planned); 2 wrong data (#wrong > 0); 3 timeout (-T); 64 usage error (a flag
-  or value tcpx-perf does not accept; one line from rank 0).";
+  or value tcpx-perf does not accept; one line from rank 0); 130/143 SIGINT/SIGTERM on a rank
+  (summary.json: status interrupted; mpirun, itself signalled, exits 1).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -103,11 +104,13 @@ pub struct Cli {
     #[serde(serialize_with = "serialize_reduction")]
     pub average: TimeReduction,
 
-    /// Watchdog in seconds for every phase (connect, warmup, each size); must be >= 1
+    /// Deadline in seconds for every phase (connect, barriers, each iteration); must be >= 1
     ///
-    /// Unlike nccl-tests' -T, 0 (off) is not accepted: every phase, including connection
-    /// setup and MPI barriers, is bounded so that a stuck plugin or peer fails the run with a
-    /// message instead of hanging the job.
+    /// A barrier not met, or an iteration without a completion, for this long ends the run
+    /// (exit 3); rank 0 then waits up to min(-T, 10 s) for the other ranks' accounts, names
+    /// the ranks that did not arrive or answer, and writes summary.json as "timeout". Unlike
+    /// nccl-tests' -T, 0 (off) is not accepted: every phase is bounded so that a stuck plugin
+    /// or peer fails the run with a message instead of hanging the job.
     #[arg(short = 'T', long = "timeout", default_value_t = 300)]
     pub timeout: u64,
 
