@@ -99,12 +99,13 @@ impl Arrivals {
                     absent: self.absent(seq),
                 });
             }
-            // Spin briefly (barriers before an iteration usually complete in microseconds and
-            // their skew is the iterations' start skew), then give the core back.
-            if waited < Duration::from_millis(2) {
+            // Poll as a blocking MPI_Barrier would (yielding the core, as Open MPI does when
+            // oversubscribed): the barrier's exit skew is the iteration's start skew. A long wait
+            // means a slow or missing rank; then sleep between polls.
+            if waited < Duration::from_millis(50) {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(200));
+                std::thread::sleep(Duration::from_micros(100));
             }
         }
     }
