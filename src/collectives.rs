@@ -7,6 +7,12 @@ pub trait Collectives {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
     fn barrier(&self);
+    /// A barrier that gives up after `limit`, or (rank 0) when another rank reports it failed.
+    fn barrier_within(&self, limit: std::time::Duration) -> Result<(), BarrierError> {
+        let _ = limit;
+        self.barrier();
+        Ok(())
+    }
     /// Bitwise OR of `buf` across ranks, in place (handle exchange: each rank fills its slots).
     fn or_bytes(&self, buf: &mut [u8]);
     fn sum_u64(&self, buf: &mut [u64]);
@@ -18,4 +24,14 @@ pub trait Collectives {
     fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;
     /// Ends the whole job now (after this rank printed why).
     fn abort(&self, code: i32) -> !;
+}
+
+/// Why a bounded barrier gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BarrierError {
+    /// `limit` passed; `absent` lists the ranks that had not arrived where this rank can know
+    /// them (rank 0 tracks arrivals), empty elsewhere.
+    TimedOut { absent: Vec<usize> },
+    /// Rank 0 only: `rank` failed while the others waited, and said why.
+    PeerFailed { rank: usize, message: String },
 }

@@ -5,9 +5,10 @@
 //! - crates below: `nccl-net-abi` (`#[repr(C)]` plugin ABI and the NCCL/TCPX limits), `nccl-net`
 //!   (loader and safe ownership types), `tcpx-gpu` (CUDA at run time), `tcpx-plot` (SVGs),
 //!   `tcpx-units` (sizes, GB/s, medians, the `-a` reduction).
-//! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`stats`]: vocabulary
-//!   with no dependency inside the crate: the MPI operations the layers above need, endpoints and
-//!   nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC counters, per-iteration statistics.
+//! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`stats`], [`signals`]:
+//!   vocabulary with no dependency inside the crate: the MPI operations the layers above need,
+//!   endpoints and nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC counters,
+//!   per-iteration statistics, SIGINT/SIGTERM turned into an event.
 //! - [`mpi_boot`]: MPI itself (implements [`collectives::Collectives`]).
 //! - [`plan`]: patterns turned into per-endpoint flows and buffers, the sweep's and the
 //!   iterations' settings.
@@ -35,6 +36,7 @@ pub mod placement;
 pub mod plan;
 pub mod report;
 pub mod run;
+pub mod signals;
 pub mod slow_nic;
 pub mod stats;
 pub mod topology;

@@ -11,10 +11,16 @@ use mpi::environment::Universe;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Destination, Equivalence, Root, Source};
 
-/// The MPI world of this process.
+mod arrivals;
+use arrivals::Arrivals;
+pub use arrivals::TimeoutReports;
+
+/// The MPI world of this process. Fields drop in order: the arrivals' communicator and requests
+/// before MPI is finalised with the universe.
 pub struct Mpi {
-    _universe: Universe,
+    arrivals: Arrivals,
     world: SimpleCommunicator,
+    _universe: Universe,
 }
 
 impl Mpi {
@@ -30,8 +36,9 @@ impl Mpi {
         }
         let world = universe.world();
         Ok(Mpi {
-            _universe: universe,
+            arrivals: Arrivals::new(&world),
             world,
+            _universe: universe,
         })
     }
 
@@ -120,6 +127,30 @@ impl Mpi {
 }
 
 impl Mpi {
+    /// Sends this rank's one-line account of its timeout to rank 0 (a no-op on rank 0).
+    pub fn report_timeout(&self, message: &str) {
+        self.arrivals.report(message);
+    }
+
+    /// Sends rank 0 this rank's error, so that rank 0, waiting at a barrier, names this rank in
+    /// the results before the job ends (a no-op on rank 0).
+    pub fn report_failure(&self, message: &str) {
+        self.arrivals.report(&format!("{}{message}", arrivals::FAILED));
+    }
+
+    /// Rank 0: the first error another rank reported (rank, error), if one did.
+    pub fn reported_failure(&self) -> Option<(usize, String)> {
+        self.arrivals.reported_failure()
+    }
+
+    /// Rank 0, after its own timeout: every other rank's account, waiting up to `grace` for them,
+    /// and the ranks that had not arrived where rank 0 last waited.
+    pub fn timeout_reports(&self, grace: std::time::Duration) -> TimeoutReports {
+        self.arrivals.reports(grace)
+    }
+}
+
+impl Mpi {
     /// Every rank's `mine` on rank 0 (in rank order); None on the other ranks. Setup only.
     pub fn gather_to_root(&self, mine: &[u8]) -> Option<Vec<Vec<u8>>> {
         let root = self.world.process_at_rank(0);
@@ -180,6 +211,10 @@ impl Collectives for Mpi {
 
     fn barrier(&self) {
         self.world.barrier();
+    }
+
+    fn barrier_within(&self, limit: std::time::Duration) -> Result<(), crate::collectives::BarrierError> {
+        self.arrivals.barrier_within(&self.world, limit)
     }
 
     fn or_bytes(&self, buf: &mut [u8]) {

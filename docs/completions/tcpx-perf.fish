@@ -6,7 +6,7 @@ complete -c tcpx-perf -s n -l iters -d 'Timed iterations per size' -r
 complete -c tcpx-perf -s w -l warmup_iters -l warmup-iters -d 'Untimed warmup iterations, run before every size (nccl-tests: once before the sweep; see --warmup-once)' -r
 complete -c tcpx-perf -s c -l check -d 'Data check of every timed iteration: 1 on, 0 off (#wrong then shows N/A)' -r
 complete -c tcpx-perf -s a -l average -d 'How the per-rank time is reduced before computing bandwidth: 0 rank0, 1 avg, 2 min, 3 max' -r
-complete -c tcpx-perf -s T -l timeout -d 'Watchdog in seconds for every phase (connect, warmup, each size); 0 turns it off' -r
+complete -c tcpx-perf -s T -l timeout -d 'Deadline in seconds for every phase (connect, barriers, each iteration); 0 turns it off' -r
 complete -c tcpx-perf -s g -l ngpus -d 'Endpoints (GPU workers) per rank' -r
 complete -c tcpx-perf -l pattern -d 'Traffic pattern (definitions and formulas at the end of --help)' -r -f -a "sendrecv\t'Endpoint e sends to e+1 and receives from e-1 (nccl-tests sendrecv)'
 pairs\t'Endpoint e exchanges with e + n/2 (GPU i <-> GPU i on two nodes)'

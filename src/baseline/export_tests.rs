@@ -48,7 +48,8 @@ fn baseline_figures_land_in_every_file() {
     for r in &mut results {
         r.nccl = Some(figures(r, 2.0));
     }
-    export::write_results(&dir, &info, &results, RunStatus::Ok).expect("write");
+    export::prepare_out_dir(&dir).expect("create");
+    export::write_results(&dir, &info, &results, results.len(), &RunStatus::Ok).expect("write");
 
     let rows = read_csv(&dir.join("results.csv"));
     assert_eq!(rows[1]["schema_version"], "3");
@@ -97,7 +98,8 @@ fn baseline_figures_land_in_every_file() {
 fn without_the_baseline_the_columns_are_empty_and_no_nccl_file_is_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("run");
-    export::write_results(&dir, &fixtures::info(), &fixtures::results(), RunStatus::Ok).expect("write");
+    export::prepare_out_dir(&dir).expect("create");
+    export::write_results(&dir, &fixtures::info(), &fixtures::results(), 2, &RunStatus::Ok).expect("write");
     let rows = read_csv(&dir.join("results.csv"));
     for k in ["nccl_time_us", "nccl_busbw_gbps", "nccl_ratio", "nccl_wrong"] {
         assert_eq!(rows[0][k], "", "{k}");

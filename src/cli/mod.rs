@@ -85,7 +85,8 @@ EXIT STATUS:
   error, bytes moved != bytes planned, an error finding of preflight without --force); 2 wrong
   data (#wrong > 0); 3 timeout (-T); 7 average busbw below NCCL_TESTS_MIN_BW (nccl-tests' status
   for a failed check); 64 usage error (a flag or value tcpx-perf does not accept; one line from
-  rank 0).";
+  rank 0); 130/143 SIGINT/SIGTERM on a rank (summary.json: status interrupted; mpirun, itself
+  signalled, exits 1).";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -129,11 +130,13 @@ pub struct Cli {
     #[serde(serialize_with = "serialize_reduction")]
     pub average: TimeReduction,
 
-    /// Watchdog in seconds for every phase (connect, warmup, each size); 0 turns it off
+    /// Deadline in seconds for every phase (connect, barriers, each iteration); 0 turns it off
     ///
-    /// On by default (nccl-tests: off): every phase, including connection setup and MPI
-    /// barriers, is bounded so that a stuck plugin or peer fails the run with a message instead
-    /// of hanging the job. 0 gives nccl-tests' default: no deadline at all.
+    /// A barrier not met, or an iteration without a completion, for this long ends the run
+    /// (exit 3); rank 0 then waits up to min(-T, 10 s) for the other ranks' accounts, names the
+    /// ranks that did not arrive or answer, and writes summary.json as "timeout". On by default
+    /// (nccl-tests: off) so that a stuck plugin or peer fails the run with a message instead of
+    /// hanging the job; 0 gives nccl-tests' default: no deadline at all.
     #[arg(short = 'T', long = "timeout", default_value_t = 300)]
     pub timeout: u64,
 

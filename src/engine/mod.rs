@@ -221,10 +221,39 @@ impl Engine {
         &self.shared
     }
 
-    /// Arms the watchdog for a phase: it fires a little after -T so the progress loop's own, more
-    /// precise stall report wins when it can.
+    /// Arms the watchdog for a phase: it fires a little after -T so the progress loop's and the
+    /// bounded barriers' own, more precise reports (and rank 0's collection of them) win when
+    /// they can.
     pub fn phase(&self, name: &str) {
         self.watchdog.arm(name, self.config.timeout + Duration::from_secs(10));
+    }
+
+    /// Stops the watchdog while the job ends after a timeout (rank 0 collects every rank's
+    /// account, then ends the job).
+    pub fn disarm_watchdog(&self) {
+        self.watchdog.disarm();
+    }
+
+    /// A barrier of every rank, bounded by -T: `name` is what the error says this rank waited in,
+    /// with the ranks that had not arrived where this rank can know them (rank 0). A timeout
+    /// marks the engine stalled.
+    pub fn meet(&self, coll: &dyn Collectives, name: &str) -> Result<(), String> {
+        self.phase(name);
+        coll.barrier_within(self.config.timeout).map_err(|e| match e {
+            crate::collectives::BarrierError::PeerFailed { rank, message } => {
+                format!("rank {rank} failed while the others waited in the {name}: {message}")
+            }
+            crate::collectives::BarrierError::TimedOut { absent } => {
+                self.shared.stalled.store(true, Ordering::Relaxed);
+                let who = if absent.is_empty() {
+                    String::new()
+                } else {
+                    let ranks: Vec<String> = absent.iter().map(ToString::to_string).collect();
+                    format!("; rank(s) {} had not arrived", ranks.join(","))
+                };
+                format!("waited -T {} s in the {name}{who}", self.config.timeout.as_secs())
+            }
+        })
     }
 
     fn broadcast(&self, command: Command) -> Result<Vec<Reply>, String> {
@@ -328,8 +357,7 @@ impl Engine {
     /// One iteration: MPI barrier, then every worker starts its clock and runs to its last
     /// completion. Returns this rank's time (max over its endpoints) and bytes received.
     pub fn run(&self, coll: &dyn Collectives, timed: bool) -> Result<RankIteration, String> {
-        self.phase("barrier before iteration");
-        coll.barrier();
+        self.meet(coll, "barrier before iteration")?;
         self.phase("iteration");
         *self
             .crew

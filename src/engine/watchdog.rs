@@ -11,6 +11,17 @@ use std::time::{Duration, Instant};
 /// Exit status of a run ended by the watchdog (distinct from errors and wrong data).
 pub const EXIT_TIMEOUT: i32 = 3;
 
+type LastWords = Box<dyn Fn(&str) + Send>;
+
+/// What the process does when any watchdog fires, before it exits (rank 0 writes the partial
+/// results as timed out); given the one-line account of the phase.
+static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+
+/// Registers what to do when a watchdog fires, before the process exits [`EXIT_TIMEOUT`].
+pub fn on_fire(words: impl Fn(&str) + Send + 'static) {
+    *LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(words));
+}
+
 struct Armed {
     phase: String,
     deadline: Option<Instant>,
@@ -54,6 +65,15 @@ impl Watchdog {
                             dump().trim_end()
                         );
                         let _ = err.flush();
+                        drop(err);
+                        let account = format!(
+                            "phase '{}' did not finish within {:.0} s (watchdog)",
+                            armed.phase,
+                            armed.timeout.as_secs_f64()
+                        );
+                        if let Some(words) = LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+                            words(&account);
+                        }
                         // _exit: MPI and plugin threads may hold locks that atexit handlers need.
                         unsafe { libc::_exit(EXIT_TIMEOUT) };
                     }

@@ -175,11 +175,13 @@ fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
 }
 
 fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
-    let mut w = ::csv::Writer::from_path(path)?;
-    for row in rows {
-        w.serialize(row)?;
-    }
-    w.flush()
+    super::write_atomically(path, |out| {
+        let mut w = ::csv::Writer::from_writer(out);
+        for row in rows {
+            w.serialize(row)?;
+        }
+        w.flush()
+    })
 }
 
 fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
@@ -388,9 +390,11 @@ const PAIR_COLUMNS: &[&str] = &[
 ];
 
 fn write_header_only(path: &Path, columns: &[&str]) -> io::Result<()> {
-    let mut w = ::csv::Writer::from_path(path)?;
-    w.write_record(columns)?;
-    w.flush()
+    super::write_atomically(path, |out| {
+        let mut w = ::csv::Writer::from_writer(out);
+        w.write_record(columns)?;
+        w.flush()
+    })
 }
 
 #[cfg(test)]

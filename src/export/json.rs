@@ -5,19 +5,18 @@
 //! partial.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use serde::Serialize;
 
-use super::{avg_busbw, wrong_total, SCHEMA_VERSION};
+use super::{avg_busbw, write_atomically, wrong_total, SCHEMA_VERSION};
 use crate::report::{HostInfo, PluginInfo, RunInfo, RunSettings, SizeResult};
 
 /// File name in the result directory.
 pub const SUMMARY_JSON: &str = "summary.json";
 
-/// How the run ended.
+/// How the run ended (or that it has not yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunStatus {
     /// Every size measured and checked (or verified), no wrong bytes.
@@ -32,10 +31,85 @@ pub enum RunStatus {
     /// The run refused to move data (error findings of preflight without `--force`); the
     /// message says why. No size was measured.
     Refused(String),
+    /// Written after each size while the sweep goes on: a run that ends without a word (kill -9,
+    /// power loss) leaves this, with every size measured before.
+    Running,
+    /// SIGINT or SIGTERM (named) ended the run; the results are partial.
+    Interrupted { signal: String },
+    /// A phase outlived `-T`; the diagnosis names who did not arrive.
+    Timeout(TimeoutDiagnosis),
+}
+
+/// Why a run timed out, as rank 0 saw it: the phase, and each other rank's own report or silence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct TimeoutDiagnosis {
+    /// `-T`, seconds.
+    pub limit_s: u64,
+    /// What rank 0 was waiting in when `-T` passed.
+    pub phase: String,
+    /// Ranks that had not arrived at the barrier rank 0 waited in (empty when rank 0 itself
+    /// stalled elsewhere).
+    pub absent_ranks: Vec<usize>,
+    /// Ranks that sent no account of their own within the grace period after rank 0's timeout
+    /// (stopped, hung, or unreachable).
+    pub silent_ranks: Vec<usize>,
+    /// Every rank's own account (rank 0's included), in rank order.
+    pub reports: Vec<RankReport>,
+}
+
+/// One rank's one-line account of its timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct RankReport {
+    pub rank: usize,
+    pub message: String,
+}
+
+impl TimeoutDiagnosis {
+    /// One line: who did not arrive or answer; the accounts of the ranks that did not arrive but
+    /// answered (or, when rank 0 was not waiting at a barrier, every account).
+    pub fn line(&self) -> String {
+        let list = |ranks: &[&usize]| ranks.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let (gone, late): (Vec<&usize>, Vec<&usize>) =
+            self.absent_ranks.iter().partition(|r| self.silent_ranks.contains(r));
+        let quiet: Vec<&usize> = self
+            .silent_ranks
+            .iter()
+            .filter(|r| !self.absent_ranks.contains(r))
+            .collect();
+        let mut parts = Vec::new();
+        if !gone.is_empty() {
+            parts.push(format!(
+                "rank(s) {} did not arrive within -T {} s and did not answer (stopped, hung or unreachable)",
+                list(&gone),
+                self.limit_s
+            ));
+        }
+        if !late.is_empty() {
+            parts.push(format!(
+                "rank(s) {} did not arrive within -T {} s",
+                list(&late),
+                self.limit_s
+            ));
+        }
+        if !quiet.is_empty() {
+            parts.push(format!(
+                "rank(s) {} did not answer (stopped, hung or unreachable)",
+                list(&quiet)
+            ));
+        }
+        let waited_at_barrier = !self.absent_ranks.is_empty();
+        for r in &self.reports {
+            if !waited_at_barrier || late.contains(&&r.rank) {
+                parts.push(format!("rank {}: {}", r.rank, r.message));
+            }
+        }
+        parts.join("; ")
+    }
 }
 
 impl RunStatus {
-    /// The `status` value: `ok`, `unchecked`, `wrong-data`, `failed`, `error`.
+    /// The `status` value: `ok`, `unchecked`, `wrong-data`, `failed`, `error`, `running`,
+    /// `interrupted`, `timeout`.
     pub fn as_str(&self) -> &'static str {
         match self {
             RunStatus::Ok => "ok",
@@ -43,12 +117,27 @@ impl RunStatus {
             RunStatus::Refused(_) => "error",
             RunStatus::WrongData => "wrong-data",
             RunStatus::Failed(_) => "failed",
+            RunStatus::Running => "running",
+            RunStatus::Interrupted { .. } => "interrupted",
+            RunStatus::Timeout(_) => "timeout",
         }
     }
 
     /// Whether the sweep ran to the end (`ok`, `unchecked` or `wrong-data`).
     pub fn is_complete(&self) -> bool {
-        !matches!(self, RunStatus::Failed(_) | RunStatus::Refused(_))
+        matches!(self, RunStatus::Ok | RunStatus::Unchecked | RunStatus::WrongData)
+    }
+
+    /// Why the run ended early, in one line (`error` in summary.json).
+    fn error(&self) -> Option<String> {
+        match self {
+            RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.clone()),
+            RunStatus::Interrupted { signal } => Some(format!(
+                "interrupted by {signal} (from the user, the scheduler, or mpirun ending the job after another rank died)"
+            )),
+            RunStatus::Timeout(d) => Some(format!("timeout: {}", d.line())),
+            _ => None,
+        }
     }
 }
 
@@ -101,8 +190,17 @@ struct Summary<'a> {
     /// True when the sweep ran to the end and every file was written.
     complete: bool,
     status: &'static str,
-    /// Why the run failed (`status` = `failed` or `error`), else null.
-    error: Option<&'a str>,
+    /// Why the run ended early (`failed`, `error`, `interrupted`, `timeout`), else null.
+    error: Option<String>,
+    /// Sizes the sweep planned, and those measured and written (every row in the CSV files).
+    sizes_planned: usize,
+    sizes_done: usize,
+    /// `interrupted`: the signal that ended the run (`SIGINT`, `SIGTERM`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<&'a str>,
+    /// `timeout`: the phase, `-T`, the ranks that did not arrive, every rank's own account.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<&'a TimeoutDiagnosis>,
     /// `--force`: the run went on despite error findings (listed in `placement.findings`).
     force: bool,
     tool: Tool<'a>,
@@ -135,24 +233,31 @@ pub fn schema() -> serde_json::Value {
 }
 
 /// Writes `summary.json` into `dir` atomically (temporary file in `dir`, fsync, rename).
-/// `complete` is true unless `status` is [`RunStatus::Failed`]; `end_time` is RFC 3339 UTC.
+/// `complete` is true for `ok`, `unchecked` and `wrong-data` only; `end_time` is RFC 3339 UTC.
 pub fn write_summary(
     dir: &Path,
     info: &RunInfo,
     results: &[SizeResult],
-    status: RunStatus,
+    sizes_planned: usize,
+    status: &RunStatus,
     end_time: &str,
 ) -> io::Result<()> {
-    let error = match &status {
-        RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.as_str()),
-        _ => None,
-    };
     let summary = Summary {
         schema_version: SCHEMA_VERSION,
         complete: status.is_complete(),
         status: status.as_str(),
-        error,
         force: info.force,
+        error: status.error(),
+        sizes_planned,
+        sizes_done: results.len(),
+        signal: match status {
+            RunStatus::Interrupted { signal } => Some(signal.as_str()),
+            _ => None,
+        },
+        timeout: match status {
+            RunStatus::Timeout(d) => Some(d),
+            _ => None,
+        },
         tool: Tool {
             name: "tcpx-perf",
             version: &info.tool_version,
@@ -208,36 +313,11 @@ fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
     }
 }
 
-/// Writes `path` via a temporary sibling and a rename, so `path` is either absent or whole.
-fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp)?);
-        write(&mut w)?;
-        let file = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        // Best effort: do not leave the temporary behind; the original error matters more.
-        let _ = fs::remove_file(&tmp);
-    } else if let Some(parent) = path.parent() {
-        // Make the rename itself durable where the platform allows syncing a directory.
-        if let Ok(d) = File::open(parent) {
-            let _ = d.sync_all();
-        }
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::fixtures;
     use super::*;
+    use std::fs;
 
     fn read(dir: &Path) -> serde_json::Value {
         let text = fs::read_to_string(dir.join(SUMMARY_JSON)).expect("read");
@@ -253,7 +333,8 @@ mod tests {
             tmp.path(),
             &info,
             &results,
-            RunStatus::WrongData,
+            2,
+            &RunStatus::WrongData,
             "2026-11-21T05:01:00Z",
         )
         .expect("write");
@@ -312,7 +393,8 @@ mod tests {
             tmp.path(),
             &info,
             &results,
-            RunStatus::Failed("timeout after 300 s in connect".into()),
+            1,
+            &RunStatus::Failed("timeout after 300 s in connect".into()),
             "t",
         )
         .expect("write");
@@ -339,7 +421,7 @@ mod tests {
         );
         assert_eq!(v["error"], "2 error finding(s)");
         // Overwrites a previous summary atomically.
-        write_summary(tmp.path(), &info, &[], RunStatus::Ok, "t2").expect("rewrite");
+        write_summary(tmp.path(), &info, &[], 0, &RunStatus::Ok, "t2").expect("rewrite");
         let v = read(tmp.path());
         assert_eq!(v["status"], "ok");
         assert!(v["avg_busbw_gbps"].is_null());
@@ -350,7 +432,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let missing = tmp.path().join("absent");
         let info = fixtures::info();
-        assert!(write_summary(&missing, &info, &[], RunStatus::Ok, "t").is_err());
+        assert!(write_summary(&missing, &info, &[], 0, &RunStatus::Ok, "t").is_err());
         assert!(!missing.exists());
     }
 }

@@ -51,25 +51,146 @@ pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
             }
             Ok(())
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot create result directory {}: {e}; choose another --out",
+                    dir.display()
+                ),
+            )
+        }),
         Err(e) => Err(io::Error::new(
             e.kind(),
-            format!("cannot use result directory {}: {e}", dir.display()),
+            format!(
+                "cannot use result directory {}: {e}; choose another --out",
+                dir.display()
+            ),
         )),
     }
 }
 
-/// Writes a complete result directory: creates `dir` (an error if it exists and is not
-/// empty), writes the CSV files and the pictures, then `summary.json` last (atomically),
-/// stamped with the current time as `end_time`. A picture that cannot be drawn is a warning
-/// on stderr, never a lost result.
-pub fn write_results(dir: &Path, info: &RunInfo, results: &[SizeResult], status: RunStatus) -> io::Result<()> {
-    prepare_out_dir(dir)?;
+/// Writes a complete result directory: creates `dir` (an error if it exists with other files
+/// than a run's own partial ones), writes the CSV files and the pictures, then `summary.json`
+/// last, stamped with the current time as `end_time`. Every file goes to a temporary sibling
+/// renamed into place, so none is ever seen half-written. A picture that cannot be drawn is a
+/// warning on stderr (naming the file), never a lost result; only `summary.json` says complete.
+pub fn write_results(
+    dir: &Path,
+    info: &RunInfo,
+    results: &[SizeResult],
+    sizes_planned: usize,
+    status: &RunStatus,
+) -> io::Result<()> {
     csv::write_all(dir, info, results)?;
     if let Err(e) = svg::write_plots(dir, info, results) {
-        eprintln!("# warning: plot not written ({e}); the CSV files and summary.json are complete");
+        eprintln!("# warning: plot not written: {e}");
     }
-    json::write_summary(dir, info, results, status, &crate::report::now_rfc3339())
+    // On disk before the summary that says they are complete.
+    sync_files(dir)?;
+    json::write_summary(dir, info, results, sizes_planned, status, &crate::report::now_rfc3339())?;
+    sync_files(dir)
+}
+
+/// fsync of every file in `dir` and of `dir` itself (its renames). Per-size writes skip this:
+/// the page cache keeps them through any end of the process, and a signal leaves about a second.
+fn sync_files(dir: &Path) -> io::Result<()> {
+    let named = |e: io::Error, p: &Path| io::Error::new(e.kind(), format!("cannot write {}: {e}", p.display()));
+    for entry in fs::read_dir(dir).map_err(|e| named(e, dir))? {
+        let path = entry.map_err(|e| named(e, dir))?.path();
+        if path.is_file() {
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| named(e, &path))?;
+        }
+    }
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// The result directory after one more size: every CSV row so far and `summary.json` with
+/// `complete: false` (`status` says why: `running`, or how the run ended early). No pictures,
+/// no fsync (see [`sync_files`]).
+pub fn write_partial(
+    dir: &Path,
+    info: &RunInfo,
+    results: &[SizeResult],
+    sizes_planned: usize,
+    status: &RunStatus,
+) -> io::Result<()> {
+    csv::write_all(dir, info, results)?;
+    json::write_summary(dir, info, results, sizes_planned, status, &crate::report::now_rfc3339())
+}
+
+/// Name of the file [`probe_out_dir`] writes and removes.
+const PROBE_FILE: &str = ".tcpx-perf-probe";
+
+/// Proves `dir` takes files before any data moves: creates it (see [`prepare_out_dir`]), writes,
+/// syncs and removes a probe file. Every error names the path and the flag that fixes it.
+pub fn probe_out_dir(dir: &Path) -> io::Result<()> {
+    prepare_out_dir(dir)?;
+    let probe = dir.join(PROBE_FILE);
+    let written = (|| {
+        let mut f = fs::File::create(&probe)?;
+        io::Write::write_all(&mut f, b"tcpx-perf checks that the result directory takes files\n")?;
+        f.sync_all()
+    })();
+    let removed = fs::remove_file(&probe);
+    written.and(removed).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot write to result directory {}: {e}; choose another --out",
+                dir.display()
+            ),
+        )
+    })
+}
+
+static TEMPORARIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A temporary sibling of `path`, unique in this process (two threads may write one file).
+fn temporary(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = TEMPORARIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+}
+
+/// Writes `path` via a temporary sibling and a rename, so `path` is either absent, its previous
+/// whole version, or whole. An error names `path`.
+pub(crate) fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut io::BufWriter<fs::File>) -> io::Result<()>,
+) -> io::Result<()> {
+    publish(path, |tmp| {
+        (|| {
+            let mut w = io::BufWriter::new(fs::File::create(tmp)?);
+            write(&mut w)?;
+            io::Write::flush(&mut w)
+        })()
+        .map_err(|e| e.to_string())
+    })
+    .map_err(io::Error::other)
+}
+
+/// Lets `write` make the file at a temporary path, then renames it to `path` (a failed write
+/// leaves no temporary and the old `path`, if any). The error names `path`.
+pub(crate) fn publish(path: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
+    let tmp = temporary(path);
+    let result = write(&tmp).and_then(|()| fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    match result {
+        Err(e) => {
+            // Best effort: do not leave the temporary behind; the original error matters more.
+            let _ = fs::remove_file(&tmp);
+            Err(format!("cannot write {}: {e}", path.display()))
+        }
+        Ok(()) => Ok(()),
+    }
 }
 
 /// Mean of `busbw_gbps` over the rows, as nccl-tests' "Avg bus bandwidth"; `None` without
@@ -255,8 +376,7 @@ mod tests {
         let err = prepare_out_dir(&dir).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert!(err.to_string().contains("--out"));
-        let info = fixtures::info();
-        assert!(write_results(&dir, &info, &fixtures::results(), RunStatus::Ok).is_err());
+        assert!(prepare_out_dir(&dir).is_err());
     }
 
     #[test]
@@ -264,7 +384,8 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("run");
         let info = fixtures::info();
-        write_results(&dir, &info, &fixtures::results(), RunStatus::WrongData).expect("write");
+        prepare_out_dir(&dir).expect("create");
+        write_results(&dir, &info, &fixtures::results(), 2, &RunStatus::WrongData).expect("write");
         let mut names: Vec<String> = fs::read_dir(&dir)
             .expect("read_dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

@@ -18,11 +18,11 @@ pub fn write_plots(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> Result
     if results.is_empty() {
         return Ok(());
     }
-    let path = dir.join(BANDWIDTH_SVG);
-    tcpx_plot::bandwidth(&path, &chart(info), &lines(results), &[]).map_err(|e| format!("{}: {e}", path.display()))?;
+    super::publish(&dir.join(BANDWIDTH_SVG), |tmp| {
+        tcpx_plot::bandwidth(tmp, &chart(info), &lines(results), &[])
+    })?;
     if info.settings.endpoints > 2 {
-        let path = dir.join(LINKS_SVG);
-        links(&path, info, results).map_err(|e| format!("{}: {e}", path.display()))?;
+        super::publish(&dir.join(LINKS_SVG), |tmp| links(tmp, info, results))?;
     }
     Ok(())
 }

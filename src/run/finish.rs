@@ -3,6 +3,7 @@
 //! footers and the files, `summary.json` last).
 
 use super::connect::Connected;
+use super::record::{self, Record};
 use super::settings::Settings;
 use super::sweep::Swept;
 use super::{Fatal, Job, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
@@ -13,13 +14,15 @@ use crate::mpi_boot::Mpi;
 use crate::report::{BandwidthGate, RunInfo, SizeResult};
 use std::time::Instant;
 
-/// Rank 0 prepares the result directory (refusing one with results in it) and prints the header.
+/// Rank 0 prepares the result directory (refusing one with results in it, proving it takes a
+/// file) and prints the header.
 pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo) -> Result<(), Fatal> {
     if mpi.rank() != 0 {
         return Ok(());
     }
     if let Some(dir) = &settings.output.dir {
-        export::prepare_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
+        // Before any data moves: a directory that cannot take the results ends the run now.
+        export::probe_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
     }
     if let Some(path) = &settings.output.nccl_json {
         nccl_json::check_destination(path).map_err(|e| Fatal::Here(e.to_string()))?;
@@ -32,7 +35,9 @@ pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo
 }
 
 /// Closes the baseline and the engine and writes the results; the exit status. A sweep that
-/// stopped early still writes the rows it measured, under a summary that says it failed.
+/// stopped early keeps the rows it measured (written after each size), under a summary that
+/// says why: `failed`, or `timeout` with every rank's account ([`record::timed_out`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     settings: &Settings,
     mpi: &Mpi,
@@ -41,6 +46,7 @@ pub(super) fn finish(
     swept: Swept,
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
+    record: &Record,
 ) -> Result<i32, Fatal> {
     let Connected { engine, mut nccl } = connected;
     let Swept { results, failure } = swept;
@@ -50,17 +56,26 @@ pub(super) fn finish(
         info.nccl = Some(b.info().clone());
     }
     if let Some(fatal) = failure {
-        let msg = match &fatal {
+        if let Fatal::Stalled(msg) = &fatal {
+            engine.disarm_watchdog();
+            return Err(record::timed_out(settings, mpi, record, msg));
+        }
+        let mut msg = match &fatal {
             Fatal::Usage(m) | Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
-            Fatal::Reported => "see the error printed by the failing rank".to_string(),
+            Fatal::Reported | Fatal::TimedOut => "see the error printed by the failing rank".to_string(),
         };
+        // Another rank's error that came first is the cause: rank 0's own (a peer that closed its
+        // connections when it ended) is its consequence.
+        if let Some((first, error)) = (rank == 0).then(|| cause_elsewhere(mpi, &fatal)).flatten() {
+            if !msg.starts_with(&format!("rank {first} failed")) {
+                msg = format!("rank {first} failed first: {error}; then rank 0: {msg}");
+            }
+        }
         if rank == 0 {
             print!("{link_findings}");
             write_nccl_json(settings, &info, &results, Some(&msg));
-            if let Some(dir) = &settings.output.dir {
-                let _ = export::write_results(dir, &info, &results, RunStatus::Failed(msg));
-            }
         }
+        let _ = record.end(&RunStatus::Failed(msg));
         if matches!(fatal, Fatal::Everywhere(_)) {
             let _ = engine.close(mpi);
         }
@@ -99,8 +114,8 @@ pub(super) fn finish(
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
         write_nccl_json(settings, &info, &results, None);
-        if let Some(dir) = &settings.output.dir {
-            export::write_results(dir, &info, &results, status.clone()).map_err(|e| Fatal::Here(e.to_string()))?;
+        // Said only once every file is in place.
+        if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
             println!("# Results written to {}", dir.display());
         }
     }
@@ -135,4 +150,18 @@ fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) 
     }
     info.placement.findings.sort_by_key(|f| f.level);
     lines
+}
+
+/// Rank 0's own error may be the echo of another rank's end (a peer killed by a signal closes
+/// its connections before mpirun's SIGTERM reaches rank 0): for up to a second, another rank's
+/// report (the cause) or that SIGTERM (whose handler then writes `interrupted`) may still come.
+fn cause_elsewhere(mpi: &Mpi, fatal: &Fatal) -> Option<(usize, String)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let reported = mpi.reported_failure();
+        if reported.is_some() || !matches!(fatal, Fatal::Here(_)) || std::time::Instant::now() >= deadline {
+            return reported;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

@@ -43,8 +43,8 @@ pub(super) fn measure(
     if let Some(bar) = progress {
         bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
-    let sampled = iterate(it, mpi, engine, probe, pattern_iter, progress)?;
-    reduce(it, mpi, engine, topo, probe, plan, sampled)
+    let sampled = iterate(it, mpi, engine, probe, pattern_iter, progress).map_err(|f| f.at_size(plan.size))?;
+    reduce(it, mpi, engine, topo, probe, plan, sampled).map_err(|f| f.at_size(plan.size))
 }
 
 /// `--warmup-once`: the `-w` untimed iterations of one size, with nothing timed (the sweep runs
@@ -85,7 +85,7 @@ fn iterate(
         let timed = i >= it.warmup;
         if i == it.warmup {
             // Every rank of the host is done with the warm-up before its counters are read.
-            mpi.barrier();
+            engine.meet(mpi, "barrier after the warm-up").map_err(Fatal::Stalled)?;
             s.wire_before = Some(probe.snapshot());
         }
         *pattern_iter = pattern_iter.wrapping_add(1);
@@ -127,6 +127,10 @@ fn reduce(
     plan: &Plan,
     s: Sampled,
 ) -> Result<SizeResult, Fatal> {
+    // Every rank is here before the reductions, which have no deadline of their own.
+    engine
+        .meet(mpi, "barrier before the reductions")
+        .map_err(Fatal::Stalled)?;
     let all = mpi.gather_f64(&s.times);
     let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.iteration_reduction);
     // The host's counters are read once every rank on it has its last byte: a rank whose own

@@ -26,6 +26,7 @@ mod connect;
 mod finish;
 mod measure;
 mod place;
+mod record;
 pub(crate) mod settings;
 mod sweep;
 mod vet;
@@ -68,6 +69,18 @@ pub(crate) enum Fatal {
     Stalled(String),
     /// Already reported by the rank that failed (see [`agree`]); every rank exits.
     Reported,
+    /// A timeout, already reported (rank 0 wrote the diagnosis): ends the job with EXIT_TIMEOUT.
+    TimedOut,
+}
+
+impl Fatal {
+    /// A stall's message with the size it happened at.
+    fn at_size(self, size: u64) -> Fatal {
+        match self {
+            Fatal::Stalled(m) => Fatal::Stalled(format!("size {size}: {m}")),
+            other => other,
+        }
+    }
 }
 
 /// Runs the benchmark; returns the process exit status.
@@ -108,6 +121,18 @@ pub fn run(cli: Cli) -> i32 {
         }
         Err(Fatal::Here(msg)) => {
             eprintln!("tcpx-perf: rank {}: error: {msg}", mpi.rank());
+            use std::io::Write;
+            let _ = std::io::stderr().flush();
+            if mpi.rank() != 0 {
+                // Rank 0, if it waits at a barrier, names this rank in the results first.
+                mpi.report_failure(msg.lines().next().unwrap_or(&msg));
+            }
+            // mpirun forwards the line only if the abort does not overtake it.
+            std::thread::sleep(std::time::Duration::from_millis(if mpi.rank() == 0 {
+                200
+            } else {
+                500
+            }));
             mpi.abort(EXIT_ERROR)
         }
         Err(Fatal::Stalled(msg)) => {
@@ -115,6 +140,7 @@ pub fn run(cli: Cli) -> i32 {
             mpi.abort(EXIT_TIMEOUT)
         }
         Err(Fatal::Reported) => exit_together(&mpi, EXIT_ERROR),
+        Err(Fatal::TimedOut) => mpi.abort(EXIT_TIMEOUT),
     }
 }
 
@@ -190,11 +216,15 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
         place::Placed::Ready(ready) => *ready,
     };
     finish::announce(&settings, mpi, &job, &placed.info)?;
+    let record = record::Record::new(&settings, mpi, &job, &placed.info);
     setup.disarm();
     let vet::Vetted { probe, resources, .. } = vetted;
     let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
-    let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, _| {});
-    finish::finish(&settings, mpi, &job, connected, swept, info, run_start)
+    record.set_info(&info);
+    let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
+        record.add(r).map_err(Fatal::Here)
+    });
+    finish::finish(&settings, mpi, &job, connected, swept, info, run_start, &record)
 }
 
 /// Every rank's flags must mean the same before any check made from them: a rank that disagrees

@@ -73,7 +73,7 @@ pub(super) fn place(
     info.notes = notes;
     info.placement = placement;
     info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());
-    refuse_error_findings(settings, mpi, &mut info)?;
+    refuse_error_findings(settings, mpi, &mut info, job.plans.len())?;
     Ok(Placed::Ready(Box::new(Ready {
         info,
         endpoints: rank_plan.endpoints,
@@ -83,7 +83,12 @@ pub(super) fn place(
 /// An error finding stops the run before any data moves: rank 0 (which alone holds the merged
 /// findings) prints them and writes a summary.json saying `status: "error"`, and every rank
 /// exits 1 together. `--force` runs anyway, recorded in the header and summary.json.
-fn refuse_error_findings(settings: &Settings, mpi: &Mpi, info: &mut RunInfo) -> Result<(), Fatal> {
+fn refuse_error_findings(
+    settings: &Settings,
+    mpi: &Mpi,
+    info: &mut RunInfo,
+    sizes_planned: usize,
+) -> Result<(), Fatal> {
     let mut errors = [info.placement.errors() as u64];
     mpi.sum_u64(&mut errors);
     let [errors] = errors;
@@ -102,7 +107,7 @@ fn refuse_error_findings(settings: &Settings, mpi: &Mpi, info: &mut RunInfo) -> 
     if mpi.rank() == 0 {
         print!("{}", info.placement.finding_lines(placement::preflight::Level::Warning));
         if let Some(dir) = &settings.output.dir {
-            match export::write_results(dir, info, &[], RunStatus::Refused(msg.clone())) {
+            match export::write_results(dir, info, &[], sizes_planned, &RunStatus::Refused(msg.clone())) {
                 Ok(()) => println!(
                     "# Findings written to {}",
                     dir.join(export::json::SUMMARY_JSON).display()

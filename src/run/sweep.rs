@@ -18,8 +18,9 @@ pub(super) struct Swept {
     pub failure: Option<Fatal>,
 }
 
-/// Called after each size is measured (on every rank, in the same order).
-pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &SizeResult) + 'a;
+/// Called after each size is measured (on every rank, in the same order); an error stops the
+/// sweep there (the size is kept).
+pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &SizeResult) -> Result<(), Fatal> + 'a;
 
 /// Measures every size of the job in order; stops at the first failure, keeping what was measured.
 pub(super) fn sweep(
@@ -90,8 +91,12 @@ pub(super) fn sweep(
                         None => println!("{}", line.trim_end()),
                     }
                 }
-                after_size(plan, &r);
+                let after = after_size(plan, &r);
                 results.push(r);
+                if let Err(e) = after {
+                    failure = Some(e);
+                    break;
+                }
             }
             Err(e) => {
                 failure = Some(e);

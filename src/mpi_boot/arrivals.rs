@@ -1,0 +1,210 @@
+//! Barriers with a deadline that know who did not come, and the timeout's reports.
+//!
+//! A blocking `MPI_Barrier` whose peer is stopped never returns, and says nothing about who is
+//! missing. Here every bounded barrier is an `MPI_Ibarrier` polled until `-T`, and each rank
+//! other than 0 first sends rank 0 a heartbeat, the barrier's sequence number, on a communicator
+//! of its own: rank 0 drains them while it waits, so when the deadline passes it knows exactly
+//! which ranks had not arrived. After a timeout every rank that can still speak sends rank 0 a
+//! one-line account; rank 0 waits a short grace for them, and a rank that neither arrived nor
+//! answered is named as silent (stopped, hung or unreachable). Only the main thread calls MPI.
+
+use crate::collectives::BarrierError;
+use mpi::point_to_point::MatchedReceiveVec;
+use mpi::request::{Request, StaticScope};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::{CommunicatorCollectives, Destination, Source};
+use mpi::Tag;
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+const ARRIVED: Tag = 1;
+const REPORT: Tag = 2;
+/// The start of a report that is an error, not a timeout's account.
+pub(super) const FAILED: &str = "\u{1}failed: ";
+
+/// What rank 0 learned after its timeout.
+#[derive(Debug, Default)]
+pub struct TimeoutReports {
+    /// Ranks that had not arrived at the barrier rank 0 last waited in (empty when rank 0 was not
+    /// waiting in one).
+    pub absent: Vec<usize>,
+    /// Ranks that sent no account within the grace period.
+    pub silent: Vec<usize>,
+    /// Every other rank's account, in rank order.
+    pub reports: Vec<(usize, String)>,
+}
+
+pub(super) struct Arrivals {
+    comm: SimpleCommunicator,
+    /// Bounded barriers entered so far (the same count on every rank).
+    seq: Cell<u64>,
+    /// Rank 0: the last barrier each rank announced.
+    seen: RefCell<Vec<u64>>,
+    /// Rank 0: each rank's account of its timeout.
+    accounts: RefCell<Vec<Option<String>>>,
+    /// Rank 0: the first rank that reported an error, and the error.
+    failure: RefCell<Option<(usize, String)>>,
+    /// Rank 0: the barrier that timed out, if one did.
+    timed_out: Cell<Option<u64>>,
+    /// Sends still in flight (their buffers are leaked: a few bytes per barrier).
+    sends: RefCell<Vec<Request<'static, [u8], StaticScope>>>,
+}
+
+impl Arrivals {
+    pub(super) fn new(world: &SimpleCommunicator) -> Arrivals {
+        let ranks = world.size() as usize;
+        Arrivals {
+            comm: world.duplicate(),
+            seq: Cell::new(0),
+            seen: RefCell::new(vec![0; ranks]),
+            accounts: RefCell::new(vec![None; ranks]),
+            failure: RefCell::new(None),
+            timed_out: Cell::new(None),
+            sends: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A barrier over `world` that gives up after `limit`; on rank 0 the error lists the ranks
+    /// that had not arrived (empty on the others, which cannot know).
+    pub(super) fn barrier_within(&self, world: &SimpleCommunicator, limit: Duration) -> Result<(), BarrierError> {
+        let seq = self.seq.get() + 1;
+        self.seq.set(seq);
+        let root = self.comm.rank() == 0;
+        if !root {
+            self.post(ARRIVED, seq.to_le_bytes().to_vec());
+        }
+        let started = Instant::now();
+        let mut request = world.immediate_barrier();
+        loop {
+            request = match request.test() {
+                Ok(_) => return Ok(()),
+                Err(pending) => pending,
+            };
+            if root {
+                self.drain();
+                if let Some((rank, message)) = self.failure.borrow().clone() {
+                    std::mem::forget(request);
+                    return Err(BarrierError::PeerFailed { rank, message });
+                }
+            }
+            let waited = started.elapsed();
+            if waited >= limit {
+                // The barrier can never be completed now; the job ends after the timeout's reports.
+                std::mem::forget(request);
+                if !root {
+                    return Err(BarrierError::TimedOut { absent: Vec::new() });
+                }
+                self.timed_out.set(Some(seq));
+                return Err(BarrierError::TimedOut {
+                    absent: self.absent(seq),
+                });
+            }
+            // Poll as a blocking MPI_Barrier would (yielding the core, as Open MPI does when
+            // oversubscribed): the barrier's exit skew is the iteration's start skew. A long wait
+            // means a slow or missing rank; then sleep between polls.
+            if waited < Duration::from_millis(50) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// Ranks other than 0 whose last announced barrier is before `seq`.
+    fn absent(&self, seq: u64) -> Vec<usize> {
+        let seen = self.seen.borrow();
+        (1..seen.len()).filter(|&r| seen[r] < seq).collect()
+    }
+
+    /// Non-root: sends rank 0 this rank's account of its timeout.
+    pub(super) fn report(&self, message: &str) {
+        if self.comm.rank() != 0 {
+            self.post(REPORT, message.as_bytes().to_vec());
+            // Push it out: the caller will only sleep after this.
+            let deadline = Instant::now() + Duration::from_millis(200);
+            while !self.sends.borrow().is_empty() && Instant::now() < deadline {
+                self.complete_sends();
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Rank 0: waits up to `grace` for every other rank's account.
+    pub(super) fn reports(&self, grace: Duration) -> TimeoutReports {
+        let ranks = self.comm.size() as usize;
+        let started = Instant::now();
+        loop {
+            self.drain();
+            let all = self.accounts.borrow().iter().skip(1).all(Option::is_some);
+            if all || started.elapsed() >= grace {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let accounts = self.accounts.borrow();
+        TimeoutReports {
+            absent: self.timed_out.get().map(|seq| self.absent(seq)).unwrap_or_default(),
+            silent: (1..ranks).filter(|&r| accounts[r].is_none()).collect(),
+            reports: (1..ranks).filter_map(|r| accounts[r].clone().map(|m| (r, m))).collect(),
+        }
+    }
+
+    /// Rank 0: the first error another rank reported.
+    pub(super) fn reported_failure(&self) -> Option<(usize, String)> {
+        if self.comm.rank() == 0 {
+            self.drain();
+        }
+        self.failure.borrow().clone()
+    }
+
+    /// Rank 0: takes every heartbeat and account that has arrived.
+    fn drain(&self) {
+        while let Some(message) = self.comm.any_process().immediate_matched_probe_with_tag(ARRIVED) {
+            let (bytes, status) = message.matched_receive_vec::<u8>();
+            let seq = bytes
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes);
+            let mut seen = self.seen.borrow_mut();
+            if let Some(slot) = seen.get_mut(status.source_rank() as usize) {
+                *slot = (*slot).max(seq);
+            }
+        }
+        while let Some(message) = self.comm.any_process().immediate_matched_probe_with_tag(REPORT) {
+            let (bytes, status) = message.matched_receive_vec::<u8>();
+            let rank = status.source_rank() as usize;
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if let Some(error) = text.strip_prefix(FAILED) {
+                self.failure.borrow_mut().get_or_insert((rank, error.to_string()));
+            } else if let Some(slot) = self.accounts.borrow_mut().get_mut(rank) {
+                *slot = Some(text);
+            }
+        }
+    }
+
+    fn post(&self, tag: Tag, bytes: Vec<u8>) {
+        self.complete_sends();
+        let buf: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        let request = self
+            .comm
+            .process_at_rank(0)
+            .immediate_send_with_tag(StaticScope, buf, tag);
+        self.sends.borrow_mut().push(request);
+    }
+
+    fn complete_sends(&self) {
+        let pending: Vec<_> = self.sends.borrow_mut().drain(..).collect();
+        let still: Vec<_> = pending.into_iter().filter_map(|r| r.test().err()).collect();
+        self.sends.borrow_mut().extend(still);
+    }
+}
+
+impl Drop for Arrivals {
+    fn drop(&mut self) {
+        // A heartbeat rank 0 never took must not hold up (or panic) the end of the process.
+        self.complete_sends();
+        for request in self.sends.get_mut().drain(..) {
+            std::mem::forget(request);
+        }
+    }
+}

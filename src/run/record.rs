@@ -1,0 +1,249 @@
+//! Rank 0's record of the run on disk, kept current so that no ending loses what was measured.
+//!
+//! After each size the CSV files hold every row so far and `summary.json` says `complete: false`,
+//! `status: "running"` (each file written to a temporary sibling and renamed). SIGINT/SIGTERM
+//! ([`crate::signals`]) and a watchdog that fires rewrite `summary.json` as `interrupted` or
+//! `timeout` from another thread before the process exits; a timeout found by the run itself
+//! ([`timed_out`]) first gathers every rank's account. On other ranks a record holds nothing.
+
+use super::settings::Settings;
+use super::{Fatal, Job};
+use crate::collectives::Collectives;
+use crate::engine::watchdog;
+use crate::export::{self, json::RankReport, json::TimeoutDiagnosis, RunStatus};
+use crate::mpi_boot::Mpi;
+use crate::report::{RunInfo, SizeResult};
+use crate::signals;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+struct State {
+    dir: Option<PathBuf>,
+    info: RunInfo,
+    results: Vec<SizeResult>,
+    planned: usize,
+    limit_s: u64,
+    /// The final files are written: nothing may overwrite them.
+    ended: bool,
+}
+
+impl State {
+    /// Writes the CSV files and `summary.json` with `status` (partial: no pictures).
+    fn write(&self, status: &RunStatus) -> Result<(), String> {
+        match &self.dir {
+            Some(dir) => {
+                export::write_partial(dir, &self.info, &self.results, self.planned, status).map_err(|e| e.to_string())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Rewrites `summary.json` only (the CSV files are current after every size): what a signal
+    /// has time for.
+    fn write_summary(&self, status: &RunStatus) -> Result<(), String> {
+        match &self.dir {
+            Some(dir) => {
+                let now = crate::report::now_rfc3339();
+                export::json::write_summary(dir, &self.info, &self.results, self.planned, status, &now)
+                    .map_err(|e| e.to_string())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// "after N of M sizes; the sizes measured are in DIR" (or that nothing is written).
+    fn where_(&self) -> String {
+        let done = format!("after {} of {} sizes", self.results.len(), self.planned);
+        match &self.dir {
+            Some(dir) => format!(
+                "{done}; every size measured is in {} (summary.json: complete false)",
+                dir.display()
+            ),
+            None => format!("{done} (--no-out: nothing written)"),
+        }
+    }
+}
+
+/// Rank 0's results so far (empty on other ranks).
+pub(super) struct Record {
+    state: Option<Arc<Mutex<State>>>,
+}
+
+impl Record {
+    /// Rank 0: a record of `info` (the directory already probed) that SIGINT/SIGTERM and the
+    /// watchdogs end as `interrupted` / `timeout`. Other ranks: nothing.
+    pub(super) fn new(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo) -> Record {
+        if mpi.rank() != 0 {
+            return Record { state: None };
+        }
+        let state = Arc::new(Mutex::new(State {
+            dir: settings.output.dir.clone(),
+            info: info.clone(),
+            results: Vec::new(),
+            planned: job.plans.len(),
+            limit_s: settings.timeout.as_secs(),
+            ended: false,
+        }));
+        let interrupted = state.clone();
+        signals::on_signal(move |signal| {
+            let name = signals::name(signal);
+            // A size being written (every CSV, the pictures) finishes first; a write stuck on a
+            // hung file system does not keep the process from ending.
+            let Some(mut st) = lock_within(&interrupted, Duration::from_secs(2)) else {
+                eprintln!("tcpx-perf: interrupted by {name}; the result directory was busy and is left as it was");
+                return;
+            };
+            if st.ended {
+                eprintln!("tcpx-perf: {name} after the results were written; they are left as they are");
+                return;
+            }
+            st.ended = true;
+            let written = st.write_summary(&RunStatus::Interrupted { signal: name.clone() });
+            eprintln!("tcpx-perf: interrupted by {name} {}", st.where_());
+            if let Err(e) = written {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+            // The process ends right after this returns: keep the lock held until then, so the
+            // sweep cannot write its next size (status running) over the interrupted summary.
+            std::mem::forget(st);
+        });
+        let fired = state.clone();
+        watchdog::on_fire(move |account| {
+            let Some(st) = lock_within(&fired, Duration::from_millis(500)).filter(|st| !st.ended) else {
+                return;
+            };
+            let diagnosis = TimeoutDiagnosis {
+                limit_s: st.limit_s,
+                phase: account.to_string(),
+                absent_ranks: Vec::new(),
+                silent_ranks: Vec::new(),
+                reports: vec![RankReport {
+                    rank: 0,
+                    message: account.to_string(),
+                }],
+            };
+            if let Err(e) = st.write_summary(&RunStatus::Timeout(diagnosis)) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+            eprintln!("tcpx-perf: timeout {}", st.where_());
+        });
+        Record { state: Some(state) }
+    }
+
+    /// The run's description after connect (the setup's figures added).
+    pub(super) fn set_info(&self, info: &RunInfo) {
+        if let Some(mut st) = self.lock() {
+            st.info = info.clone();
+        }
+    }
+
+    /// One more size: rewrites the CSV files with every row so far and `summary.json` as
+    /// `running`. An error names the file.
+    pub(super) fn add(&self, result: &SizeResult) -> Result<(), String> {
+        let Some(mut st) = self.lock() else { return Ok(()) };
+        if st.ended {
+            return Ok(());
+        }
+        st.results.push(result.clone());
+        st.write(&RunStatus::Running)
+    }
+
+    /// The run ended early with `status`: the files say so, and no signal rewrites them.
+    pub(super) fn end(&self, status: &RunStatus) -> Result<(), String> {
+        self.lock().map_or(Ok(()), |mut st| {
+            st.ended = true;
+            st.write(status)
+        })
+    }
+
+    /// The sweep ran to the end: the final files (pictures too), `summary.json` last; after this
+    /// no signal rewrites them. The directory, once every file is in place.
+    pub(super) fn finish(&self, info: &RunInfo, status: &RunStatus) -> Result<Option<PathBuf>, String> {
+        let Some(mut st) = self.lock() else { return Ok(None) };
+        st.info = info.clone();
+        let Some(dir) = st.dir.clone() else { return Ok(None) };
+        export::write_results(&dir, &st.info, &st.results, st.planned, status).map_err(|e| e.to_string())?;
+        st.ended = true;
+        Ok(Some(dir))
+    }
+
+    /// "after N of M sizes; ..." for the last line of an early ending.
+    fn where_(&self) -> String {
+        self.lock().map(|st| st.where_()).unwrap_or_default()
+    }
+
+    fn lock(&self) -> Option<MutexGuard<'_, State>> {
+        self.state
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+/// The lock, unless another thread holds it for longer than `limit` (a write stuck on a
+/// full or hung file system must not keep the process from ending).
+fn lock_within(state: &Mutex<State>, limit: Duration) -> Option<MutexGuard<'_, State>> {
+    let start = Instant::now();
+    loop {
+        match state.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if start.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+/// How long rank 0 waits for the other ranks' accounts after its own timeout.
+fn grace(limit: Duration) -> Duration {
+    limit.clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
+/// This rank hit `-T` (`message`: what it waited in). Other ranks send rank 0 their account and
+/// wait for it to end the job; rank 0 gathers the accounts, names the ranks that did not arrive
+/// or answer, writes `summary.json` as `timeout` and ends the job ([`Fatal::TimedOut`]).
+pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message: &str) -> Fatal {
+    let rank = mpi.rank();
+    let account = message
+        .lines()
+        .next()
+        .unwrap_or(message)
+        .trim_end_matches(':')
+        .to_string();
+    eprintln!("tcpx-perf: rank {rank}: timeout: {message}");
+    let grace = grace(settings.timeout);
+    if rank != 0 {
+        mpi.report_timeout(&account);
+        // Rank 0 ends the job once it has written the results; if it cannot (it is the rank that
+        // hangs), this rank ends it.
+        std::thread::sleep(grace * 2 + Duration::from_secs(5));
+        return Fatal::TimedOut;
+    }
+    let heard = mpi.timeout_reports(grace);
+    let mut reports = vec![RankReport {
+        rank: 0,
+        message: account.clone(),
+    }];
+    reports.extend(
+        heard
+            .reports
+            .into_iter()
+            .map(|(rank, message)| RankReport { rank, message }),
+    );
+    let diagnosis = TimeoutDiagnosis {
+        limit_s: settings.timeout.as_secs(),
+        phase: account,
+        absent_ranks: heard.absent,
+        silent_ranks: heard.silent,
+        reports,
+    };
+    let line = diagnosis.line();
+    if let Err(e) = record.end(&RunStatus::Timeout(diagnosis)) {
+        eprintln!("tcpx-perf: error: {e}");
+    }
+    eprintln!("tcpx-perf: timeout: {line}");
+    eprintln!("tcpx-perf: timeout {}", record.where_());
+    Fatal::TimedOut
+}

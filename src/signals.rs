@@ -1,0 +1,86 @@
+//! SIGINT and SIGTERM end a run at once, keeping what it measured.
+//!
+//! [`install`] blocks both signals in the main thread before MPI or any other thread starts (every
+//! thread inherits the mask), and one thread waits for them with `sigwait`: the signal arrives as
+//! an ordinary event on an ordinary thread, which may take locks and write files, so no code runs
+//! in a signal handler. That thread runs the last words registered with [`on_signal`] (rank 0
+//! writes `summary.json` with `status: "interrupted"`) and ends the process with `128 + signal`,
+//! as shells report a process killed by that signal, whatever the main thread is blocked in (an MPI
+//! collective, a plugin call). mpirun forwards both as SIGTERM and sends SIGKILL about a second
+//! later, so the last words must be short.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+
+type LastWords = Box<dyn Fn(i32) + Send>;
+
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+
+/// Blocks SIGINT and SIGTERM in this thread (and so in every thread started after) and starts the
+/// thread that waits for them. Call first thing in `main`.
+pub fn install() {
+    let set = ending_signals();
+    // SAFETY: `set` is an initialised signal set; a null old-set pointer is allowed.
+    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
+    if blocked != 0 {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        let mut signal: libc::c_int = 0;
+        // SAFETY: both pointers are valid for the call.
+        if unsafe { libc::sigwait(&raw const set, &raw mut signal) } != 0 {
+            continue;
+        }
+        RECEIVED.store(signal, Ordering::SeqCst);
+        if let Some(words) = LAST_WORDS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            words(signal);
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // _exit: MPI and plugin threads may hold locks that atexit handlers need.
+        // SAFETY: ends the process; nothing after it runs.
+        unsafe { libc::_exit(128 + signal) };
+    });
+    if spawned.is_err() {
+        // Without the waiting thread the signals must keep their default action (end the process).
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &raw const set, std::ptr::null_mut()) };
+    }
+}
+
+/// What this process does when SIGINT or SIGTERM arrives, before it exits `128 + signal`
+/// (replaces what was registered before).
+pub fn on_signal(words: impl Fn(i32) + Send + 'static) {
+    *LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(words));
+}
+
+/// The signal that is ending this process, if one is.
+pub fn received() -> Option<i32> {
+    Some(RECEIVED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// The signal's name as shells and `kill -l` spell it.
+pub fn name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+fn ending_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before sigaddset reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGINT);
+        libc::sigaddset(&raw mut set, libc::SIGTERM);
+        set
+    }
+}
