@@ -406,14 +406,14 @@ mod tests {
         assert!(v["results"][0]["wrong"].is_null());
         assert_eq!(v["results"][0]["verified"], false, "-c 0 and no exact witness");
         assert!(v["cpu"].is_null(), "no whole-run figure for a failed run");
-        write_summary(tmp.path(), &info, &results, RunStatus::Unchecked, "t1").expect("rewrite");
+        write_summary(tmp.path(), &info, &results, results.len(), &RunStatus::Unchecked, "t1").expect("rewrite");
         let v = read(tmp.path());
         assert_eq!(
             (v["complete"].as_bool(), v["status"].as_str()),
             (Some(true), Some("unchecked"))
         );
         let refused = RunStatus::Refused("2 error finding(s)".into());
-        write_summary(tmp.path(), &info, &[], refused, "t1").expect("rewrite");
+        write_summary(tmp.path(), &info, &[], 0, &refused, "t1").expect("rewrite");
         let v = read(tmp.path());
         assert_eq!(
             (v["complete"].as_bool(), v["status"].as_str()),
