@@ -107,7 +107,9 @@ fn refuse_error_findings(
     if mpi.rank() == 0 {
         print!("{}", info.placement.finding_lines(placement::preflight::Level::Warning));
         if let Some(dir) = &settings.output.dir {
-            match export::write_results(dir, info, &[], sizes_planned, &RunStatus::Refused(msg.clone())) {
+            match export::prepare_out_dir(dir)
+                .and_then(|()| export::write_results(dir, info, &[], sizes_planned, &RunStatus::Refused(msg.clone())))
+            {
                 Ok(()) => println!(
                     "# Findings written to {}",
                     dir.join(export::json::SUMMARY_JSON).display()
