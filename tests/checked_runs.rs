@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::output_within;
+use common::{csv_rows, mpirun_command, output_within, summary};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -36,9 +36,7 @@ struct App<'a> {
 
 /// `mpirun` over the apps (`:` separated), `env` for every rank, killed after 60 s.
 fn mpirun(apps: &[App], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new("mpirun");
-    cmd.args(["--oversubscribe", "--bind-to", "none"])
-        .args(["--mca", "btl_vader_single_copy_mechanism", "none"]);
+    let mut cmd = mpirun_command();
     for (i, app) in apps.iter().enumerate() {
         if i > 0 {
             cmd.arg(":");
@@ -74,28 +72,6 @@ fn show(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json parses")
-}
-
-/// results.csv as column -> value maps.
-fn rows(dir: &Path) -> Vec<std::collections::HashMap<String, String>> {
-    let mut reader = csv::Reader::from_path(dir.join("results.csv")).expect("results.csv");
-    let headers = reader.headers().expect("header").clone();
-    reader
-        .records()
-        .map(|r| {
-            let r = r.expect("record");
-            headers
-                .iter()
-                .map(String::from)
-                .zip(r.iter().map(String::from))
-                .collect()
-        })
-        .collect()
 }
 
 /// `tcpx-analyze` from beside the tcpx-perf binary: exit status and stdout + stderr.
@@ -154,7 +130,7 @@ fn assert_unchecked(o: &Output, dir: &Path) {
         assert_eq!(r["verified"], false, "{r}");
         assert!(r["bytes_moved"].is_null() && r["wrong"].is_null(), "{r}");
     }
-    for r in rows(dir) {
+    for r in csv_rows(dir, "results.csv") {
         assert_eq!(r["bytes_moved"], "unverified", "{r:?}");
         assert!(r["bytes_verified_by"].contains("wire (lower bound)"), "{r:?}");
     }
@@ -237,7 +213,7 @@ fn a_lying_plugin_on_a_busy_loopback_is_unchecked_and_refused() {
         show(&o)
     );
     assert_unchecked(&o, &dir);
-    for r in rows(&dir) {
+    for r in csv_rows(&dir, "results.csv") {
         assert!(r["bytes_verified_by"].contains("plugin (claim)"), "{r:?}");
     }
     let s = summary(&dir);

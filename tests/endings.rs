@@ -6,6 +6,8 @@
 //! The sweep is slowed with tcpx-emu's own `slow` fault (1 ms per chunk) so that a signal lands
 //! in the middle of it: each test waits until results.csv holds two sizes, then strikes.
 
+mod common;
+use common::{mpirun_command, summary};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -22,15 +24,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn mpirun(np: usize, args: &str, out: &Path, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "--mca",
-        "btl_vader_single_copy_mechanism",
-        "none",
-    ]);
+    let mut cmd = mpirun_command();
     cmd.arg("-np").arg(np.to_string()).arg(BIN);
     cmd.args(args.split_whitespace()).arg("--out").arg(out);
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -118,11 +112,6 @@ fn rank_pid(mpirun: &Child, rank: usize) -> i32 {
 fn kill(pid: i32, signal: i32) {
     // SAFETY: sends a signal to a process this test started (through mpirun).
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill({pid}, {signal})");
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json is there");
-    serde_json::from_str(&text).expect("summary.json is whole")
 }
 
 /// What every early ending leaves: every finished size in results.csv, as many as summary.json

@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::output_within;
+use common::{csv_rows, mpirun_command, output_within, summary};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
@@ -41,15 +41,7 @@ fn with_quiet_loopback<T>(f: impl FnOnce() -> T) -> T {
 fn mpirun(apps: &[(usize, Vec<String>)], env: &[(&str, &str)], limit: Duration) -> Output {
     let _shared = (!HOLDS_LOOPBACK.with(std::cell::Cell::get))
         .then(|| LOOPBACK.read().unwrap_or_else(std::sync::PoisonError::into_inner));
-    let mut cmd = Command::new("mpirun");
-    cmd.args([
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "--mca",
-        "btl_vader_single_copy_mechanism",
-        "none",
-    ]);
+    let mut cmd = mpirun_command();
     for (i, (np, args)) in apps.iter().enumerate() {
         if i > 0 {
             cmd.arg(":");
@@ -85,32 +77,10 @@ fn show(o: &Output) -> String {
     )
 }
 
-/// results.csv as a list of column -> value maps.
-fn rows(dir: &Path, file: &str) -> Vec<std::collections::HashMap<String, String>> {
-    let mut reader = csv::Reader::from_path(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let headers = reader.headers().expect("header").clone();
-    reader
-        .records()
-        .map(|r| {
-            let r = r.expect("record");
-            headers
-                .iter()
-                .map(String::from)
-                .zip(r.iter().map(String::from))
-                .collect()
-        })
-        .collect()
-}
-
-fn summary(dir: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json");
-    serde_json::from_str(&text).expect("summary.json parses")
-}
-
 /// A clean run: exit 0, one row per size, every byte planned moved, no wrong byte.
 fn assert_clean(o: &Output, dir: &Path, sizes: usize, endpoints: usize) {
     assert_eq!(o.status.code(), Some(0), "{}", show(o));
-    let rows = rows(dir, "results.csv");
+    let rows = csv_rows(dir, "results.csv");
     assert_eq!(rows.len(), sizes, "{}", show(o));
     for r in &rows {
         assert_eq!(r["wrong"], "0", "{r:?}");
@@ -140,7 +110,7 @@ fn pattern_run(pattern: &str, np: usize) {
     let dir = scratch(&format!("{pattern}-{np}"));
     let o = run(np, &format!("--pattern {pattern} {SWEEP}"), &dir, &[]);
     assert_clean(&o, &dir, 3, np);
-    let pairs = rows(&dir, "pairs.csv");
+    let pairs = csv_rows(&dir, "pairs.csv");
     assert!(!pairs.is_empty());
     assert_pictures(&dir, np);
     let _ = std::fs::remove_dir_all(&dir);
@@ -218,9 +188,9 @@ fn figures_recompute_from_the_runs_own_files() {
             &[],
         );
         assert_clean(&o, &dir, 3, 4);
-        let ranks = rows(&dir, "rank_samples.csv");
-        let samples = rows(&dir, "samples.csv");
-        for r in rows(&dir, "results.csv") {
+        let ranks = csv_rows(&dir, "rank_samples.csv");
+        let samples = csv_rows(&dir, "samples.csv");
+        for r in csv_rows(&dir, "results.csv") {
             let size = r["size_bytes"].clone();
             let mine: Vec<_> = ranks.iter().filter(|x| x["size_bytes"] == size).collect();
             assert_eq!(mine.len(), 4 * 4, "4 ranks x 4 iterations");
@@ -360,7 +330,7 @@ fn max_peers_bounds_the_peers_in_flight() {
             &[],
         );
         assert_clean(&o, &dir, 2, 5);
-        for r in rows(&dir, "results.csv") {
+        for r in csv_rows(&dir, "results.csv") {
             let send: u32 = r["send_peers_in_flight"].parse().unwrap();
             let recv: u32 = r["recv_peers_in_flight"].parse().unwrap();
             assert!(
@@ -420,12 +390,12 @@ fn ranks_per_node_makes_inter_node_scope() {
     let dir = scratch("rpn");
     let o = run(4, &format!("--pattern fullmesh --ranks-per-node 2 {SWEEP}"), &dir, &[]);
     assert_clean(&o, &dir, 3, 4);
-    for r in rows(&dir, "results.csv") {
+    for r in csv_rows(&dir, "results.csv") {
         assert_eq!(r["scope"], "inter-node");
         assert_eq!(r["nodes"], "2");
     }
     // Only pairs on different nodes (ranks 0,1 | 2,3) carry traffic.
-    for p in rows(&dir, "pairs.csv") {
+    for p in csv_rows(&dir, "pairs.csv") {
         let (s, d): (usize, usize) = (p["src_rank"].parse().unwrap(), p["dst_rank"].parse().unwrap());
         assert_ne!(s / 2, d / 2, "{p:?}");
     }
@@ -442,7 +412,7 @@ fn corrupting_plugin_is_caught() {
         &[("TCPXEMU_FAULT", "corrupt")],
     );
     assert_eq!(o.status.code(), Some(2), "wrong data must exit 2\n{}", show(&o));
-    let rows = rows(&dir, "results.csv");
+    let rows = csv_rows(&dir, "results.csv");
     assert!(rows.iter().all(|r| r["wrong"].parse::<u64>().unwrap() > 0), "{rows:?}");
     assert_eq!(summary(&dir)["status"], "wrong-data");
     let _ = std::fs::remove_dir_all(&dir);
@@ -592,7 +562,7 @@ fn slow_but_steady_iterations_are_not_stalls() {
         ],
     );
     assert_clean(&o, &dir, 1, 2);
-    let time_us: f64 = rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
+    let time_us: f64 = csv_rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
     assert!(
         time_us > 1.0e6,
         "the iteration must outlast -T 1 to test anything: {time_us} us"
@@ -623,7 +593,7 @@ fn waiting_ranks_sleep_instead_of_spinning() {
             &env,
         );
         assert_clean(&o, &dir, 1, 2);
-        let row = &rows(&dir, "results.csv")[0];
+        let row = &csv_rows(&dir, "results.csv")[0];
         let s = summary(&dir);
         assert!(s["cpu"]["cpu_s_per_gb"].as_f64().is_some_and(|v| v > 0.0), "{s}");
         let get = |k: &str| row[k].parse::<f64>().unwrap();

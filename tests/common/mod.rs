@@ -1,5 +1,10 @@
-//! What the integration tests share: running a child process under a deadline.
+//! What the integration tests share: running a child process under a deadline, mpirun's
+//! launcher flags, and reading a result directory.
+// Each test binary uses some of these.
+#![allow(dead_code)]
 
+use std::collections::HashMap;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,4 +32,37 @@ pub fn output_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().expect("collect the child's output")
+}
+
+/// `mpirun` with the flags every test run needs on a small shared host: more ranks than cores,
+/// no binding (the plugin's helper threads would share one core), and no CMA single-copy (refused
+/// in containers).
+pub fn mpirun_command() -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "--bind-to", "none"])
+        .args(["--mca", "btl_vader_single_copy_mechanism", "none"]);
+    cmd
+}
+
+/// A result directory's `summary.json`, parsed.
+pub fn summary(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).expect("summary.json is there");
+    serde_json::from_str(&text).expect("summary.json is whole")
+}
+
+/// One of a result directory's CSV files as column -> value maps.
+pub fn csv_rows(dir: &Path, file: &str) -> Vec<HashMap<String, String>> {
+    let mut reader = csv::Reader::from_path(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let headers = reader.headers().expect("header").clone();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.expect("record");
+            headers
+                .iter()
+                .map(String::from)
+                .zip(r.iter().map(String::from))
+                .collect()
+        })
+        .collect()
 }
