@@ -131,6 +131,22 @@ impl Csv {
                 .ok_or_else(|| refuse(&self.name, Some(line), col, format!("{v:?} is not a finite number"))),
         }
     }
+
+    /// A number the row must have.
+    fn need(&self, line: usize, row: &[String], col: &str) -> Result<Printed, Failure> {
+        self.number(line, row, col)?
+            .ok_or_else(|| refuse(&self.name, Some(line), col, "missing"))
+    }
+
+    /// The row's size and its time, which must be > 0 (every figure is derived from the two).
+    fn size_and_time(&self, line: usize, row: &[String]) -> Result<(Printed, Printed), Failure> {
+        let size = self.need(line, row, "size_bytes")?;
+        let time = self.need(line, row, "time_us")?;
+        if time.value <= 0.0 {
+            return Err(refuse(&self.name, Some(line), "time_us", "must be > 0"));
+        }
+        Ok((size, time))
+    }
 }
 
 /// The one schema version of a result directory: every row of every CSV and summary.json.
@@ -200,15 +216,8 @@ fn check_results(
         let line = *line;
         schema.see(f, Some(line), csv.get(r, "schema_version"))?;
         let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
-        let need = |col: &str| -> Result<Printed, Failure> {
-            csv.number(line, r, col)?
-                .ok_or_else(|| refuse(f, Some(line), col, "missing"))
-        };
-        let size = need("size_bytes")?;
-        let time = need("time_us")?;
-        if time.value <= 0.0 {
-            return Err(refuse(f, Some(line), "time_us", "must be > 0"));
-        }
+        let need = |col: &str| csv.need(line, r, col);
+        let (size, time) = csv.size_and_time(line, r)?;
         let algbw = need("algbw_gbps")?;
         let busbw = need("busbw_gbps")?;
         let (expect, err) = gbps(size.value, time);
@@ -306,15 +315,8 @@ fn check_samples(
         let line = *line;
         schema.see(f, Some(line), csv.get(r, "schema_version"))?;
         let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
-        let need = |col: &str| -> Result<Printed, Failure> {
-            csv.number(line, r, col)?
-                .ok_or_else(|| refuse(f, Some(line), col, "missing"))
-        };
-        let size = need("size_bytes")?;
-        let time = need("time_us")?;
-        if time.value <= 0.0 {
-            return Err(refuse(f, Some(line), "time_us", "must be > 0"));
-        }
+        let need = |col: &str| csv.need(line, r, col);
+        let (size, time) = csv.size_and_time(line, r)?;
         let key = (pattern.clone(), size.value as u64);
         let Some(row) = sizes.get(&key) else {
             return Err(refuse(
