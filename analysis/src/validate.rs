@@ -149,6 +149,24 @@ impl Csv {
     }
 }
 
+/// algbw must be size / time, within the rounding of the printed figures (results.csv and
+/// samples.csv rows alike).
+fn check_algbw(file: &str, line: usize, size: Printed, time: Printed, algbw: Printed) -> Result<(), Failure> {
+    let (expect, err) = gbps(size.value, time);
+    if agrees(algbw, expect, err) {
+        return Ok(());
+    }
+    Err(refuse(
+        file,
+        Some(line),
+        "algbw_gbps",
+        format!(
+            "{} but size_bytes / time_us = {} / {} us = {expect:.6} GB/s: the figures contradict each other",
+            algbw.value, size.value, time.value
+        ),
+    ))
+}
+
 /// The one schema version of a result directory: every row of every CSV and summary.json.
 #[derive(Default)]
 struct Schema {
@@ -220,18 +238,7 @@ fn check_results(
         let (size, time) = csv.size_and_time(line, r)?;
         let algbw = need("algbw_gbps")?;
         let busbw = need("busbw_gbps")?;
-        let (expect, err) = gbps(size.value, time);
-        if !agrees(algbw, expect, err) {
-            return Err(refuse(
-                f,
-                Some(line),
-                "algbw_gbps",
-                format!(
-                    "{} but size_bytes / time_us = {} / {} us = {expect:.6} GB/s: the figures contradict each other",
-                    algbw.value, size.value, time.value
-                ),
-            ));
-        }
+        check_algbw(f, line, size, time, algbw)?;
         let n = csv.number(line, r, "endpoints")?.map(|p| p.value).or(summary_endpoints);
         // sendrecv and pairs need no endpoint count; ring and fullmesh are checked where known.
         let factor = busbw_factor(&pattern, n.unwrap_or(f64::NAN)).filter(|k| k.is_finite());
@@ -327,15 +334,7 @@ fn check_samples(
             ));
         };
         let algbw = need("algbw_gbps")?;
-        let (expect, err) = gbps(size.value, time);
-        if !agrees(algbw, expect, err) {
-            return Err(refuse(
-                f,
-                Some(line),
-                "algbw_gbps",
-                format!("{} but size_bytes / time_us = {expect:.6} GB/s", algbw.value),
-            ));
-        }
+        check_algbw(f, line, size, time, algbw)?;
         if let Some(k) = row.factor {
             let busbw = need("busbw_gbps")?;
             if !agrees(busbw, algbw.value * k, algbw.half_ulp * k) {
