@@ -6,16 +6,25 @@
 //! in a signal handler. That thread runs the last words registered with [`on_signal`] (rank 0
 //! writes `summary.json` with `status: "interrupted"`) and ends the process with `128 + signal`,
 //! as shells report a process killed by that signal, whatever the main thread is blocked in (an MPI
-//! collective, a plugin call). mpirun forwards both as SIGTERM and sends SIGKILL about a second
-//! later, so the last words must be short.
+//! collective, a plugin call).
+//!
+//! Open MPI 4.1's mpirun, on SIGTERM or SIGINT, sends every rank SIGCONT, waits a second, sends
+//! SIGTERM, and then sends SIGKILL as soon as *any* rank exits (its one-second `sleep` is cut
+//! short by SIGCHLD). A rank that exits at once would therefore take rank 0 down within
+//! milliseconds, before its last words are on disk. So the other ranks [`linger`]: they stop
+//! moving data ([`hold_if_ending`]) and exit only after rank 0 had time to write, and rank 0's
+//! own exit is what ends the job.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 type LastWords = Box<dyn Fn(i32) + Send>;
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+/// Milliseconds between the last words and the exit (see [`linger`]).
+static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread started after) and starts the
 /// thread that waits for them. Call first thing in `main`.
@@ -43,6 +52,7 @@ pub fn install() {
         use std::io::Write;
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
+        std::thread::sleep(Duration::from_millis(LINGER_MS.load(Ordering::SeqCst)));
         // _exit: MPI and plugin threads may hold locks that atexit handlers need.
         // SAFETY: ends the process; nothing after it runs.
         unsafe { libc::_exit(128 + signal) };
@@ -58,6 +68,23 @@ pub fn install() {
 /// (replaces what was registered before).
 pub fn on_signal(words: impl Fn(i32) + Send + 'static) {
     *LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(words));
+}
+
+/// After the last words, wait `delay` before exiting: ranks other than rank 0 call this, so that
+/// their exit does not set off the launcher's SIGKILL before rank 0 has written its record.
+pub fn linger(delay: Duration) {
+    LINGER_MS.store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
+}
+
+/// If a signal is ending this process, waits for the signal thread to end it (never returns):
+/// a lingering rank moves no more data and reports no error (its peers going away is the
+/// signal's doing, not a fault to blame on them).
+pub fn hold_if_ending() {
+    if received().is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
 }
 
 /// The signal that is ending this process, if one is.

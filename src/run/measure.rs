@@ -82,6 +82,8 @@ fn iterate(
         wrong: 0,
     };
     for i in 0..it.warmup + it.iters {
+        // A signal is ending the process: move no more data while the signal thread writes.
+        crate::signals::hold_if_ending();
         let timed = i >= it.warmup;
         if i == it.warmup {
             // Every rank of the host is done with the warm-up before its counters are read.

@@ -104,6 +104,10 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     let outcome = run_with(&cli, &mpi, notes);
+    if outcome.is_err() {
+        // A peer that went away because a signal ended it is no fault to report.
+        crate::signals::hold_if_ending();
+    }
     report_plugin_repeats(mpi.rank());
     match outcome {
         Ok(code) => code,

@@ -65,6 +65,9 @@ impl State {
     }
 }
 
+/// How long the other ranks wait, after a signal, before exiting (see [`signals`]).
+const LINGER_FOR_RANK_0: Duration = Duration::from_secs(1);
+
 /// Rank 0's results so far (empty on other ranks).
 pub(super) struct Record {
     state: Option<Arc<Mutex<State>>>,
@@ -75,6 +78,10 @@ impl Record {
     /// watchdogs end as `interrupted` / `timeout`. Other ranks: nothing.
     pub(super) fn new(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo) -> Record {
         if mpi.rank() != 0 {
+            // mpirun kills the whole job as soon as any rank exits after its SIGTERM: give rank
+            // 0 the time to write what was measured (the launcher's SIGKILL comes within a second
+            // anyway).
+            signals::linger(LINGER_FOR_RANK_0);
             return Record { state: None };
         }
         let state = Arc::new(Mutex::new(State {
