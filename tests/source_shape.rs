@@ -423,3 +423,35 @@ fn the_length_check_counts_lines_of_a_long_function() {
     assert_eq!(long.len(), 1, "{long:?}");
     assert_eq!((long[0].1, long[0].2.as_str(), long[0].3), (2, "long", 122));
 }
+
+/// Dependencies that link into tcpx-perf, its libraries and plugins once, in one version each
+/// (`cargo tree -e normal -d`). libloading above all: the plugin loader and cudarc must share
+/// it. A second libloading 0.8 remains in `cargo tree -d` only as a build-time dependency of
+/// mpi-sys's bindgen (clang-sys `runtime`), which runs in mpi-sys's build script and is not
+/// linked into anything we ship.
+#[test]
+fn one_version_of_each_linked_crate_that_must_be_one() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--workspace", "-e", "normal", "-d", "--offline", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    for krate in ["libloading", "mpi", "cudarc", "serde", "csv", "clap"] {
+        let versions: BTreeSet<&str> = tree
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{krate} v")))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .collect();
+        assert!(
+            versions.is_empty(),
+            "{krate} is linked in several versions: {versions:?}\n{tree}"
+        );
+    }
+}

@@ -1,13 +1,16 @@
 //! `results.csv`, `samples.csv`, `pairs.csv` (and `nccl_samples.csv` with `--baseline
-//! nccl`), exactly as `results/README.md` (schema version 3) specifies: the first column is `schema_version`, headers are written from
-//! the row structs below so names and order cannot drift from the values, numbers are
-//! plain (bytes, microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty.
+//! nccl`), exactly as `results/README.md` (schema version 3) specifies: the first column is
+//! `schema_version`, headers are written from the row structs below (even for a file without
+//! rows) so names and order cannot drift from the values, numbers are plain (bytes,
+//! microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty. A `results.csv` row
+//! is the run's columns around [`SizeRow`], the per-size row `summary.json` holds too.
 
 use std::io;
 use std::path::Path;
 
 use serde::Serialize;
 
+use super::row::SizeRow;
 use super::SCHEMA_VERSION;
 use crate::report::{RunInfo, SizeResult};
 
@@ -23,7 +26,7 @@ pub const RANK_SAMPLES_CSV: &str = "rank_samples.csv";
 pub const NCCL_SAMPLES_CSV: &str = "nccl_samples.csv";
 
 /// One row of `results.csv`.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct ResultRow<'a> {
     schema_version: u32,
     pattern: &'a str,
@@ -78,7 +81,7 @@ struct ResultRow<'a> {
 }
 
 /// One row of `nccl_samples.csv` (`--baseline nccl`).
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct NcclSampleRow<'a> {
     schema_version: u32,
     pattern: &'a str,
@@ -92,7 +95,7 @@ struct NcclSampleRow<'a> {
 }
 
 /// One row of `samples.csv`.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct SampleRow<'a> {
     schema_version: u32,
     pattern: &'a str,
@@ -104,7 +107,7 @@ struct SampleRow<'a> {
 }
 
 /// One row of `rank_samples.csv`.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct RankSampleRow<'a> {
     schema_version: u32,
     pattern: &'a str,
@@ -115,7 +118,7 @@ struct RankSampleRow<'a> {
 }
 
 /// One row of `pairs.csv`.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct PairRow<'a> {
     schema_version: u32,
     pattern: &'a str,
@@ -168,14 +171,20 @@ fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
                 })
             })
         });
-    if results.iter().all(|r| r.nccl.is_none()) {
-        return write_header_only(&dir.join(NCCL_SAMPLES_CSV), NCCL_SAMPLE_COLUMNS);
-    }
     write_rows(&dir.join(NCCL_SAMPLES_CSV), rows)
 }
 
-fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
+/// Writes `rows` under the header of `T`'s fields (the header alone when there are none: serde
+/// writes it with the first row, and a file with a header is easier for readers than an empty
+/// one).
+fn write_rows<T: Serialize + Default>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
     super::write_atomically(path, |out| {
+        let mut rows = rows.peekable();
+        if rows.peek().is_none() {
+            let mut w = ::csv::Writer::from_writer(out);
+            w.write_record(header::<T>()?)?;
+            return w.flush();
+        }
         let mut w = ::csv::Writer::from_writer(out);
         for row in rows {
             w.serialize(row)?;
@@ -184,64 +193,71 @@ fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> io::R
     })
 }
 
+/// The column names of row type `T`, in order: the header serde writes before a first row.
+fn header<T: Serialize + Default>() -> io::Result<Vec<String>> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    w.serialize(T::default())?;
+    let bytes = w.into_inner().map_err(|e| io::Error::other(e.to_string()))?;
+    let mut r = ::csv::Reader::from_reader(bytes.as_slice());
+    Ok(r.headers()?.iter().map(String::from).collect())
+}
+
 fn write_results_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
-    let rows = results.iter().map(|r| ResultRow {
+    let rows = results.iter().map(|r| result_row(info, &SizeRow::of(r)));
+    write_rows(&dir.join(RESULTS_CSV), rows)
+}
+
+/// `row` as a line of `results.csv`: the run's columns around it, each value spelled for CSV.
+fn result_row<'a>(info: &'a RunInfo, row: &SizeRow<'_>) -> ResultRow<'a> {
+    let nccl = row.nccl;
+    ResultRow {
         schema_version: SCHEMA_VERSION,
         pattern: &info.settings.pattern,
         scope: &info.settings.scope,
         dir: &info.settings.dir,
         mem: &info.settings.mem,
-        size_bytes: r.size_bytes,
-        count: r.count,
-        type_: "float",
-        iters: r.iters,
-        time_us: r.time_us,
-        algbw_gbps: r.algbw_gbps,
-        busbw_gbps: r.busbw_gbps,
-        netbw_gbps: r.netbw_gbps,
-        wrong: r.wrong,
-        send_peers_in_flight: r.peers_in_flight.0,
-        recv_peers_in_flight: r.peers_in_flight.1,
-        time_min_us: r.stats.min,
-        time_median_us: r.stats.median,
-        time_p99_us: r.stats.p99,
-        time_cv_pct: r.stats.cv_pct,
-        bytes_planned: r.bytes_planned,
-        bytes_moved: r
-            .bytes
-            .measured
+        size_bytes: row.size_bytes,
+        count: row.count,
+        type_: row.type_,
+        iters: row.iters,
+        time_us: row.time_us,
+        algbw_gbps: row.algbw_gbps,
+        busbw_gbps: row.busbw_gbps,
+        netbw_gbps: row.netbw_gbps,
+        wrong: row.wrong,
+        send_peers_in_flight: row.peers_in_flight[0],
+        recv_peers_in_flight: row.peers_in_flight[1],
+        time_min_us: row.time_min_us,
+        time_median_us: row.time_median_us,
+        time_p99_us: row.time_p99_us,
+        time_cv_pct: row.time_cv_pct,
+        bytes_planned: row.bytes_planned,
+        bytes_moved: row
+            .bytes_moved
             .map_or_else(|| "unverified".to_string(), |b| b.to_string()),
-        bytes_verified_by: if r.bytes.sources.is_empty() {
-            "none".to_string()
-        } else {
-            r.bytes.sources.join("+")
-        },
-        wire_rx_bytes: r.bytes.wire_rx_bytes,
-        wire_payload_ratio: r.bytes.wire_ratio(),
-        wire_by_iface: r.bytes.wire_cell(),
+        bytes_verified_by: row.verified_by(),
+        wire_rx_bytes: row.bytes.wire_rx_bytes,
+        wire_payload_ratio: row.bytes.wire_ratio(),
+        wire_by_iface: row.bytes.wire_cell(),
         ranks: info.settings.ranks,
         endpoints: info.settings.endpoints,
         nodes: info.settings.nodes,
         plugin: &info.plugin.name,
         abi: info.plugin.abi,
-        cpu_user_s: r.cpu.user_s,
-        cpu_sys_s: r.cpu.sys_s,
-        cpu_max_rank_s: r.cpu.max_rank_s,
-        cpu_cores_per_rank: r.cpu.cores_per_rank,
-        cpu_s_per_gb: r.cpu.cpu_s_per_gb,
-        nccl_time_us: r.nccl.as_ref().map(|n| n.time_us),
-        nccl_algbw_gbps: r.nccl.as_ref().map(|n| n.algbw_gbps),
-        nccl_busbw_gbps: r.nccl.as_ref().map(|n| n.busbw_gbps),
-        nccl_ratio: r.nccl.as_ref().map(|n| n.ratio),
-        nccl_batch_time_us: r.nccl.as_ref().map(|n| n.batch_time_us),
-        nccl_batch_algbw_gbps: r.nccl.as_ref().map(|n| n.batch_algbw_gbps),
-        nccl_batch_busbw_gbps: r.nccl.as_ref().map(|n| n.batch_busbw_gbps),
-        nccl_wrong: r.nccl.as_ref().and_then(|n| n.wrong),
-    });
-    if results.is_empty() {
-        return write_header_only(&dir.join(RESULTS_CSV), RESULT_COLUMNS);
+        cpu_user_s: row.cpu.user_s,
+        cpu_sys_s: row.cpu.sys_s,
+        cpu_max_rank_s: row.cpu.max_rank_s,
+        cpu_cores_per_rank: row.cpu.cores_per_rank,
+        cpu_s_per_gb: row.cpu.cpu_s_per_gb,
+        nccl_time_us: nccl.map(|n| n.time_us),
+        nccl_algbw_gbps: nccl.map(|n| n.algbw_gbps),
+        nccl_busbw_gbps: nccl.map(|n| n.busbw_gbps),
+        nccl_ratio: nccl.map(|n| n.ratio),
+        nccl_batch_time_us: nccl.map(|n| n.batch_time_us),
+        nccl_batch_algbw_gbps: nccl.map(|n| n.batch_algbw_gbps),
+        nccl_batch_busbw_gbps: nccl.map(|n| n.batch_busbw_gbps),
+        nccl_wrong: nccl.and_then(|n| n.wrong),
     }
-    write_rows(&dir.join(RESULTS_CSV), rows)
 }
 
 fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
@@ -259,9 +275,6 @@ fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
             }
         })
     });
-    if results.iter().all(|r| r.samples_us.is_empty()) {
-        return write_header_only(&dir.join(SAMPLES_CSV), SAMPLE_COLUMNS);
-    }
     write_rows(&dir.join(SAMPLES_CSV), rows)
 }
 
@@ -277,9 +290,6 @@ fn write_rank_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
             time_us: t,
         })
     });
-    if results.iter().all(|r| r.rank_samples_us.is_empty()) {
-        return write_header_only(&dir.join(RANK_SAMPLES_CSV), RANK_SAMPLE_COLUMNS);
-    }
     write_rows(&dir.join(RANK_SAMPLES_CSV), rows)
 }
 
@@ -300,107 +310,95 @@ fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Re
             gbps: p.gbps,
         })
     });
-    if results.iter().all(|r| r.pairs.is_empty()) {
-        return write_header_only(&dir.join(PAIRS_CSV), PAIR_COLUMNS);
-    }
     write_rows(&dir.join(PAIRS_CSV), rows)
-}
-
-/// Column names, for files without rows (serde writes the header only with the first row,
-/// and a file with a header is easier for readers than an empty one).
-const RESULT_COLUMNS: &[&str] = &[
-    "schema_version",
-    "pattern",
-    "scope",
-    "dir",
-    "mem",
-    "size_bytes",
-    "count",
-    "type",
-    "iters",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-    "netbw_gbps",
-    "wrong",
-    "send_peers_in_flight",
-    "recv_peers_in_flight",
-    "time_min_us",
-    "time_median_us",
-    "time_p99_us",
-    "time_cv_pct",
-    "bytes_planned",
-    "bytes_moved",
-    "bytes_verified_by",
-    "wire_rx_bytes",
-    "wire_payload_ratio",
-    "wire_by_iface",
-    "ranks",
-    "endpoints",
-    "nodes",
-    "plugin",
-    "abi",
-    "cpu_user_s",
-    "cpu_sys_s",
-    "cpu_max_rank_s",
-    "cpu_cores_per_rank",
-    "cpu_s_per_gb",
-    "nccl_time_us",
-    "nccl_algbw_gbps",
-    "nccl_busbw_gbps",
-    "nccl_ratio",
-    "nccl_batch_time_us",
-    "nccl_batch_algbw_gbps",
-    "nccl_batch_busbw_gbps",
-    "nccl_wrong",
-];
-const NCCL_SAMPLE_COLUMNS: &[&str] = &[
-    "schema_version",
-    "pattern",
-    "size_bytes",
-    "timing",
-    "iter",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-];
-const SAMPLE_COLUMNS: &[&str] = &[
-    "schema_version",
-    "pattern",
-    "size_bytes",
-    "iter",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-];
-const RANK_SAMPLE_COLUMNS: &[&str] = &["schema_version", "pattern", "size_bytes", "iter", "rank", "time_us"];
-const PAIR_COLUMNS: &[&str] = &[
-    "schema_version",
-    "pattern",
-    "size_bytes",
-    "src_rank",
-    "src_gpu",
-    "src_host",
-    "dst_rank",
-    "dst_gpu",
-    "dst_host",
-    "bytes",
-    "time_us",
-    "gbps",
-];
-
-fn write_header_only(path: &Path, columns: &[&str]) -> io::Result<()> {
-    super::write_atomically(path, |out| {
-        let mut w = ::csv::Writer::from_writer(out);
-        w.write_record(columns)?;
-        w.flush()
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::fixtures;
     use super::*;
+
+    /// The columns results/README.md specifies, file by file: the layout the row types must keep.
+    const RESULT_COLUMNS: &[&str] = &[
+        "schema_version",
+        "pattern",
+        "scope",
+        "dir",
+        "mem",
+        "size_bytes",
+        "count",
+        "type",
+        "iters",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+        "netbw_gbps",
+        "wrong",
+        "send_peers_in_flight",
+        "recv_peers_in_flight",
+        "time_min_us",
+        "time_median_us",
+        "time_p99_us",
+        "time_cv_pct",
+        "bytes_planned",
+        "bytes_moved",
+        "bytes_verified_by",
+        "wire_rx_bytes",
+        "wire_payload_ratio",
+        "wire_by_iface",
+        "ranks",
+        "endpoints",
+        "nodes",
+        "plugin",
+        "abi",
+        "cpu_user_s",
+        "cpu_sys_s",
+        "cpu_max_rank_s",
+        "cpu_cores_per_rank",
+        "cpu_s_per_gb",
+        "nccl_time_us",
+        "nccl_algbw_gbps",
+        "nccl_busbw_gbps",
+        "nccl_ratio",
+        "nccl_batch_time_us",
+        "nccl_batch_algbw_gbps",
+        "nccl_batch_busbw_gbps",
+        "nccl_wrong",
+    ];
+    const NCCL_SAMPLE_COLUMNS: &[&str] = &[
+        "schema_version",
+        "pattern",
+        "size_bytes",
+        "timing",
+        "iter",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+    ];
+    const SAMPLE_COLUMNS: &[&str] = &[
+        "schema_version",
+        "pattern",
+        "size_bytes",
+        "iter",
+        "time_us",
+        "algbw_gbps",
+        "busbw_gbps",
+    ];
+    const RANK_SAMPLE_COLUMNS: &[&str] = &["schema_version", "pattern", "size_bytes", "iter", "rank", "time_us"];
+    const PAIR_COLUMNS: &[&str] = &[
+        "schema_version",
+        "pattern",
+        "size_bytes",
+        "src_rank",
+        "src_gpu",
+        "src_host",
+        "dst_rank",
+        "dst_gpu",
+        "dst_host",
+        "bytes",
+        "time_us",
+        "gbps",
+    ];
 
     fn read(path: &Path) -> (Vec<String>, Vec<::csv::StringRecord>) {
         let mut r = ::csv::Reader::from_path(path).expect("open");
@@ -470,6 +468,16 @@ mod tests {
         // Hostnames with commas and quotes survive the round trip.
         assert_eq!(&rows[0][8], "b, \"quoted\"");
         assert_eq!(&rows[1][5], "b, \"quoted\"");
+    }
+
+    #[test]
+    fn every_row_type_has_the_documented_columns() {
+        let h = |cols: io::Result<Vec<String>>| cols.expect("header");
+        assert_eq!(h(header::<ResultRow>()), RESULT_COLUMNS);
+        assert_eq!(h(header::<SampleRow>()), SAMPLE_COLUMNS);
+        assert_eq!(h(header::<RankSampleRow>()), RANK_SAMPLE_COLUMNS);
+        assert_eq!(h(header::<PairRow>()), PAIR_COLUMNS);
+        assert_eq!(h(header::<NcclSampleRow>()), NCCL_SAMPLE_COLUMNS);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::row::SizeRow;
 use super::{avg_busbw, write_atomically, wrong_total, SCHEMA_VERSION};
 use crate::report::{HostInfo, PluginInfo, RunInfo, RunSettings, SizeResult};
 
@@ -148,42 +149,6 @@ struct Tool<'a> {
     git_commit: Option<&'a str>,
 }
 
-/// One size, as in `results.csv` plus the remaining statistics.
-#[derive(Serialize, schemars::JsonSchema)]
-struct SizeSummary<'a> {
-    size_bytes: u64,
-    count: u64,
-    #[serde(rename = "type")]
-    type_: &'static str,
-    iters: usize,
-    time_us: f64,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-    busbw_factor: f64,
-    netbw_gbps: f64,
-    /// [sends, receives]: the most distinct peers one endpoint had requests posted to at once.
-    peers_in_flight: [u32; 2],
-    wrong: Option<u64>,
-    time_min_us: f64,
-    time_median_us: f64,
-    time_p99_us: f64,
-    time_max_us: f64,
-    time_stdev_us: f64,
-    time_cv_pct: f64,
-    bytes_planned: u64,
-    /// Payload per iteration seen by an exact witness; null = unverified.
-    bytes_moved: Option<u64>,
-    /// False when neither the data check nor an exact witness saw this size's bytes (`-c 0`).
-    verified: bool,
-    /// Every source's view of the bytes (wire counters per host and interface included).
-    bytes: &'a crate::report::ByteCheck,
-    /// CPU time of the timed iterations.
-    cpu: &'a crate::report::CpuCost,
-    /// `--baseline nccl`: NCCL's figures at this size (absent without it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nccl: Option<&'a crate::report::NcclFigures>,
-}
-
 #[derive(Serialize, schemars::JsonSchema)]
 struct Summary<'a> {
     schema_version: u32,
@@ -223,7 +188,7 @@ struct Summary<'a> {
     /// `--baseline nccl`: library, settings, NCCL's log lines that prove it used the plugin,
     /// the timings' definitions and the alternation of the blocks (null without it).
     nccl_baseline: Option<&'a crate::report::NcclInfo>,
-    results: Vec<SizeSummary<'a>>,
+    results: Vec<SizeRow<'a>>,
 }
 
 /// The JSON Schema of `summary.json`, generated from the types that write it (committed as
@@ -277,40 +242,12 @@ pub fn write_summary(
         wrong_total: wrong_total(results),
         cpu: info.cpu.as_ref(),
         nccl_baseline: info.nccl.as_ref(),
-        results: results.iter().map(size_summary).collect(),
+        results: results.iter().map(SizeRow::of).collect(),
     };
     write_atomically(&dir.join(SUMMARY_JSON), |w| {
         serde_json::to_writer_pretty(&mut *w, &summary)?;
         w.write_all(b"\n")
     })
-}
-
-fn size_summary(r: &SizeResult) -> SizeSummary<'_> {
-    SizeSummary {
-        size_bytes: r.size_bytes,
-        count: r.count,
-        type_: "float",
-        iters: r.iters,
-        time_us: r.time_us,
-        algbw_gbps: r.algbw_gbps,
-        busbw_gbps: r.busbw_gbps,
-        busbw_factor: r.busbw_factor,
-        netbw_gbps: r.netbw_gbps,
-        peers_in_flight: [r.peers_in_flight.0, r.peers_in_flight.1],
-        wrong: r.wrong,
-        time_min_us: r.stats.min,
-        time_median_us: r.stats.median,
-        time_p99_us: r.stats.p99,
-        time_max_us: r.stats.max,
-        time_stdev_us: r.stats.stdev,
-        time_cv_pct: r.stats.cv_pct,
-        bytes_planned: r.bytes_planned,
-        bytes_moved: r.bytes.measured,
-        verified: r.verified(),
-        bytes: &r.bytes,
-        cpu: &r.cpu,
-        nccl: r.nccl.as_ref(),
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! - [`csv`]: `results.csv`, `samples.csv`, `pairs.csv`;
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically;
-//! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON.
+//! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON;
+//! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens.
 //!
 //! The file formats are specified in `results/README.md` (schema version 3).
 
@@ -16,6 +17,7 @@ use crate::report::{RunInfo, SizeResult};
 pub mod csv;
 pub mod json;
 pub mod nccl_json;
+pub mod row;
 pub mod svg;
 pub mod table;
 
