@@ -23,6 +23,8 @@ type LastWords = Box<dyn Fn(i32) + Send>;
 
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+/// Who sent the signal: `mpirun (pid 4242)`, when a process did.
+static SENDER: Mutex<Option<String>> = Mutex::new(None);
 /// Milliseconds between the last words and the exit (see [`linger`]).
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -36,11 +38,14 @@ pub fn install() {
         return;
     }
     let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || loop {
-        let mut signal: libc::c_int = 0;
+        // SAFETY: siginfo_t is plain data; sigwaitinfo fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: both pointers are valid for the call.
-        if unsafe { libc::sigwait(&raw const set, &raw mut signal) } != 0 {
+        let signal = unsafe { libc::sigwaitinfo(&raw const set, &raw mut info) };
+        if signal <= 0 {
             continue;
         }
+        *SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sender_of(&info);
         RECEIVED.store(signal, Ordering::SeqCst);
         if let Some(words) = LAST_WORDS
             .lock()
@@ -90,6 +95,29 @@ pub fn hold_if_ending() {
 /// The signal that is ending this process, if one is.
 pub fn received() -> Option<i32> {
     Some(RECEIVED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// The process that sent the signal being handled, as `name (pid N)` (`None` when the kernel
+/// sent it, as for Ctrl-C at a terminal, or before any signal): whether the scheduler, mpirun
+/// or a person ended the run.
+pub fn sender() -> Option<String> {
+    SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+fn sender_of(info: &libc::siginfo_t) -> Option<String> {
+    if info.si_code != libc::SI_USER && info.si_code != libc::SI_QUEUE {
+        return None;
+    }
+    // SAFETY: for SI_USER and SI_QUEUE the kernel filled in the sender's pid.
+    let pid = unsafe { info.si_pid() };
+    if pid <= 0 {
+        return None;
+    }
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Some(match name.trim() {
+        "" => format!("pid {pid}"),
+        name => format!("{name} (pid {pid})"),
+    })
 }
 
 /// The signal's name as shells and `kill -l` spell it.

@@ -155,9 +155,15 @@ fn sigterm_to_mpirun_keeps_every_finished_size() {
     let s = assert_partial(&dir, &o);
     assert_eq!(s["status"], "interrupted", "{}", show(&o));
     assert_eq!(s["signal"], "SIGTERM");
+    // Whoever pressed Ctrl-C or sent SIGTERM, the ranks hear it from mpirun: the record says so.
+    let by = s["error"]
+        .as_str()
+        .and_then(|e| e.strip_prefix("interrupted by "))
+        .unwrap_or_default();
+    assert!(by.starts_with("SIGTERM from mpirun (pid "), "{s}");
     let err = String::from_utf8_lossy(&o.stderr);
     let said = format!(
-        "tcpx-perf: interrupted by SIGTERM after {} of {SIZES} sizes; every size measured is in {}",
+        "tcpx-perf: interrupted by {by} after {} of {SIZES} sizes; every size measured is in {}",
         s["sizes_done"],
         dir.display()
     );
@@ -227,10 +233,16 @@ fn sigint_to_rank_0_exits_130_with_the_sizes_done() {
     let s = assert_partial(&dir, &o);
     assert_eq!(s["status"], "interrupted", "{}", show(&o));
     assert_eq!(s["signal"], "SIGINT");
-    assert!(s["error"].as_str().is_some_and(|e| e.contains("SIGINT")), "{s}");
+    // The sender is this test.
+    let by = s["error"]
+        .as_str()
+        .and_then(|e| e.strip_prefix("interrupted by "))
+        .unwrap_or_default();
+    let me = format!("(pid {})", std::process::id());
+    assert!(by.starts_with("SIGINT from ") && by.ends_with(&me), "{s}");
     let err = String::from_utf8_lossy(&o.stderr);
     let said = format!(
-        "tcpx-perf: interrupted by SIGINT after {} of {SIZES} sizes; every size measured is in {}",
+        "tcpx-perf: interrupted by {by} after {} of {SIZES} sizes; every size measured is in {}",
         s["sizes_done"],
         dir.display()
     );

@@ -35,8 +35,9 @@ pub enum RunStatus {
     /// Written after each size while the sweep goes on: a run that ends without a word (kill -9,
     /// power loss) leaves this, with every size measured before.
     Running,
-    /// SIGINT or SIGTERM (named) ended the run; the results are partial.
-    Interrupted { signal: String },
+    /// SIGINT or SIGTERM (named) ended the run, sent by `from` (`mpirun (pid 4242)`) when a
+    /// process sent it; the results are partial.
+    Interrupted { signal: String, from: Option<String> },
     /// A phase outlived `-T`; the diagnosis names who did not arrive.
     Timeout(TimeoutDiagnosis),
 }
@@ -133,7 +134,10 @@ impl RunStatus {
     fn error(&self) -> Option<String> {
         match self {
             RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.clone()),
-            RunStatus::Interrupted { signal } => Some(format!(
+            RunStatus::Interrupted { signal, from: Some(from) } => {
+                Some(format!("interrupted by {signal} from {from}"))
+            }
+            RunStatus::Interrupted { signal, from: None } => Some(format!(
                 "interrupted by {signal} (from the user, the scheduler, or mpirun ending the job after another rank died)"
             )),
             RunStatus::Timeout(d) => Some(format!("timeout: {}", d.line())),
@@ -216,7 +220,7 @@ pub fn write_summary(
         sizes_planned,
         sizes_done: results.len(),
         signal: match status {
-            RunStatus::Interrupted { signal } => Some(signal.as_str()),
+            RunStatus::Interrupted { signal, .. } => Some(signal.as_str()),
             _ => None,
         },
         timeout: match status {

@@ -106,8 +106,12 @@ impl Record {
                 return;
             }
             st.ended = true;
-            let written = st.write_summary(&RunStatus::Interrupted { signal: name.clone() });
-            eprintln!("tcpx-perf: interrupted by {name} {}", st.where_());
+            let from = signals::sender();
+            let by = from
+                .as_ref()
+                .map_or_else(|| name.clone(), |from| format!("{name} from {from}"));
+            let written = st.write_summary(&RunStatus::Interrupted { signal: name, from });
+            eprintln!("tcpx-perf: interrupted by {by} {}", st.where_());
             if let Err(e) = written {
                 eprintln!("tcpx-perf: error: {e}");
             }
