@@ -127,6 +127,24 @@ fn assert_partial(dir: &Path, o: &Output) -> serde_json::Value {
     s
 }
 
+/// `interrupted` by `signal`, said in summary.json and on stderr with the sizes done; the sender
+/// the record names (`mpirun (pid 4242)`).
+fn assert_interrupted(dir: &Path, o: &Output, s: &serde_json::Value, signal: &str) -> String {
+    assert_eq!(s["status"], "interrupted", "{}", show(o));
+    assert_eq!(s["signal"], signal);
+    let error = s["error"].as_str().unwrap_or_default();
+    let from = error
+        .strip_prefix(&format!("interrupted by {signal} from "))
+        .unwrap_or_else(|| panic!("error names no sender: {error}"));
+    let said = format!(
+        "tcpx-perf: {error} after {} of {SIZES} sizes; every size measured is in {}",
+        s["sizes_done"],
+        dir.display()
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&said), "{}", show(o));
+    from.to_string()
+}
+
 /// A slow sweep on 4 ranks, struck by `signal` sent to `target` (None: mpirun itself) once two
 /// sizes are on disk.
 fn strike(name: &str, signal: i32, target: Option<usize>, extra: &str) -> (PathBuf, Output, Duration) {
@@ -153,21 +171,9 @@ fn sigterm_to_mpirun_keeps_every_finished_size() {
     let (dir, o, took) = strike("term-mpirun", libc::SIGTERM, None, "-T 20");
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     let s = assert_partial(&dir, &o);
-    assert_eq!(s["status"], "interrupted", "{}", show(&o));
-    assert_eq!(s["signal"], "SIGTERM");
     // Whoever pressed Ctrl-C or sent SIGTERM, the ranks hear it from mpirun: the record says so.
-    let by = s["error"]
-        .as_str()
-        .and_then(|e| e.strip_prefix("interrupted by "))
-        .unwrap_or_default();
-    assert!(by.starts_with("SIGTERM from mpirun (pid "), "{s}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    let said = format!(
-        "tcpx-perf: interrupted by {by} after {} of {SIZES} sizes; every size measured is in {}",
-        s["sizes_done"],
-        dir.display()
-    );
-    assert!(err.contains(&said), "{}", show(&o));
+    let from = assert_interrupted(&dir, &o, &s, "SIGTERM");
+    assert!(from.starts_with("mpirun (pid "), "{s}");
     assert!(
         took < Duration::from_secs(5),
         "mpirun's second, then rank 0's write: took {took:?}"
@@ -231,22 +237,11 @@ fn sigint_to_rank_0_exits_130_with_the_sizes_done() {
     let (dir, o, took) = strike("int-rank0", libc::SIGINT, Some(0), "-T 20");
     assert_eq!(o.status.code(), Some(130), "{}", show(&o));
     let s = assert_partial(&dir, &o);
-    assert_eq!(s["status"], "interrupted", "{}", show(&o));
-    assert_eq!(s["signal"], "SIGINT");
-    // The sender is this test.
-    let by = s["error"]
-        .as_str()
-        .and_then(|e| e.strip_prefix("interrupted by "))
-        .unwrap_or_default();
-    let me = format!("(pid {})", std::process::id());
-    assert!(by.starts_with("SIGINT from ") && by.ends_with(&me), "{s}");
-    let err = String::from_utf8_lossy(&o.stderr);
-    let said = format!(
-        "tcpx-perf: interrupted by {by} after {} of {SIZES} sizes; every size measured is in {}",
-        s["sizes_done"],
-        dir.display()
+    let from = assert_interrupted(&dir, &o, &s, "SIGINT");
+    assert!(
+        from.ends_with(&format!("(pid {})", std::process::id())),
+        "the sender is this test: {s}"
     );
-    assert!(err.contains(&said), "{}", show(&o));
     assert!(took < Duration::from_secs(5), "every rank stops at once, took {took:?}");
 }
 
