@@ -25,6 +25,15 @@ fn tcpx_perf() -> PathBuf {
     p
 }
 
+/// Held by every test here for its whole length: the thirty real runs measure bandwidth, and a
+/// sibling test's work ending mid-series on a 2-core host is a real step in that bandwidth
+/// (once seen as +60% at run 6), which the detector rightly reports.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// One real run; `slow` arms the plugin's slow fault.
 fn run_tcpx_perf(out: &Path, slow: bool) {
     let o = Command::new("timeout")
@@ -217,6 +226,7 @@ fn check_report(page: &Path, db: &Path, expect_nccl: bool) -> usize {
 
 #[test]
 fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
+    let _alone = alone();
     let dir = tmpdir("history-e2e");
     let runs = dir.join("runs");
     let t0 = Instant::now();
@@ -326,6 +336,7 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
 /// written as tcpx-perf writes them (no GPU here to run NCCL): drawn, and equal to the database.
 #[test]
 fn report_draws_the_nccl_series_of_the_same_runs() {
+    let _alone = alone();
     let dir = tmpdir("history-nccl-report");
     let db = dir.join("h.sqlite");
     for i in 0..8u64 {
@@ -428,6 +439,7 @@ fn derived_run(out: &Path, i: usize, factor: impl Fn(u64) -> f64) {
 /// configuration (`ci-sendrecv-identical`): none.
 #[test]
 fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
+    let _alone = alone();
     for step in [true, false] {
         let dir = tmpdir(&format!("history-step-{step}"));
         let mut rng = tcpx_analyze::stats::Rng::new(if step { 12 } else { 13 });

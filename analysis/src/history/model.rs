@@ -32,20 +32,15 @@ impl Config {
     pub fn key(&self) -> String {
         let mut parts = vec![format!("tool={}", self.tool), format!("pattern={}", self.pattern)];
         // tcpx-perf's variant is its scope/dir/mem, which follow as fields of their own.
-        let fields = [("scope", &self.scope), ("dir", &self.dir), ("mem", &self.mem)]
+        let shape: Vec<String> = [("scope", &self.scope), ("dir", &self.dir), ("mem", &self.mem)]
             .iter()
             .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
-            .collect::<Vec<_>>()
-            .join(",");
-        if !self.variant.is_empty() && self.variant != fields {
+            .collect();
+        if !self.variant.is_empty() && self.variant != shape.join(",") {
             parts.push(format!("variant={}", self.variant));
         }
-        let text = [
-            ("scope", &self.scope),
-            ("dir", &self.dir),
-            ("mem", &self.mem),
-            ("plugin", &self.plugin),
-        ];
+        parts.extend(shape);
+        parts.extend(self.plugin.as_ref().map(|v| format!("plugin={v}")));
         let nums = [
             ("ranks", self.ranks),
             ("endpoints", self.endpoints),
@@ -54,11 +49,6 @@ impl Config {
             ("channels", self.channels),
             ("window", self.window),
         ];
-        for (k, v) in text {
-            if let Some(v) = v {
-                parts.push(format!("{k}={v}"));
-            }
-        }
         for (k, v) in nums {
             if let Some(v) = v {
                 parts.push(format!("{k}={v}"));
