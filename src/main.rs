@@ -30,5 +30,8 @@ fn main() {
     if cli.print_man || cli.completions.is_some() {
         std::process::exit(tcpx_perf::cli::docs::print(&cli));
     }
-    std::process::exit(tcpx_perf::run::run(cli));
+    let code = tcpx_perf::run::run(cli);
+    // A signal that arrived meanwhile decides the status (128 + signal), from the signal thread.
+    tcpx_perf::signals::hold_if_ending();
+    std::process::exit(code);
 }
