@@ -22,13 +22,25 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/launch/cluster.sh");
 struct Rig {
     id: u32,
     state_dir: PathBuf,
+    /// One rig moves traffic at a time: the tests compare rates measured in one run, and a
+    /// sibling rig's traffic on a 2-core host once made a NIC at a quarter rate look like half.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_RIG_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Rig {
     /// `up`s a rig, or None (with a line on stderr) where this machine cannot have one.
     fn up(id: u32, args: &str) -> Option<Rig> {
         let state_dir = std::env::temp_dir().join(format!("tcpx-perf-cluster-{}-{id}", std::process::id()));
-        let rig = Rig { id, state_dir };
+        let alone = ONE_RIG_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let rig = Rig {
+            id,
+            state_dir,
+            _alone: alone,
+        };
         rig.down();
         let o = rig.cmd(&format!("up {args}"));
         if o.status.code() == Some(77) {
