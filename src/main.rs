@@ -30,8 +30,6 @@ fn main() {
     if cli.print_man || cli.completions.is_some() {
         std::process::exit(tcpx_perf::cli::docs::print(&cli));
     }
-    let code = tcpx_perf::run::run(cli);
-    // A signal that arrived meanwhile decides the status (128 + signal), from the signal thread.
-    tcpx_perf::signals::hold_if_ending();
-    std::process::exit(code);
+    // A signal that arrived first decides the status (128 + signal), from the signal thread.
+    tcpx_perf::signals::exit(tcpx_perf::run::run(cli));
 }

@@ -1,7 +1,7 @@
 //! SIGINT and SIGTERM end a run at once, keeping what it measured.
 //!
 //! [`install`] blocks both signals in the main thread before MPI or any other thread starts (every
-//! thread inherits the mask), and one thread waits for them with `sigwait`: the signal arrives as
+//! thread inherits the mask), and one thread waits for them with `sigwaitinfo`: the signal arrives as
 //! an ordinary event on an ordinary thread, which may take locks and write files, so no code runs
 //! in a signal handler. That thread runs the last words registered with [`on_signal`] (rank 0
 //! writes `summary.json` with `status: "interrupted"`) and ends the process with `128 + signal`,
@@ -14,13 +14,24 @@
 //! milliseconds, before its last words are on disk. So the other ranks [`linger`]: they stop
 //! moving data ([`hold_if_ending`]) and exit only after rank 0 had time to write, and rank 0's
 //! own exit is what ends the job.
+//!
+//! One atomic decides between a signal and the main thread's own exit ([`exit`]): whichever
+//! comes first sets the exit status, so a process never exits 0 after its last words said
+//! `interrupted`, nor 143 after it decided on its own status.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 type LastWords = Box<dyn Fn(i32) + Send>;
 
+/// The process runs; [`exit`] has decided its status; a signal is ending it.
+const RUNNING: u8 = 0;
+const EXITING: u8 = 1;
+const SIGNALLED: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(RUNNING);
+/// The status [`exit`] decided on (valid once STATE is EXITING).
+static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
 /// Who sent the signal: `mpirun (pid 4242)`, when a process did.
@@ -45,14 +56,24 @@ pub fn install() {
         if signal <= 0 {
             continue;
         }
-        *SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sender_of(&info);
         RECEIVED.store(signal, Ordering::SeqCst);
+        if STATE
+            .compare_exchange(RUNNING, SIGNALLED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            // The main thread had decided the status first: it stands.
+            // SAFETY: ends the process; nothing after it runs.
+            unsafe { libc::_exit(EXIT_STATUS.load(Ordering::SeqCst)) };
+        }
+        *SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sender_of(&info);
         if let Some(words) = LAST_WORDS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
         {
-            words(signal);
+            // A panic (stderr gone with mpirun, say) must not keep this thread from ending the
+            // process: the main thread waits for it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| words(signal)));
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -81,11 +102,26 @@ pub fn linger(delay: Duration) {
     LINGER_MS.store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::SeqCst);
 }
 
+/// Ends the process with `status`, unless a signal got there first: then the signal thread ends
+/// it (128 + signal, after its last words) and this never returns.
+pub fn exit(status: i32) -> ! {
+    EXIT_STATUS.store(status, Ordering::SeqCst);
+    if STATE
+        .compare_exchange(RUNNING, EXITING, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+    {
+        std::process::exit(status);
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
 /// If a signal is ending this process, waits for the signal thread to end it (never returns):
 /// a lingering rank moves no more data and reports no error (its peers going away is the
 /// signal's doing, not a fault to blame on them).
 pub fn hold_if_ending() {
-    if received().is_some() {
+    if STATE.load(Ordering::SeqCst) == SIGNALLED {
         loop {
             std::thread::park();
         }
@@ -94,7 +130,7 @@ pub fn hold_if_ending() {
 
 /// The signal that is ending this process, if one is.
 pub fn received() -> Option<i32> {
-    Some(RECEIVED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+    (STATE.load(Ordering::SeqCst) == SIGNALLED).then(|| RECEIVED.load(Ordering::SeqCst))
 }
 
 /// The process that sent the signal being handled, as `name (pid N)` (`None` when the kernel

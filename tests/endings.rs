@@ -145,9 +145,20 @@ fn assert_interrupted(dir: &Path, o: &Output, s: &serde_json::Value, signal: &st
     from.to_string()
 }
 
+/// One struck job at a time: each times how fast its ranks end (rank 0 has the others' one-second
+/// linger to write), and a second 4-rank job on a 2-core host would eat into that.
+static ONE_JOB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A slow sweep on 4 ranks, struck by `signal` sent to `target` (None: mpirun itself) once two
 /// sizes are on disk.
 fn strike(name: &str, signal: i32, target: Option<usize>, extra: &str) -> (PathBuf, Output, Duration) {
+    let _alone = alone();
     let dir = scratch(name);
     let mut child = spawn(mpirun(
         4,
@@ -185,6 +196,7 @@ fn sigterm_to_mpirun_keeps_every_finished_size() {
 /// for it (before, they exited first and rank 0 died before it wrote, about 1 run in 12).
 #[test]
 fn after_sigterm_to_every_rank_rank_0_exits_first() {
+    let _alone = alone();
     let dir = scratch("term-all");
     let mut child = spawn(mpirun(
         4,
@@ -245,7 +257,7 @@ fn sigint_to_rank_0_exits_130_with_the_sizes_done() {
     assert!(took < Duration::from_secs(5), "every rank stops at once, took {took:?}");
 }
 
-/// SIGTERM to one other rank: it exits 143 at once, mpirun ends the job with that status, and
+/// SIGTERM to one other rank: it stops, exits 143 a second later (its linger), mpirun ends the job with that status, and
 /// rank 0 still writes what was measured: `failed` naming rank 2 when a peer's error reached it
 /// first, else `interrupted` (mpirun's SIGTERM).
 #[test]

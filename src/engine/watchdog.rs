@@ -56,6 +56,9 @@ impl Watchdog {
                             armed = cvar.wait_timeout(armed, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
                             continue;
                         }
+                        // A signal is ending the process: the phase stopped because of it, not
+                        // a hang (and the signal thread decides the status).
+                        crate::signals::hold_if_ending();
                         let mut err = std::io::stderr().lock();
                         let _ = writeln!(
                             err,

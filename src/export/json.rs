@@ -201,7 +201,8 @@ pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Summary<'static>)).unwrap_or_default()
 }
 
-/// Writes `summary.json` into `dir` atomically (temporary file in `dir`, fsync, rename).
+/// Writes `summary.json` into `dir` atomically (temporary file in `dir`, rename; the final
+/// write is fsynced by [`super::write_results`]).
 /// `complete` is true for `ok`, `unchecked` and `wrong-data` only; `end_time` is RFC 3339 UTC.
 pub fn write_summary(
     dir: &Path,

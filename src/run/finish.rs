@@ -56,6 +56,8 @@ pub(super) fn finish(
         info.nccl = Some(b.info().clone());
     }
     if let Some(fatal) = failure {
+        // A peer that stopped because a signal is ending the job is no failure to report.
+        crate::signals::hold_if_ending();
         if let Fatal::Stalled(msg) = &fatal {
             engine.disarm_watchdog();
             return Err(record::timed_out(settings, mpi, record, msg));

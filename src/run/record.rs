@@ -67,6 +67,8 @@ impl State {
 
 /// How long the other ranks wait, after a signal, before exiting (see [`signals`]).
 const LINGER_FOR_RANK_0: Duration = Duration::from_secs(1);
+/// How long rank 0's last words wait for the record (see [`Record::new`]).
+const LAST_WORDS_LOCK_WAIT: Duration = Duration::from_millis(500);
 
 /// Rank 0's results so far (empty on other ranks).
 pub(super) struct Record {
@@ -95,9 +97,11 @@ impl Record {
         let interrupted = state.clone();
         signals::on_signal(move |signal| {
             let name = signals::name(signal);
-            // A size being written (every CSV, the pictures) finishes first; a write stuck on a
-            // hung file system does not keep the process from ending.
-            let Some(mut st) = lock_within(&interrupted, Duration::from_secs(2)) else {
+            // A size being written (the CSV files and summary.json, milliseconds) finishes
+            // first. Half a second at most, well inside the second mpirun leaves before SIGKILL:
+            // the final writes (pictures, fsync) or a hung file system may outlast it, and then
+            // summary.json stays as the last size left it (`running`, every size measured).
+            let Some(mut st) = lock_within(&interrupted, LAST_WORDS_LOCK_WAIT) else {
                 eprintln!("tcpx-perf: interrupted by {name}; the result directory was busy and is left as it was");
                 return;
             };
