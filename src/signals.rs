@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-type LastWords = Box<dyn Fn(i32) + Send>;
+/// Run with the signal and its sender (`mpirun (pid 4242)`; `None` when the kernel sent it).
+type LastWords = Box<dyn Fn(i32, Option<&str>) + Send>;
 
 /// The process runs; [`exit`] has decided its status; a signal is ending it.
 const RUNNING: u8 = 0;
@@ -32,10 +33,7 @@ const SIGNALLED: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(RUNNING);
 /// The status [`exit`] decided on (valid once STATE is EXITING).
 static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
-static RECEIVED: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
-/// Who sent the signal: `mpirun (pid 4242)`, when a process did.
-static SENDER: Mutex<Option<String>> = Mutex::new(None);
 /// Milliseconds between the last words and the exit (see [`linger`]).
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -56,7 +54,6 @@ pub fn install() {
         if signal <= 0 {
             continue;
         }
-        RECEIVED.store(signal, Ordering::SeqCst);
         if STATE
             .compare_exchange(RUNNING, SIGNALLED, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
@@ -65,7 +62,7 @@ pub fn install() {
             // SAFETY: ends the process; nothing after it runs.
             unsafe { libc::_exit(EXIT_STATUS.load(Ordering::SeqCst)) };
         }
-        *SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = sender_of(&info);
+        let from = sender_of(&info);
         if let Some(words) = LAST_WORDS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -73,7 +70,7 @@ pub fn install() {
         {
             // A panic (stderr gone with mpirun, say) must not keep this thread from ending the
             // process: the main thread waits for it.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| words(signal)));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| words(signal, from.as_deref())));
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -91,8 +88,10 @@ pub fn install() {
 }
 
 /// What this process does when SIGINT or SIGTERM arrives, before it exits `128 + signal`
-/// (replaces what was registered before).
-pub fn on_signal(words: impl Fn(i32) + Send + 'static) {
+/// (replaces what was registered before). `words` gets the signal and the process that sent
+/// it, as `name (pid N)` (`None` when the kernel did, as for Ctrl-C at a terminal): whether
+/// the scheduler, mpirun or a person ended the run.
+pub fn on_signal(words: impl Fn(i32, Option<&str>) + Send + 'static) {
     *LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(words));
 }
 
@@ -112,9 +111,7 @@ pub fn exit(status: i32) -> ! {
     {
         std::process::exit(status);
     }
-    loop {
-        std::thread::park();
-    }
+    wait_for_the_signal_thread()
 }
 
 /// If a signal is ending this process, waits for the signal thread to end it (never returns):
@@ -122,22 +119,15 @@ pub fn exit(status: i32) -> ! {
 /// signal's doing, not a fault to blame on them).
 pub fn hold_if_ending() {
     if STATE.load(Ordering::SeqCst) == SIGNALLED {
-        loop {
-            std::thread::park();
-        }
+        wait_for_the_signal_thread();
     }
 }
 
-/// The signal that is ending this process, if one is.
-pub fn received() -> Option<i32> {
-    (STATE.load(Ordering::SeqCst) == SIGNALLED).then(|| RECEIVED.load(Ordering::SeqCst))
-}
-
-/// The process that sent the signal being handled, as `name (pid N)` (`None` when the kernel
-/// sent it, as for Ctrl-C at a terminal, or before any signal): whether the scheduler, mpirun
-/// or a person ended the run.
-pub fn sender() -> Option<String> {
-    SENDER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+/// Parks this thread until the signal thread ends the process.
+fn wait_for_the_signal_thread() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
 
 fn sender_of(info: &libc::siginfo_t) -> Option<String> {

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{csv_rows, mpirun_command, output_within, summary};
+use common::{csv_rows, mpirun_command, output_within, show, summary};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -63,15 +63,6 @@ fn run(extra: &str, out: &Path, env: &[(&str, &str)]) -> Output {
         args: format!("{SWEEP} {extra} --out {}", out.display()),
     };
     mpirun(&[app], env)
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `tcpx-analyze` from beside the tcpx-perf binary: exit status and stdout + stderr.

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::output_within;
+use common::{output_within, show};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -115,15 +115,6 @@ impl Drop for Rig {
         self.down();
         let _ = std::fs::remove_dir_all(&self.state_dir);
     }
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn scratch(name: &str) -> PathBuf {

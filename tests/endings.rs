@@ -7,7 +7,7 @@
 //! in the middle of it: each test waits until results.csv holds two sizes, then strikes.
 
 mod common;
-use common::{mpirun_command, summary};
+use common::{mpirun_command, show, summary};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -55,15 +55,6 @@ fn finish(mut child: Child, limit: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().expect("output")
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Data rows of results.csv (0 when it does not exist yet).

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{csv_rows, mpirun_command, output_within, summary};
+use common::{csv_rows, mpirun_command, output_within, show, summary};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -66,15 +66,6 @@ fn run(np: usize, extra: &str, out: &Path, env: &[(&str, &str)]) -> Output {
     a.push("--out".into());
     a.push(out.display().to_string());
     mpirun(&[(np, a)], env, Duration::from_secs(120))
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A clean run: exit 0, one row per size, every byte planned moved, no wrong byte.

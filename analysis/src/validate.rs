@@ -138,6 +138,19 @@ impl Csv {
             .ok_or_else(|| refuse(&self.name, Some(line), col, "missing"))
     }
 
+    /// The rows with their line numbers, each row's schema version seen by `schema` first (one
+    /// version per directory) and a refusal in its place where it is not.
+    fn rows_seen<'a>(
+        &'a self,
+        schema: &'a mut Schema,
+    ) -> impl Iterator<Item = Result<(usize, &'a [String]), Failure>> + 'a {
+        self.rows.iter().map(move |(line, row)| {
+            schema
+                .see(&self.name, Some(*line), self.get(row, "schema_version"))
+                .map(|()| (*line, row.as_slice()))
+        })
+    }
+
     /// The row's size and its time, which must be > 0 (every figure is derived from the two).
     fn size_and_time(&self, line: usize, row: &[String]) -> Result<(Printed, Printed), Failure> {
         let size = self.need(line, row, "size_bytes")?;
@@ -230,9 +243,8 @@ fn check_results(
 ) -> Result<BTreeMap<(String, u64), SizeRow>, Failure> {
     let f = csv.name.as_str();
     let mut sizes = BTreeMap::new();
-    for (line, r) in &csv.rows {
-        let line = *line;
-        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+    for row in csv.rows_seen(schema) {
+        let (line, r) = row?;
         let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
         let need = |col: &str| csv.need(line, r, col);
         let (size, time) = csv.size_and_time(line, r)?;
@@ -318,9 +330,8 @@ fn check_samples(
 ) -> Result<(), Failure> {
     let f = csv.name.as_str();
     let mut times: BTreeMap<(String, u64), (Vec<f64>, f64)> = BTreeMap::new();
-    for (line, r) in &csv.rows {
-        let line = *line;
-        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+    for row in csv.rows_seen(schema) {
+        let (line, r) = row?;
         let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
         let need = |col: &str| csv.need(line, r, col);
         let (size, time) = csv.size_and_time(line, r)?;
@@ -392,9 +403,8 @@ fn check_samples(
 /// Checks `pairs.csv`: each link's GB/s from its bytes and time.
 fn check_pairs(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
     let f = csv.name.as_str();
-    for (line, r) in &csv.rows {
-        let line = *line;
-        schema.see(f, Some(line), csv.get(r, "schema_version"))?;
+    for row in csv.rows_seen(schema) {
+        let (line, r) = row?;
         let (Some(bytes), Some(time), Some(g)) = (
             csv.number(line, r, "bytes")?,
             csv.number(line, r, "time_us")?,
@@ -420,10 +430,7 @@ fn check_pairs(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
 
 /// Rows of the other CSV files only need their schema version to agree.
 fn check_schema_only(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
-    for (line, r) in &csv.rows {
-        schema.see(&csv.name, Some(*line), csv.get(r, "schema_version"))?;
-    }
-    Ok(())
+    csv.rows_seen(schema).try_for_each(|row| row.map(drop))
 }
 
 /// Checks that summary.json and results.csv describe the same run: pattern, scope, dir, mem,

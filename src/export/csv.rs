@@ -179,13 +179,11 @@ fn write_nccl_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
 /// one).
 fn write_rows<T: Serialize + Default>(path: &Path, rows: impl Iterator<Item = T>) -> io::Result<()> {
     super::write_atomically(path, |out| {
+        let mut w = ::csv::Writer::from_writer(out);
         let mut rows = rows.peekable();
         if rows.peek().is_none() {
-            let mut w = ::csv::Writer::from_writer(out);
             w.write_record(header::<T>()?)?;
-            return w.flush();
         }
-        let mut w = ::csv::Writer::from_writer(out);
         for row in rows {
             w.serialize(row)?;
         }

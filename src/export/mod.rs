@@ -37,8 +37,8 @@ pub fn default_out_dir(pattern: &str) -> PathBuf {
 }
 
 /// Creates `dir` (and its parents) for a new run, refusing one that exists and is not
-/// empty, so that results of two runs are never mixed. Call it before measuring to fail
-/// fast; [`write_results`] calls it again, which is fine on the still-empty directory.
+/// empty, so that results of two runs are never mixed. [`probe_out_dir`] calls it before any
+/// data moves; the writers below expect the directory it made.
 pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
     match fs::read_dir(dir) {
         Ok(mut entries) => {
@@ -72,10 +72,10 @@ pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Writes a complete result directory: creates `dir` (an error if it exists with other files
-/// than a run's own partial ones), writes the CSV files and the pictures, then `summary.json`
-/// last, stamped with the current time as `end_time`. Every file goes to a temporary sibling
-/// renamed into place, so none is ever seen half-written. A picture that cannot be drawn is a
+/// Writes a complete result directory into `dir` (made by [`prepare_out_dir`], perhaps holding
+/// the run's own partial files): the CSV files and the pictures, then `summary.json` last,
+/// stamped with the current time as `end_time`. Every file goes to a temporary sibling renamed
+/// into place, so none is ever seen half-written. A picture that cannot be drawn is a
 /// warning on stderr (naming the file), never a lost result; only `summary.json` says complete.
 pub fn write_results(
     dir: &Path,

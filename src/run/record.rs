@@ -95,7 +95,7 @@ impl Record {
             ended: false,
         }));
         let interrupted = state.clone();
-        signals::on_signal(move |signal| {
+        signals::on_signal(move |signal, from| {
             let name = signals::name(signal);
             // A size being written (the CSV files and summary.json, milliseconds) finishes
             // first. Half a second at most, well inside the second mpirun leaves before SIGKILL:
@@ -110,10 +110,8 @@ impl Record {
                 return;
             }
             st.ended = true;
-            let from = signals::sender();
-            let by = from
-                .as_ref()
-                .map_or_else(|| name.clone(), |from| format!("{name} from {from}"));
+            let by = from.map_or_else(|| name.clone(), |from| format!("{name} from {from}"));
+            let from = from.map(str::to_string);
             let written = st.write_summary(&RunStatus::Interrupted { signal: name, from });
             eprintln!("tcpx-perf: interrupted by {by} {}", st.where_());
             if let Err(e) = written {

@@ -66,3 +66,13 @@ pub fn csv_rows(dir: &Path, file: &str) -> Vec<HashMap<String, String>> {
         })
         .collect()
 }
+
+/// A child's exit status and everything it printed, for assertion messages.
+pub fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
