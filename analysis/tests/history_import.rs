@@ -133,10 +133,12 @@ fn real_tcpx_perf_runs_round_trip_with_provenance() {
     let stored = h.runs_of(configs[0].0, false).unwrap();
     assert_eq!(stored.len(), 12);
     assert!(
-        stored.windows(2).all(|w| w[0].start_time <= w[1].start_time),
+        stored
+            .windows(2)
+            .all(|w| w[0].provenance.start_time <= w[1].provenance.start_time),
         "time order"
     );
-    let r = &stored[0];
+    let r = &stored[0].provenance;
     assert_eq!(r.start_time, "2026-11-24T03:31:49Z");
     assert_eq!(r.git_commit.as_deref(), Some("b40d096ef0fd"));
     assert_eq!(
@@ -290,7 +292,7 @@ fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
     let h = Db::open(&db, false).unwrap();
     let (cid, c) = h.configs().unwrap().remove(0);
     assert_eq!(c.key(), "tool=nccl-tests pattern=sendrecv_perf endpoints=4");
-    let r = h.runs_of(cid, false).unwrap().remove(0);
+    let r = h.runs_of(cid, false).unwrap().remove(0).provenance;
     assert_eq!(
         (r.start_time.as_str(), r.time_from.as_str()),
         ("2026-11-20T10:00:00Z", "--start-time")
@@ -304,5 +306,5 @@ fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
     let h = Db::open(&db, false).unwrap();
     let runs = h.runs_of(cid, false).unwrap();
     assert_eq!(runs.len(), 2, "the text log and the JSON share a configuration");
-    assert!(runs.iter().any(|r| r.time_from == "file mtime"));
+    assert!(runs.iter().any(|r| r.provenance.time_from == "file mtime"));
 }

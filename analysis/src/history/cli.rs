@@ -146,11 +146,11 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
         match db.add(r, &at)? {
             Added::New(id) => {
                 new += 1;
-                println!("added run {id}: {} ({})", r.source, r.start_time);
+                println!("added run {id}: {} ({})", r.provenance.source, r.provenance.start_time);
             }
             Added::Present(id) => {
                 present += 1;
-                println!("already stored as run {id}: {}", r.source);
+                println!("already stored as run {id}: {}", r.provenance.source);
             }
         }
     }

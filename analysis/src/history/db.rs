@@ -2,7 +2,7 @@
 //! `PRAGMA user_version` and brought up to date by the migrations below, in order, each in one
 //! transaction. A file written by a newer tcpx-analyze (a higher version) is refused, not guessed at.
 
-use super::model::{Config, RunRecord, Sample, StoredRow, StoredRun};
+use super::model::{Config, Provenance, RunRecord, Sample, StoredRow, StoredRun};
 use crate::error::Failure;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
@@ -167,8 +167,9 @@ impl Db {
     }
 
     /// Stores one run in one transaction; a run whose content is already stored is left alone.
-    pub fn add(&mut self, r: &RunRecord, added_at: &str) -> Result<Added, Failure> {
+    pub fn add(&mut self, record: &RunRecord, added_at: &str) -> Result<Added, Failure> {
         let p = self.path.clone();
+        let r = &record.provenance;
         // IMMEDIATE: two `history add` at once must not both see a run as absent.
         let tx = self
             .conn
@@ -191,11 +192,11 @@ impl Db {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     r.content_sha256, r.source, r.format, r.tool, r.start_time, r.time_from, r.git_commit,
-                    r.plugin_sha256, r.hosts, r.nccl_version, r.status, added_at
+                    r.plugin_sha256, r.hosts, r.nccl_version, record.status, added_at
                 ],
             )?;
             let run_id = tx.last_insert_rowid();
-            for s in &r.series {
+            for s in &record.series {
                 let cid = Self::config_id(&tx, &s.config)?;
                 for row in &s.rows {
                     tx.execute(
@@ -280,16 +281,18 @@ impl Db {
             .query_map([config_id], |r| {
                 Ok(StoredRun {
                     id: r.get(0)?,
-                    source: r.get(1)?,
-                    format: r.get(2)?,
-                    tool: r.get(3)?,
-                    start_time: r.get(4)?,
-                    time_from: r.get(5)?,
-                    git_commit: r.get(6)?,
-                    plugin_sha256: r.get(7)?,
-                    hosts: r.get(8)?,
-                    nccl_version: r.get(9)?,
-                    content_sha256: r.get(10)?,
+                    provenance: Provenance {
+                        source: r.get(1)?,
+                        format: r.get(2)?,
+                        tool: r.get(3)?,
+                        start_time: r.get(4)?,
+                        time_from: r.get(5)?,
+                        git_commit: r.get(6)?,
+                        plugin_sha256: r.get(7)?,
+                        hosts: r.get(8)?,
+                        nccl_version: r.get(9)?,
+                        content_sha256: r.get(10)?,
+                    },
                     rows: Vec::new(),
                 })
             })

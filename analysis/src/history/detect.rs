@@ -116,9 +116,9 @@ pub fn series_of(db: &Db) -> Result<(Vec<ConfigEntry>, Vec<SeriesData>), Failure
 fn point(r: &StoredRun, value: f64, nccl: Option<f64>) -> Point {
     Point {
         run_id: r.id,
-        source: r.source.clone(),
-        start_time: r.start_time.clone(),
-        git_commit: r.git_commit.clone(),
+        source: r.provenance.source.clone(),
+        start_time: r.provenance.start_time.clone(),
+        git_commit: r.provenance.git_commit.clone(),
         value,
         nccl,
     }

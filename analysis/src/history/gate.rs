@@ -20,7 +20,7 @@ fn as_run(c: &Config, r: &StoredRun) -> Run {
     } else {
         Format::NcclTestsText
     };
-    let mut run = Run::new(&format!("{} (history run {})", r.source, r.id), format);
+    let mut run = Run::new(&format!("{} (history run {})", r.provenance.source, r.id), format);
     let shape = if c.tool == "tcpx-perf" {
         [("ranks", c.ranks), ("endpoints", c.endpoints), ("nodes", c.nodes)]
     } else {
@@ -77,7 +77,7 @@ pub fn references(
                 wanted
                     .entry(s.config.key())
                     .or_default()
-                    .push(rec.content_sha256.clone());
+                    .push(rec.provenance.content_sha256.clone());
             }
         }
     }
@@ -94,7 +94,7 @@ pub fn references(
         let runs: Vec<StoredRun> = db
             .runs_of(*cid, true)?
             .into_iter()
-            .filter(|r| !own.contains(&r.content_sha256))
+            .filter(|r| !own.contains(&r.provenance.content_sha256))
             .collect();
         let start = config_series(*cid, key, &runs)
             .into_iter()
@@ -119,8 +119,8 @@ pub fn references(
             "`{key}`: last stable segment = runs #{start}..#{} of {} ({} .. {})",
             runs.len() - 1,
             runs.len(),
-            segment[0].start_time,
-            segment[segment.len() - 1].start_time
+            segment[0].provenance.start_time,
+            segment[segment.len() - 1].provenance.start_time
         ));
         refs.extend(segment.iter().map(|r| as_run(c, r)));
     }

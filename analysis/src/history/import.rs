@@ -4,7 +4,7 @@
 //! Provenance the loader does not keep (start time, plugin sha256, hosts, NCCL version, chunk,
 //! channels, window) is read beside it, from `summary.json` or the log's header.
 
-use super::model::{rfc3339, valid_time, Config, RunRecord, SeriesRecord, StoredRow};
+use super::model::{rfc3339, valid_time, Config, Provenance, RunRecord, SeriesRecord, StoredRow};
 use crate::error::Failure;
 use crate::model::{Format, Run};
 use crate::parse::{self, ParseOptions, Placement};
@@ -236,6 +236,7 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                 })
                 .collect();
             Ok(RunRecord {
+                provenance: Provenance {
                 content_sha256: dir_hash(dir)?,
                 source: abs(&run.source),
                 format: "tcpx-perf-dir".into(),
@@ -252,6 +253,7 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                     .pointer("/nccl_baseline/version")
                     .and_then(Value::as_str)
                     .map(str::to_string),
+                },
                 status: run.status.clone(),
                 series,
             })
@@ -293,6 +295,7 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                 })
                 .collect();
             Ok(RunRecord {
+                provenance: Provenance {
                 content_sha256: hex(h.finalize()),
                 source: format!("{}{place}", abs(&file)),
                 format: serde_json::to_value(run.format)
@@ -310,6 +313,7 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                     .get("nccl_version")
                     .cloned()
                     .or_else(|| nccl_version_from_log(&text)),
+                },
                 status: run.status.clone(),
                 series,
             })

@@ -77,9 +77,9 @@ pub struct SeriesRecord {
     pub rows: Vec<StoredRow>,
 }
 
-/// One run to store.
+/// Where a run came from and what it ran with: stored once per run, read back with it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunRecord {
+pub struct Provenance {
     /// SHA-256 of the run's files (a log holding several runs: of the file, then `#` and the
     /// run's place in it): the same run added twice is recognised by it.
     pub content_sha256: String,
@@ -95,6 +95,13 @@ pub struct RunRecord {
     pub plugin_sha256: Option<String>,
     pub hosts: Option<String>,
     pub nccl_version: Option<String>,
+}
+
+/// One run to store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    #[serde(flatten)]
+    pub provenance: Provenance,
     pub status: Option<String>,
     pub series: Vec<SeriesRecord>,
 }
@@ -103,16 +110,8 @@ pub struct RunRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredRun {
     pub id: i64,
-    pub source: String,
-    pub format: String,
-    pub tool: String,
-    pub start_time: String,
-    pub time_from: String,
-    pub git_commit: Option<String>,
-    pub plugin_sha256: Option<String>,
-    pub hosts: Option<String>,
-    pub nccl_version: Option<String>,
-    pub content_sha256: String,
+    #[serde(flatten)]
+    pub provenance: Provenance,
     pub rows: Vec<StoredRow>,
 }
 
