@@ -7,9 +7,9 @@
 //! in the middle of it: each test waits until results.csv holds two sizes, then strikes.
 
 mod common;
-use common::{mpirun_command, show, summary};
+use common::{mpirun_command, show, spawn_piped, summary, wait_within};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
@@ -37,24 +37,12 @@ fn mpirun(np: usize, args: &str, out: &Path, env: &[(&str, &str)]) -> Command {
 }
 
 fn spawn(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mpirun (launch/setup.sh installs it)")
+    spawn_piped(&mut cmd, "mpirun")
 }
 
-/// Waits for `child` to end within `limit` (killing it and failing otherwise).
-fn finish(mut child: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().expect("output");
-            panic!("mpirun did not end within {limit:?}\n{}", show(&o));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+/// Waits for mpirun to end within `limit` (killing it and failing otherwise).
+fn finish(child: Child, limit: Duration) -> Output {
+    wait_within(child, limit, "mpirun")
 }
 
 /// Data rows of results.csv (0 when it does not exist yet).
