@@ -203,6 +203,9 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
+    /// TCP retransmissions and timeouts during the timed iterations, per network namespace of
+    /// the job's hosts; `None` where no host could read them.
+    pub tcp: Option<crate::tcp_stats::TcpActivity>,
     /// NCCL's figures at this size (`--baseline nccl`).
     pub nccl: Option<NcclFigures>,
 }

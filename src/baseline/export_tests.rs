@@ -52,7 +52,7 @@ fn baseline_figures_land_in_every_file() {
     export::write_results(&dir, &info, &results, results.len(), &RunStatus::Ok).expect("write");
 
     let rows = read_csv(&dir.join("results.csv"));
-    assert_eq!(rows[1]["schema_version"], "3");
+    assert_eq!(rows[1]["schema_version"], "4");
     let f = |k: &str| rows[1][k].parse::<f64>().expect(k);
     assert_eq!(f("nccl_time_us"), 50.0);
     assert_eq!(f("nccl_busbw_gbps"), results[1].busbw_gbps * 2.0);

@@ -281,7 +281,7 @@ mod tests {
         )
         .expect("write");
         let v = read(tmp.path());
-        assert_eq!(v["schema_version"], 3);
+        assert_eq!(v["schema_version"], 4);
         assert!(v["nccl_baseline"].is_null());
         assert!(v["results"][0].get("nccl").is_none());
         assert_eq!(v["complete"], true);

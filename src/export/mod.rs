@@ -6,7 +6,7 @@
 //! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON;
 //! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens.
 //!
-//! The file formats are specified in `results/README.md` (schema version 3).
+//! The file formats are specified in `results/README.md` (schema version 4).
 
 use std::fs;
 use std::io;
@@ -24,7 +24,7 @@ pub mod table;
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
@@ -345,6 +345,24 @@ pub(crate) mod fixtures {
                     gbps: algbw,
                 },
             ],
+            tcp: crate::tcp_stats::TcpActivity::from_readings([
+                (
+                    1,
+                    "a".to_string(),
+                    crate::tcp_stats::TcpCounters {
+                        retrans_segs: 12,
+                        timeouts: 0,
+                    },
+                ),
+                (
+                    2,
+                    "b".to_string(),
+                    crate::tcp_stats::TcpCounters {
+                        retrans_segs: 30,
+                        timeouts: 1,
+                    },
+                ),
+            ]),
             nccl: None,
         }
     }

@@ -142,12 +142,17 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 }
 
 /// The findings the measurements make (a slow NIC, from the link matrix and the NICs'
-/// counters: [`crate::slow_nic`]) join placement's in `summary.json`; their footer lines.
+/// counters: [`crate::slow_nic`]; sizes stalled by TCP timeouts: [`crate::incast`]) join
+/// placement's in `summary.json`; their footer lines.
 fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
     let mut lines = String::new();
     for slow in crate::slow_nic::find(&info.placement.rows, results) {
         let f = slow.finding();
         lines.push_str(&format!("# warning: {} [{}]\n", f.text, f.hosts.join(",")));
+        info.placement.findings.push(f);
+    }
+    if let Some(f) = crate::incast::finding(results) {
+        lines.push_str(&format!("# warning: {}\n", f.text));
         info.placement.findings.push(f);
     }
     info.placement.findings.sort_by_key(|f| f.level);

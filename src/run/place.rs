@@ -143,7 +143,10 @@ fn agreement_fields(settings: &Settings, job: &Job, vetted: &Vetted) -> Vec<(&'s
         ("channels", tr.channels.to_string()),
         ("window", tr.window.to_string()),
         ("timeout", settings.timeout.as_secs().to_string()),
-        ("max-peers", format!("{:?}", sweep.max_peers)),
+        (
+            "max-peers",
+            sweep.max_peers.map_or_else(|| "all".to_string(), |n| n.to_string()),
+        ),
         ("net-dev", format!("{:?}", settings.placement.net_dev)),
         ("plugin name", plugin.name().to_string()),
         ("plugin ABI", plugin.abi().to_string()),
