@@ -328,6 +328,43 @@ fn a_nic_at_a_quarter_rate_is_named_with_its_share() {
     );
 }
 
+/// Cluster scale in CI: 8 nodes x 2 ranks x 2 NICs (16 ranks on the 2-core runner), fullmesh with
+/// default flags, one NIC at a quarter of the rate: the run completes, the NIC is named in one
+/// short line (node, NIC, direction), every finding line stays readable, and results.csv carries
+/// the TCP loss counters of every size.
+#[test]
+fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
+    let Some(rig) = Rig::up(6, "--nodes 8 --nics 2 --rate 50mbit") else {
+        return;
+    };
+    rig.ok("shape node5 eth2 12mbit");
+    let out = scratch("eight-nodes");
+    let o = rig.cmd(&format!(
+        "run -np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120 --out {}",
+        out.display()
+    ));
+    assert!(o.status.success(), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+    assert_eq!((summary["nodes"].as_u64(), summary["ranks"].as_u64()), (Some(8), Some(16)));
+    assert_eq!(summary["complete"], true);
+    let found = slow_nic_findings(&summary);
+    assert_eq!(found.len(), 1, "one slow NIC: {found:?}");
+    let text = found[0]["text"].as_str().unwrap();
+    assert!(text.starts_with("node5 eth2 is slow sending"), "{text}");
+    for line in stdout.lines().filter(|l| l.starts_with("# warning") || l.starts_with("# error")) {
+        assert!(line.chars().count() <= 220, "{} chars: {line}", line.chars().count());
+    }
+    let rows = csv_rows(&out.join("results.csv"));
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        for col in ["tcp_retrans_segs", "tcp_timeouts"] {
+            assert!(row[col].parse::<u64>().is_ok(), "{col} = {:?}", row[col]);
+        }
+    }
+}
+
 /// A NIC that dies mid-run: the run ends within its -T deadline of the last completion (exit 3),
 /// with a one-line diagnosis naming the NIC, the nodes and the peer, and keeps the rows it
 /// measured. Once results survive a timeout (branch `endings`: partial results and an atomic
