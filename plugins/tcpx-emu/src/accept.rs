@@ -17,9 +17,9 @@ use nccl_net_abi::NCCL_NET;
 
 use crate::comm::Connected;
 use crate::config::ZeroCopy;
-use crate::conn::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
 use crate::error::NetError;
 use crate::handle::ListenInfo;
+use crate::wire::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
 
 /// How long a fresh socket has to deliver its hello. A real peer sends it right after connecting;
 /// hellos are read side by side, so a silent socket costs only its own slot until then.

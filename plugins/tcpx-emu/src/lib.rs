@@ -13,7 +13,8 @@
 //!   (`TCPXEMU_STRICT=1`).
 //! * [`device`]: interfaces and their properties.
 //! * [`handle`]: the 128-byte handle format.
-//! * [`conn`]: listen / asynchronous connect / asynchronous accept.
+//! * [`conn`]: listen / asynchronous connect; [`accept`]: the listener's acceptor thread;
+//!   [`wire`]: the hello and socket options both sides share.
 //! * [`comm`]: request ring, matching, completion (the TCPX rules live here).
 //! * [`worker`]: per-data-socket helper threads.
 //! * [`scramble`]: device unpack, CPU part: where received pages land in the bounce buffer and
@@ -45,6 +46,7 @@ pub mod gpu;
 pub mod handle;
 pub mod log;
 pub mod scramble;
+pub mod wire;
 pub mod worker;
 
 // The unit tests run in package tcpx-emu only (they use every table).
