@@ -62,6 +62,7 @@ pub fn comm_opts(cfg: &Config) -> CommOpts {
         unpack: unpack_opts(cfg),
         strict: cfg.strict,
         mtu: cfg.mtu.unwrap_or(crate::device::DEFAULT_MTU),
+        threads: crate::threads::ThreadOpts::from_config(cfg),
     }
 }
 
