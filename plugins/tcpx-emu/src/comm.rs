@@ -363,6 +363,11 @@ impl Comm {
         self.shared.socks.len()
     }
 
+    /// The helper-thread model the comm took at its first transfer (None before).
+    pub fn thread_model(&self) -> Option<Model> {
+        self.lock().model
+    }
+
     /// Whether the comm has GPU resources (unpack mode).
     pub fn is_unpack(&self) -> bool {
         self.shared.gpu.is_some()

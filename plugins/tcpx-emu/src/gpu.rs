@@ -397,3 +397,51 @@ pub fn is_device_pointer(ptr: usize) -> bool {
 pub fn cuda_present() -> Result<bool, String> {
     tcpx_gpu::Gpu::probe().map(|g| g.is_some_and(|g| g.count() > 0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// The reservation rule without a GPU: what [`CommGpu::cuda_res`] defers is made by the first
+    /// CUDA registration or post only; host traffic never asks for it (a comm calls it only
+    /// for CUDA buffers), a second CUDA call reuses it, and a failure (a full pool) leaves
+    /// nothing behind, so the next CUDA call reports the error again instead of using half a
+    /// reservation.
+    #[test]
+    fn deferred_resources_are_made_once_by_the_first_cuda_use() {
+        let made = Cell::new(0);
+        let res: Deferred<u32> = Deferred::default();
+        let make = |ok: bool| {
+            made.set(made.get() + 1);
+            if ok {
+                Ok(7)
+            } else {
+                Err("no room")
+            }
+        };
+        // Accept and any number of host transfers: nothing asked for, nothing made.
+        assert!(res.get().is_none());
+        assert_eq!(made.get(), 0);
+        assert_eq!(res.get_or_make(|| make(false)), Err("no room"));
+        assert!(res.get().is_none(), "a failed reservation keeps nothing");
+        assert_eq!(res.get_or_make(|| make(true)), Ok(&7));
+        assert_eq!(res.get_or_make(|| make(true)), Ok(&7));
+        assert_eq!((made.get(), res.get()), (2, Some(&7)));
+        // Concurrent first uses make it once.
+        let shared: Deferred<usize> = Deferred::default();
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..8 {
+                sc.spawn(|| {
+                    let v = shared.get_or_make(|| {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        Ok::<_, ()>(calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+                    });
+                    assert_eq!(v, Ok(&0));
+                });
+            }
+        });
+        assert_eq!(calls.into_inner(), 1);
+    }
+}

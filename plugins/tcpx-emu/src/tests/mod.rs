@@ -9,11 +9,13 @@
 //! * [`strict`]: one test per TCPX contract refusal, and the lenient escape.
 //! * [`process`]: child processes (a killed peer; other environments).
 //! * [`setup`]: strangers connecting to a listener.
+//! * [`shared`]: the shared helper-thread model (event loops).
 
 mod faults;
 mod ffi;
 mod process;
 mod setup;
+mod shared;
 mod strict;
 mod transfer;
 
