@@ -78,6 +78,27 @@ fn per_socket_and_auto_below_the_threshold_keep_helper_threads() {
 }
 
 #[test]
+fn zero_copy_and_blocking_faults_keep_per_socket_threads_under_shared() {
+    let zc = Config {
+        zerocopy: crate::config::ZeroCopy::All,
+        ..shared(2, 16 << 10)
+    };
+    let slow = Config {
+        fault: Some(Fault {
+            kind: FaultKind::Slow,
+            after: 1000,
+        }),
+        ..shared(2, 16 << 10)
+    };
+    for c in [zc, slow] {
+        let (s, r, _lc) = pair(&c);
+        transfer(&s, &r, &messages(2, 16 << 10), 4);
+        assert_eq!(s.thread_model(), Some(Model::PerSocket), "{c:?}");
+        assert_eq!(r.thread_model(), Some(Model::PerSocket), "{c:?}");
+    }
+}
+
+#[test]
 fn a_peer_that_goes_away_mid_transfer_fails_test_on_the_shared_path() {
     // Receiver side: 64 MiB cannot sit in the socket buffers, so the sender is mid-request.
     let (s, r, lc) = pair(&shared(2, 512 << 10));

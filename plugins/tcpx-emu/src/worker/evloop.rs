@@ -88,7 +88,8 @@ fn sys(ret: libc::c_int, what: &str) -> std::io::Result<libc::c_int> {
 }
 
 impl EventLoop {
-    fn start(i: usize) -> std::io::Result<Arc<Self>> {
+    /// A loop's descriptors, without its thread.
+    fn new() -> std::io::Result<Self> {
         // SAFETY: plain descriptor creation; each is owned right away.
         let epfd = unsafe { OwnedFd::from_raw_fd(sys(libc::epoll_create1(libc::EPOLL_CLOEXEC), "epoll_create1")?) };
         // SAFETY: as above.
@@ -107,11 +108,15 @@ impl EventLoop {
             unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, wake.as_raw_fd(), &raw mut ev) },
             "epoll_ctl(eventfd)",
         )?;
-        let l = Arc::new(Self {
+        Ok(Self {
             epfd,
             wake,
             inbox: Mutex::new(Vec::new()),
-        });
+        })
+    }
+
+    fn start(i: usize) -> std::io::Result<Arc<Self>> {
+        let l = Arc::new(Self::new()?);
         let me = Arc::clone(&l);
         std::thread::Builder::new()
             .name(format!("tcpxemu-loop{i}"))
@@ -181,6 +186,10 @@ pub fn attach(sh: &Arc<Shared>, nthreads: usize) -> NetResult<()> {
 /// loop confirmed it will not touch them or the comm's buffers again. A no-op for a comm that
 /// never went shared.
 pub fn detach(sh: &Shared) -> NetResult<()> {
+    detach_within(sh, DETACH_LIMIT)
+}
+
+fn detach_within(sh: &Shared, limit: Duration) -> NetResult<()> {
     let Some(l) = sh.looped.get() else {
         return Ok(());
     };
@@ -191,16 +200,14 @@ pub fn detach(sh: &Shared) -> NetResult<()> {
     for lp in &l.loops {
         lp.send(Cmd::Remove(l.id, Arc::clone(&done)));
     }
-    let end = Instant::now() + DETACH_LIMIT;
+    let end = Instant::now() + limit;
     let mut left = done.left.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     while *left > 0 {
         let now = Instant::now();
         if now >= end {
             return Err(NetError::internal(format!(
-                "closing comm with peer {}: {} event loop(s) did not let go of its sockets within {} s",
-                sh.peer,
-                *left,
-                DETACH_LIMIT.as_secs()
+                "closing comm with peer {}: {} event loop(s) did not let go of its sockets within {:?}",
+                sh.peer, *left, limit
             )));
         }
         left = done
@@ -453,4 +460,35 @@ fn fail(l: &EventLoop, s: &mut Sock, err: super::ChunkError) {
         s.registered = false;
     }
     s.armed = false;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ZeroCopy;
+
+    /// A loop that never answers (no thread: a hung or dead loop) cannot hold a closing comm past
+    /// the deadline: `detach` gives up with an error naming the peer.
+    #[test]
+    fn detach_gives_up_at_its_deadline() {
+        let peer: std::net::SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let sh = Shared::new(Dir::Recv, peer, Vec::new(), 4096, ZeroCopy::Off, None, None);
+        let silent = Arc::new(EventLoop::new().expect("epoll"));
+        let looped = Looped {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            loops: vec![silent],
+        };
+        assert!(sh.looped.set(looped).is_ok());
+        let start = Instant::now();
+        let e = detach_within(&sh, Duration::from_millis(100)).expect_err("nobody confirms");
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert!(
+            e.msg.contains("127.0.0.1:9") && e.msg.contains("did not let go"),
+            "{}",
+            e.msg
+        );
+        // A comm that never went shared has nothing to wait for.
+        let plain = Shared::new(Dir::Send, peer, Vec::new(), 4096, ZeroCopy::Off, None, None);
+        assert!(detach_within(&plain, Duration::ZERO).is_ok());
+    }
 }

@@ -36,9 +36,14 @@ use crate::error::{NetError, NetResult};
 use crate::fault::{abort_socket, corrupt_offset, short_len, Fault, FaultKind, CORRUPT_XOR};
 use crate::gpu::CommGpu;
 use crate::scramble::{MAX_DESCRIPTORS, MAX_RECV};
-use crate::threads::{self, Census, Model, ThreadOpts};
-use crate::worker::{self, evloop, send_all, Dir, Job, Shared, MAX_REQUESTS};
+use crate::threads::{Census, Model, ThreadOpts};
+use crate::worker::{evloop, send_all, Dir, Job, Shared, MAX_REQUESTS};
 use tcpx_gpu::unpack::Rng;
+
+mod serve;
+mod stats;
+
+use stats::{PostStats, UnpackStats};
 
 const CTRL_MAGIC: [u8; 4] = *b"TXCM";
 const CTRL_LEN: usize = 16;
@@ -129,52 +134,6 @@ pub struct UnpackInfo {
     pub region: Option<(usize, usize, usize)>,
     /// CUDA ordinal of the comm's GPU.
     pub gpu: usize,
-}
-
-/// Counters of an unpack-mode receive comm, logged when it closes.
-#[derive(Debug, Clone, Copy, Default)]
-struct UnpackStats {
-    cuda_recvs: u64,
-    cuda_bytes: u64,
-    descriptors: u64,
-    host_recvs: u64,
-}
-
-/// What the caller posted: bytes and, per post, how many requests it then had outstanding.
-/// Logged at close, so a log shows how a client (NCCL, tcpx-perf) drives the comm.
-#[derive(Clone, Copy)]
-struct PostStats {
-    bytes: u64,
-    /// `[k]`: posts that left k requests outstanding (1..=16).
-    by_outstanding: [u64; MAX_REQUESTS + 1],
-}
-
-impl PostStats {
-    fn note(c: &mut Caller, size: usize) {
-        c.post_stats.bytes += size as u64;
-        let outstanding = (c.posted - c.consumed) as usize;
-        c.post_stats.by_outstanding[outstanding.min(MAX_REQUESTS)] += 1;
-    }
-
-    /// `N posts, B bytes (mean M B), outstanding after post k:count ..., mean X`.
-    fn summary(&self, posts: u64) -> String {
-        let hist: Vec<String> = (1..=MAX_REQUESTS)
-            .filter(|&k| self.by_outstanding[k] > 0)
-            .map(|k| format!("{k}:{}", self.by_outstanding[k]))
-            .collect();
-        let weighted: u64 = (1..=MAX_REQUESTS).map(|k| k as u64 * self.by_outstanding[k]).sum();
-        format!(
-            "{posts} posts, {} bytes (mean {} B), outstanding after each post {} (mean {:.1})",
-            self.bytes,
-            self.bytes / posts.max(1),
-            if hist.is_empty() {
-                "-".to_owned()
-            } else {
-                hist.join(" ")
-            },
-            weighted as f64 / posts.max(1) as f64
-        )
-    }
 }
 
 struct Caller {
@@ -295,64 +254,6 @@ impl Comm {
         Ok(comm)
     }
 
-    /// Whether this comm must keep per-socket helper threads whatever `TCPXEMU_THREADS` says:
-    /// CUDA memory (staging pipelines), zero-copy (acknowledgements read by the sending
-    /// thread), and the faults that block or slow a thread on purpose.
-    fn needs_per_socket(&self, cuda: bool) -> bool {
-        cuda || self.shared.gpu.as_ref().is_some_and(|g| g.cuda().is_some())
-            || self.shared.zerocopy != ZeroCopy::Off
-            || self
-                .shared
-                .fault
-                .is_some_and(|f| matches!(f.kind, FaultKind::Stall | FaultKind::Slow))
-    }
-
-    /// At the first transfer: picks the comm's thread model and starts its helper threads or
-    /// hands its sockets to the event loops. A later CUDA transfer on a shared comm is refused
-    /// (the loops move host memory only).
-    fn start(&self, c: &mut Caller, cuda: bool) -> NetResult<()> {
-        match c.model {
-            Some(Model::Shared) if cuda => return Err(self.cuda_on_shared()),
-            Some(_) => return Ok(()),
-            None => {}
-        }
-        let open = threads::data_sockets_open();
-        let model = threads::choose(&self.threads, self.needs_per_socket(cuda), open);
-        match model {
-            Model::Shared => evloop::attach(&self.shared, self.threads.shared_threads)?,
-            Model::PerSocket => {
-                let tag = match self.dir {
-                    Dir::Send => "tx",
-                    Dir::Recv => "rx",
-                };
-                for idx in 0..self.shared.socks.len() {
-                    let s = Arc::clone(&self.shared);
-                    let h = std::thread::Builder::new()
-                        .name(format!("tcpxemu-{tag}{idx}"))
-                        .spawn(move || worker::run(s, idx))
-                        .map_err(|e| {
-                            // The threads already started stop when the comm closes.
-                            NetError::system(format!(
-                                "spawning helper thread: {e} ({open} data sockets open in this process: TCPXEMU_THREADS=shared serves them from TCPXEMU_SHARED_THREADS threads)"
-                            ))
-                        })?;
-                    c.workers.push(h);
-                }
-            }
-        }
-        c.model = Some(model);
-        threads::log_choice(model, &self.threads, open, "");
-        Ok(())
-    }
-
-    fn cuda_on_shared(&self) -> NetError {
-        NetError::invalid_usage(format!(
-            "CUDA memory on {} comm with peer {}, which already moves host memory on the shared event loops: set TCPXEMU_THREADS=per-socket, or register CUDA buffers before the comm's first transfer",
-            self.dir_name(),
-            self.peer()
-        ))
-    }
-
     /// The peer's address (for messages).
     pub fn peer(&self) -> SocketAddr {
         self.shared.peer
@@ -385,28 +286,6 @@ impl Comm {
             region: region.map(|x| (x.pool.buf.len(), x.off, x.len)),
             gpu: g.dev.ordinal(),
         })
-    }
-
-    /// A CUDA buffer is registered on this comm (`regMr` with `NCCL_PTR_CUDA`, or a DMA-BUF):
-    /// makes the comm's CUDA-only resources (staging, the bounce region of a receive comm) now,
-    /// on the caller's thread and CUDA context, if this is the first. Host registrations cost
-    /// nothing. Fails on a host-mode comm.
-    pub fn register_cuda(&self) -> NetResult<()> {
-        let c = self.lock();
-        if c.model == Some(Model::Shared) {
-            return Err(self.cuda_on_shared());
-        }
-        self.cuda_ready().map(|_| ())
-    }
-
-    /// The comm's CUDA-only resources, made on first use (see [`crate::gpu`]).
-    fn cuda_ready(&self) -> NetResult<&crate::gpu::CudaRes> {
-        let g = self.shared.gpu.as_ref().ok_or_else(|| {
-            NetError::invalid_argument(
-                "CUDA memory on a host-mode comm: set TCPXEMU_MODE=unpack (or auto on a GPU host)",
-            )
-        })?;
-        g.cuda_res(crate::threads::open_comms())
     }
 
     /// Receive comms in unpack mode: `cnt[slot]` of the `netUnpackMeta` ring (for tests).
