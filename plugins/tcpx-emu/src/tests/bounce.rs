@@ -38,6 +38,17 @@ fn receive_comms_that_only_see_host_buffers_reserve_no_bounce_space() {
         .1
         .register_cuda()
         .expect("a second registration reuses the region");
+    // The comms accepted before the pool existed now carry its base in their device handles.
+    let dev = tcpx_gpu::Device::current().expect("CUDA context");
+    for (_, r, _) in &all[1..] {
+        let mut h = [0u8; 24];
+        let at = r.unpack_handle().expect("unpack").handle;
+        // SAFETY: the handle is 24 bytes of device memory; `h` is read after the synchronize.
+        unsafe { dev.stream().memcpy_dtoh_async(h.as_mut_ptr(), at, 24) }.expect("copy the handle");
+        dev.stream().synchronize().expect("synchronize");
+        let word = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8 bytes"));
+        assert_eq!((word(8), word(16)), (u.bounce, u64::MAX), "bounce_buf not patched");
+    }
     let e = all[1].1.register_cuda().expect_err("the 64 MiB pool holds one region");
     assert!(
         e.msg.contains("TCPXEMU_BOUNCE_POOL_MB") && e.msg.contains("comms open in this process"),
