@@ -134,7 +134,7 @@ pub struct RecvUnpack {
     pub meta: PinnedHostBuffer,
     /// Device address of `meta` (equal to the host address under UVA).
     pub meta_dev: u64,
-    /// The device-resident `unpackNetDeviceHandle` (24 bytes); shared with [`POOLS`]' waiting
+    /// The device-resident `unpackNetDeviceHandle` (24 bytes); shared with `POOLS`' waiting
     /// list, which patches its `bounce_buf` when the GPU's pool is made.
     pub handle: Arc<DeviceBuffer>,
 }

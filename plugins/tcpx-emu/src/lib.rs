@@ -16,10 +16,13 @@
 //! * [`conn`]: listen / asynchronous connect; [`accept`]: the listener's acceptor thread;
 //!   [`wire`]: the hello and socket options both sides share.
 //! * [`comm`]: request ring, matching, completion (the TCPX rules live here).
-//! * [`worker`]: per-data-socket helper threads, or the shared event loops ([`threads`] picks).
+//! * [`worker`]: per-data-socket helper threads, or the shared event loops.
+//! * [`threads`]: which of the two a comm takes (`TCPXEMU_THREADS`), and the threads a process
+//!   runs as a result ([`threads::helper_threads`]).
 //! * [`scramble`]: device unpack, CPU part: where received pages land in the bounce buffer and
 //!   the `loadMeta` descriptors (unit-tested without a GPU).
-//! * [`gpu`]: device unpack, CUDA part: per-comm bounce buffer, `netUnpackMeta` ring, staging.
+//! * [`gpu`]: device unpack, CUDA part: `netUnpackMeta` ring, and from a comm's first CUDA
+//!   registration its bounce region and staging.
 //! * [`fault`]: `TCPXEMU_FAULT` injection.
 //! * [`log`], [`error`]: NCCL logger and the error type.
 //! * [`abi`]: the `extern "C"` adapters and the exported tables.

@@ -3,8 +3,8 @@
 //! data sockets of many comms with non-blocking `send`/`recv` and one epoll set.
 //!
 //! Each socket keeps what its helper thread would keep: its own [`Chunks`] cursor and job cursor
-//! over the comm's ring ([`Shared::fetch_job`] without blocking), so striping, the `pending`
-//! counters, [`credit`] and [`report`] are the same code as the per-socket path. A socket is in
+//! over the comm's ring (`Shared::fetch_job` without blocking), so striping, the `pending`
+//! counters, `credit` and `report` are the same code as the per-socket path. A socket is in
 //! the epoll set only while it has a chunk in progress that the kernel could not take or give
 //! at once (one-shot: re-armed after every event), so idle sockets cost nothing, and a dead peer
 //! of an idle socket wakes nobody. A socket moves at most [`TURN_BYTES`] per turn before the
