@@ -124,7 +124,7 @@ pub fn helper_threads(data_sockets_open: usize, cfg: &Config) -> usize {
 }
 
 /// Logs a model at INFO the first time a comm of this process takes it.
-pub(crate) fn log_choice(model: Model, opts: &ThreadOpts, sockets_open: usize, why: &str) {
+pub(crate) fn log_choice(model: Model, opts: &ThreadOpts, sockets_open: usize) {
     static LOGGED: AtomicU8 = AtomicU8::new(0);
     let bit = match model {
         Model::PerSocket => 1,
@@ -139,7 +139,7 @@ pub(crate) fn log_choice(model: Model, opts: &ThreadOpts, sockets_open: usize, w
     };
     crate::info!(
         nccl_net_abi::NCCL_INIT | nccl_net_abi::NCCL_NET,
-        "helper threads: {what} (TCPXEMU_THREADS={}, {sockets_open} data sockets open, TCPXEMU_THREAD_SOCKETS={}){why}",
+        "helper threads: {what} (TCPXEMU_THREADS={}, {sockets_open} data sockets open, TCPXEMU_THREAD_SOCKETS={})",
         match opts.threads {
             Threads::Auto => "auto",
             Threads::PerSocket => "per-socket",

@@ -36,30 +36,39 @@ impl Comm {
         }
         let open = threads::data_sockets_open();
         let model = threads::choose(&self.threads, self.needs_per_socket(cuda), open);
-        match model {
-            Model::Shared => evloop::attach(&self.shared, self.threads.shared_threads)?,
-            Model::PerSocket => {
-                let tag = match self.dir {
-                    Dir::Send => "tx",
-                    Dir::Recv => "rx",
-                };
-                for idx in 0..self.shared.socks.len() {
-                    let s = Arc::clone(&self.shared);
-                    let h = std::thread::Builder::new()
-                        .name(format!("tcpxemu-{tag}{idx}"))
-                        .spawn(move || worker::run(s, idx))
-                        .map_err(|e| {
-                            // The threads already started stop when the comm closes.
-                            NetError::system(format!(
-                                "spawning helper thread: {e} ({open} data sockets open in this process: TCPXEMU_THREADS=shared serves them from TCPXEMU_SHARED_THREADS threads)"
-                            ))
-                        })?;
-                    c.workers.push(h);
-                }
-            }
+        let started = match model {
+            Model::Shared => evloop::attach(&self.shared, self.threads.shared_threads),
+            Model::PerSocket => self.spawn_workers(c, open),
+        };
+        if let Err(e) = started {
+            // Sticky: a retry must not start a second set of threads for the same sockets (the
+            // ones already started stop when the comm closes).
+            self.shared.set_error(e.clone());
+            return Err(e);
         }
         c.model = Some(model);
-        threads::log_choice(model, &self.threads, open, "");
+        threads::log_choice(model, &self.threads, open);
+        Ok(())
+    }
+
+    /// The per-socket model: one helper thread per data socket.
+    fn spawn_workers(&self, c: &mut Caller, open: usize) -> NetResult<()> {
+        let tag = match self.dir {
+            Dir::Send => "tx",
+            Dir::Recv => "rx",
+        };
+        for idx in 0..self.shared.socks.len() {
+            let s = Arc::clone(&self.shared);
+            let h = std::thread::Builder::new()
+                .name(format!("tcpxemu-{tag}{idx}"))
+                .spawn(move || worker::run(s, idx))
+                .map_err(|e| {
+                    NetError::system(format!(
+                        "spawning helper thread: {e} ({open} data sockets open in this process: TCPXEMU_THREADS=shared serves them from TCPXEMU_SHARED_THREADS threads)"
+                    ))
+                })?;
+            c.workers.push(h);
+        }
         Ok(())
     }
 
