@@ -14,10 +14,10 @@
 //! Both sides work in the background so that NCCL's `connect`/`accept` never block:
 //! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
 //!   pointer inside the caller's handle (as TCPX does); later calls poll it.
-//! * each listen comm has an acceptor thread ([`crate::accept`]) that accepts, reads hellos side
-//!   by side (a silent socket delays no other), and queues complete connections; `accept` pops
-//!   one or returns NULL. Closing the listen comm shuts the listening socket down, which wakes the
-//!   thread out of `poll`.
+//! * the process's acceptor thread ([`crate::accept`]) accepts on every listen comm, reads
+//!   hellos side by side (a silent socket delays no other), and queues complete connections;
+//!   `accept` pops one or returns NULL. Closing the listen comm flags it and wakes the thread,
+//!   which drops it.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
-use crate::accept::{accept_loop, ListenShared};
+use crate::accept::{self, ListenShared};
 use crate::comm::{Comm, CommOpts, Connected, UnpackOpts};
 use crate::config::{Config, Mode, ZeroCopy};
 use crate::contracts;
@@ -308,7 +308,6 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config, local: Option<SocketAddr>) 
 /// A listening endpoint; hands out receive comms.
 pub struct ListenComm {
     shared: Arc<ListenShared>,
-    thread: Option<JoinHandle<()>>,
     cfg: Config,
     /// When `accept` was first called (the setup cost model counts from there).
     first_accept: OnceLock<Instant>,
@@ -339,14 +338,9 @@ impl ListenComm {
         let mut handle = [0u8; nccl_net_abi::NET_HANDLE_MAXSIZE];
         info.encode(&mut handle);
         let shared = Arc::new(ListenShared::new(listener, info));
-        let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("tcpxemu-accept".to_owned())
-            .spawn(move || accept_loop(&s))
-            .map_err(|e| NetError::system(format!("spawning accept thread: {e}")))?;
+        accept::register(Arc::clone(&shared))?;
         let comm = Box::new(ListenComm {
             shared,
-            thread: Some(thread),
             cfg: cfg.clone(),
             first_accept: OnceLock::new(),
             accepted: AtomicBool::new(false),
@@ -438,13 +432,12 @@ impl std::fmt::Debug for ListenComm {
 }
 
 impl Drop for ListenComm {
+    /// Refuses new connections at once (the listening socket is shut down) and has the acceptor
+    /// thread drop this listen comm and the sockets it gathered for it.
     fn drop(&mut self) {
         self.shared.closing.store(true, Ordering::Release);
-        // Wakes the acceptor out of accept(2) (Linux returns EINVAL on a shut-down listener).
         // SAFETY: shutdown on our own descriptor.
         unsafe { libc::shutdown(self.shared.listener.as_raw_fd(), libc::SHUT_RDWR) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        accept::wake();
     }
 }

@@ -20,9 +20,10 @@
 //! Threads of a process ([`helper_threads`] predicts the helpers): per-socket comms run one
 //! helper per data socket (`nsocks` per comm, from the first transfer until the comm closes);
 //! shared comms add none beyond the `TCPXEMU_SHARED_THREADS` event loops, which start with the
-//! first shared comm and live as long as the process. Setup adds short-lived threads: one per
-//! listen comm (its acceptor, until the listen comm closes) and one per `connect` under way (it
-//! ends once the sockets are dialled, before `connect` returns the comm).
+//! first shared comm and live as long as the process. Setup adds one acceptor thread per process
+//! (from the first `listen` on, serving every listen comm: [`crate::accept`]) and one thread per
+//! `connect` under way (from its first call until its sockets are dialled, before `connect`
+//! returns the comm; with `TCPXEMU_CONNECT_MS` that is (nsocks+1) x that many ms).
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -114,7 +115,8 @@ pub fn choose(opts: &ThreadOpts, needs_per_socket: bool, sockets_open: usize) ->
 /// Helper threads of a process whose comms (all host memory, no zero-copy, no blocking fault)
 /// have `data_sockets_open` data sockets in all when they first transfer: per-socket, one per
 /// data socket; shared, `TCPXEMU_SHARED_THREADS`; auto, per-socket up to
-/// `TCPXEMU_THREAD_SOCKETS` sockets, else shared. Setup threads come on top (module docs).
+/// `TCPXEMU_THREAD_SOCKETS` sockets, else shared. Setup threads come on top: one acceptor per
+/// process and one per `connect` under way (module docs).
 pub fn helper_threads(data_sockets_open: usize, cfg: &Config) -> usize {
     let opts = ThreadOpts::from_config(cfg);
     match choose(&opts, false, data_sockets_open) {

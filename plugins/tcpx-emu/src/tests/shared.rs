@@ -191,8 +191,8 @@ fn a_cuda_registration_after_the_first_shared_transfer_names_the_fix() {
 const CHILD_VAR: &str = "TCPXEMU_TEST_THREAD_BOUND";
 /// Pairs in the child: 120 comms of one data socket each, past the default threshold of 64.
 const CHILD_PAIRS: usize = 60;
-/// What the child may run: the harness's main and test threads, the 4 loops, slack for the
-/// runtime; per-socket threads would be 120.
+/// What the child may run: the harness's main and test threads, the acceptor, the 4 loops, slack
+/// for the runtime; per-socket threads would be 120, an acceptor per listen comm 60.
 const THREAD_BOUND: usize = 16;
 
 fn threads_now() -> usize {
@@ -200,12 +200,19 @@ fn threads_now() -> usize {
 }
 
 #[test]
-#[ignore = "helper process for auto_mode_bounds_the_threads_of_a_process"]
+#[ignore = "helper process for auto_mode_and_the_shared_acceptor_bound_the_threads_of_a_process"]
 fn child_many_comms_helper() {
     if std::env::var_os(CHILD_VAR).is_none() {
         return;
     }
     let chunk = 8 << 10;
+    // Setup: as many listen comms open at once as tcpx-perf opens (one per receive comm), all
+    // served by the one acceptor thread.
+    let listens: Vec<_> = (0..CHILD_PAIRS)
+        .map(|_| ListenComm::bind(LOCALHOST, 0, &cfg(1, chunk)).expect("listen"))
+        .collect();
+    let listening = threads_now();
+    drop(listens);
     let all = pairs(&cfg(1, chunk), CHILD_PAIRS);
     let mut most = threads_now();
     // Every pair moves data; the thread count is sampled as the comms go.
@@ -218,14 +225,14 @@ fn child_many_comms_helper() {
         .flat_map(|(s, r)| [s.thread_model(), r.thread_model()])
         .collect();
     println!(
-        "CHILD-THREADS {most} SHARED {} SOCKETS {}",
+        "CHILD-THREADS {most} SHARED {} SOCKETS {} LISTENING {listening}",
         models.iter().filter(|m| **m == Some(Model::Shared)).count(),
         crate::threads::data_sockets_open()
     );
 }
 
 #[test]
-fn auto_mode_bounds_the_threads_of_a_process() {
+fn auto_mode_and_the_shared_acceptor_bound_the_threads_of_a_process() {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = std::process::Command::new(exe)
         .args([
@@ -255,7 +262,11 @@ fn auto_mode_bounds_the_threads_of_a_process() {
     assert!(status.success(), "child failed: {out}");
     let line = out.lines().find(|l| l.starts_with("CHILD-THREADS")).expect(&out);
     let nums: Vec<usize> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-    let (threads, shared, sockets) = (nums[0], nums[1], nums[2]);
+    let (threads, shared, sockets, listening) = (nums[0], nums[1], nums[2], nums[3]);
+    assert!(
+        listening <= THREAD_BOUND,
+        "{listening} threads with {CHILD_PAIRS} listen comms open: {line}"
+    );
     assert_eq!(sockets, 2 * CHILD_PAIRS, "{line}");
     // All pairs exist before the first transfer (as in tcpx-perf), so every comm saw 120 data
     // sockets open, past the threshold of 64.
