@@ -45,7 +45,7 @@ struct Rejected {
     recent: Vec<String>,
 }
 
-/// What a listen comm and its acceptor thread share.
+/// What a listen comm and the acceptor thread share.
 pub struct ListenShared {
     pub listener: TcpListener,
     pub info: ListenInfo,

@@ -12,7 +12,7 @@ fn shared(nsocks: usize, chunk_size: usize) -> Config {
     }
 }
 
-/// `n` connected pairs; the listen comms are closed (their acceptor threads end).
+/// `n` connected pairs; their listen comms are closed.
 fn pairs(c: &Config, n: usize) -> Vec<(Box<Comm>, Box<Comm>)> {
     (0..n)
         .map(|_| {
