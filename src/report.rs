@@ -60,6 +60,9 @@ pub struct RunInfo {
     pub nccl: Option<NcclInfo>,
     /// `NCCL_TESTS_MIN_BW`'s verdict, set once the sweep completed with the variable set.
     pub bandwidth_gate: Option<BandwidthGate>,
+    /// The slow NIC sides the measurements found, with every flow through each (the findings
+    /// say each in one line).
+    pub slow_nics: Vec<crate::slow_nic::SlowNic>,
 }
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over

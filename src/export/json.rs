@@ -220,6 +220,9 @@ struct Summary<'a> {
     env: BTreeMap<&'a str, &'a str>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup.
     placement: &'a crate::report::PlacementReport,
+    /// The slow NIC sides found after the sweep (each a warning in `placement.findings`), with
+    /// every flow through each: the evidence a one-line finding leaves out.
+    slow_nics: &'a [crate::slow_nic::SlowNic],
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
     /// The whole run's CPU cost (null for a run that did not complete).
@@ -282,6 +285,7 @@ pub fn write_summary(
         hosts: &info.hosts,
         env: info.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
         placement: &info.placement,
+        slow_nics: &info.slow_nics,
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
         cpu: info.cpu.as_ref(),

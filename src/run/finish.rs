@@ -139,12 +139,15 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 }
 
 /// The findings the measurements make (a slow NIC, from the link matrix and the NICs'
-/// counters: [`crate::slow_nic`]) join placement's in `summary.json`; their footer lines.
+/// counters: [`crate::slow_nic`]) join placement's in `summary.json`, with their evidence in
+/// `slow_nics`; their footer lines, one short line each.
 fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
     let mut lines = String::new();
-    for slow in crate::slow_nic::find(&info.placement.rows, results) {
+    info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
+    for slow in &info.slow_nics {
         let f = slow.finding();
-        lines.push_str(&format!("# warning: {} [{}]\n", f.text, f.hosts.join(",")));
+        lines.push_str(&crate::placement::dry_run::finding_line(&f));
+        lines.push('\n');
         info.placement.findings.push(f);
     }
     info.placement.findings.sort_by_key(|f| f.level);

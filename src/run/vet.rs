@@ -305,5 +305,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         cpu: None,
         nccl: None,
         bandwidth_gate: None,
+        slow_nics: Vec::new(),
     }
 }
