@@ -343,6 +343,9 @@ pub struct NcclInfo {
     pub timing: Timing,
     /// The alternation: one entry per measured block, in the order they ran.
     pub blocks: Vec<Block>,
+    /// What differs between the traffic tcpx-perf and NCCL moved, where it does (ring at
+    /// `--scope inter-node`: the hops that cross nodes on each side); null where like for like.
+    pub baseline_note: Option<String>,
 }
 
 /// Definitions of the figures, written into summary.json beside them.
