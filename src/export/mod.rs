@@ -277,6 +277,7 @@ pub(crate) mod fixtures {
             )),
             nccl: None,
             bandwidth_gate: None,
+            slow_nics: Vec::new(),
         }
     }
 

@@ -357,6 +357,9 @@ impl ListenComm {
     /// Non-blocking accept: `Ok(None)` until a complete connection has arrived (and the setup
     /// cost model's time has passed). Strict mode refuses a call after one returned a comm.
     pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
+        if let Some(e) = crate::fault::accept_refused(self.cfg.fault) {
+            return Err(e);
+        }
         if self.cfg.strict && self.accepted.load(Ordering::Acquire) {
             return Err(contracts::second_accept());
         }
