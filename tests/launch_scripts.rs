@@ -374,7 +374,7 @@ fn scripts_named(text: &str) -> std::collections::BTreeSet<String> {
                 .take_while(|c| c.is_ascii_alphanumeric() || "/._-".contains(*c))
                 .collect();
             let name = name.trim_end_matches('.');
-            if name.ends_with(".sh") || name.ends_with(".py") {
+            if Path::new(name).extension().is_some_and(|e| e == "sh" || e == "py") {
                 found.insert(name.to_string());
             }
         }
