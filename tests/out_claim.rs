@@ -41,7 +41,8 @@ fn stderr(o: &Output) -> String {
 fn two_jobs_on_one_out_one_is_refused_naming_the_other() {
     let out = scratch("two");
     let sweep = "--pattern sendrecv -b 64K -e 1M -w 1 --progress never -T 30";
-    let iters = [120, 121];
+    // About 4 s each: the loser's setup ends long before the winner's sweep.
+    let iters = [300, 301];
     let mut jobs: Vec<_> = iters
         .iter()
         .map(|n| {

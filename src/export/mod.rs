@@ -29,7 +29,8 @@ pub const SCHEMA_VERSION: u32 = 3;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
-/// same second collide, and [`prepare_out_dir`] then refuses the second instead of mixing.
+/// same second collide, and [`claim`] (or, once the first has written, [`prepare_out_dir`])
+/// then refuses the second instead of mixing.
 pub fn default_out_dir(pattern: &str) -> PathBuf {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
