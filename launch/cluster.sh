@@ -306,6 +306,10 @@ cmd_down() {
   local left
   if [ -f "$state" ]; then
     read_state
+    left=$(rig_named | tr '\n' ' ')
+    if [ ${#MADE[@]} -eq 0 ] && [ -n "$left" ]; then
+      die "down: $state records nothing rig $RIG made (an older cluster.sh wrote it); removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME), then the state file"
+    fi
     remove_made
     remove_state
     left=$(rig_named | tr '\n' ' ')

@@ -616,6 +616,36 @@ fn down_removes_only_what_the_rig_made() {
     assert!(!rig.state_dir.exists(), "down removes the state directory it made");
 }
 
+/// A state file that records no object (an older cluster.sh wrote it) gives `down` nothing it
+/// may remove: a namespace with the rig's name stays, named, and so does the state file.
+#[test]
+fn a_state_that_records_nothing_removes_nothing() {
+    if !rigs_possible(9) {
+        return;
+    }
+    let state_dir = scratch("old-state");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let state = state_dir.join("rig9.env");
+    std::fs::write(&state, "NODES=1\nNICS=1\nRATE=off\nMTU=1500\n").unwrap();
+    let mut foreign = Foreign(Vec::new());
+    foreign.ip("netns add r9-node0");
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .arg("down")
+        .env("CLUSTER_RIG", "9")
+        .env("CLUSTER_STATE_DIR", &state_dir);
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh down");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        err.contains("records nothing rig 9 made") && err.contains("r9-node0"),
+        "{err}"
+    );
+    assert_eq!(foreign.still_there(), ["r9-node0"]);
+    assert!(state.exists(), "the state file stays for a person to judge");
+    let _ = std::fs::remove_dir_all(&state_dir);
+}
+
 /// A rejected command changes nothing: `shape node1 eth2 banana` (and a NIC the rig lacks)
 /// leaves node1's eth2 at the 100mbit it was shaped to; `shape ... off` removes the qdisc.
 #[test]
