@@ -19,7 +19,7 @@
 //! read at once (a `kill` that exits stays readable as a zombie until its shell reaps it).
 //! "mpirun" is said only of mpirun itself (`mpirun`, `orterun`, `prterun`) and of its daemons
 //! (`orted`, `prted`). A rank other than 0 that is signalled by anyone but its launcher (a person,
-//! a script, the OOM killer's helper) says so on stderr, naming the sender: rank 0 then hears only
+//! a script, a scheduler's agent) says so on stderr, naming the sender: rank 0 then hears only
 //! mpirun's SIGTERM as the job ends, and without that line the job's output would blame mpirun.
 //!
 //! One atomic decides between a signal and the main thread's own exit ([`exit`]): whichever
@@ -45,8 +45,9 @@ static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread started after) and starts the
-/// thread that waits for them. Call first thing in `main`.
-pub fn install() {
+/// thread that waits for them. Call first thing in `main`, with the rank the launcher announces
+/// (a rank other than 0 names a sender that is not its launcher).
+pub fn install(rank: usize) {
     let set = ending_signals();
     // SAFETY: `set` is an initialised signal set; a null old-set pointer is allowed.
     let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
@@ -71,7 +72,6 @@ pub fn install() {
         }
         let sender = sender_of(&info);
         let from = sender.as_ref().map(Sender::describe);
-        let rank = crate::run::launcher_rank();
         if rank != 0 && !sender.as_ref().is_some_and(Sender::is_launcher) {
             eprintln!(
                 "tcpx-perf: rank {rank}: {} from {}: this rank stops, and mpirun then ends the job",

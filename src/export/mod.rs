@@ -4,7 +4,8 @@
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically;
 //! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON;
-//! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens.
+//! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens;
+//! - [`claim`]: one job per result directory (`.tcpx-perf-claim`, locked for the job's life).
 //!
 //! The file formats are specified in `results/README.md` (schema version 3).
 
