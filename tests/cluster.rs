@@ -1,7 +1,9 @@
 //! A cluster in a box (`launch/cluster.sh`): 2 nodes x 2 NICs as network namespaces, real
 //! ranks in them, real sockets over veths. Checks that tcpx-perf sees 2 nodes, that every NIC
 //! carries the bytes its placement plans (counted by each node's kernel), that a dead NIC and an
-//! MTU mismatch are found before any data moves, and that `down` leaves nothing behind.
+//! MTU mismatch are found before any data moves, that `down` leaves nothing behind, and that
+//! the rig owns only what it made (foreign namespaces and links survive `up` and `down`, a
+//! rejected command changes nothing).
 //!
 //! Needs root, iproute2 and network namespaces; where the rig cannot exist (`cluster.sh` exits
 //! 77) each test says so on stderr and passes without checking anything. Each test has its own
@@ -495,9 +497,15 @@ fn exists(kind: &str, name: &str) -> bool {
 }
 
 /// Whether this machine can have a rig (root, iproute2, namespaces): a probe `up` of a 1 x 1
-/// rig on `id` that is taken down at once. Says why not on stderr.
-fn rigs_possible(id: u32) -> bool {
-    Rig::up(id, "--nodes 1 --nics 1").is_some()
+/// rig on `id` that is taken down at once. Says why not on stderr (None). The guard keeps every
+/// other rig test out while the caller makes rig `id`'s names by hand.
+fn rigs_possible(id: u32) -> Option<std::sync::MutexGuard<'static, ()>> {
+    Rig::up(id, "--nodes 1 --nics 1")?;
+    Some(
+        ONE_RIG_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
 }
 
 /// `up` refuses, naming it, a namespace it needs that someone else made (with a veth in it),
@@ -506,9 +514,9 @@ fn rigs_possible(id: u32) -> bool {
 /// names but were not made by it survive, and so does the state directory's absence.
 #[test]
 fn a_failed_up_removes_only_what_it_made() {
-    if !rigs_possible(9) {
+    let Some(_alone) = rigs_possible(9) else {
         return;
-    }
+    };
     let state_dir = scratch("failed-up");
     let up = |ip: &str| {
         let mut c = Command::new("bash");
@@ -620,9 +628,9 @@ fn down_removes_only_what_the_rig_made() {
 /// may remove: a namespace with the rig's name stays, named, and so does the state file.
 #[test]
 fn a_state_that_records_nothing_removes_nothing() {
-    if !rigs_possible(9) {
+    let Some(_alone) = rigs_possible(9) else {
         return;
-    }
+    };
     let state_dir = scratch("old-state");
     std::fs::create_dir_all(&state_dir).unwrap();
     let state = state_dir.join("rig9.env");
