@@ -27,6 +27,7 @@ pub struct TcpCounters {
 impl TcpCounters {
     /// Growth from `self` to `later` (a counter that went backwards counts as 0: a namespace
     /// cannot reset its counters, but a reading of another namespace can look like it).
+    #[must_use]
     pub fn delta(&self, later: &TcpCounters) -> TcpCounters {
         TcpCounters {
             retrans_segs: later.retrans_segs.saturating_sub(self.retrans_segs),
@@ -60,17 +61,16 @@ impl TcpActivity {
         let mut keys: Vec<u64> = Vec::new();
         let mut act = TcpActivity::default();
         for (key, host, c) in readings {
-            match keys.iter().position(|&k| k == key) {
-                Some(i) => act.namespaces[i].hosts.push(host),
-                None => {
-                    keys.push(key);
-                    act.total.retrans_segs += c.retrans_segs;
-                    act.total.timeouts += c.timeouts;
-                    act.namespaces.push(NamespaceTcp {
-                        hosts: vec![host],
-                        counters: c,
-                    });
-                }
+            if let Some(i) = keys.iter().position(|&k| k == key) {
+                act.namespaces[i].hosts.push(host);
+            } else {
+                keys.push(key);
+                act.total.retrans_segs += c.retrans_segs;
+                act.total.timeouts += c.timeouts;
+                act.namespaces.push(NamespaceTcp {
+                    hosts: vec![host],
+                    counters: c,
+                });
             }
         }
         (!keys.is_empty()).then_some(act)

@@ -480,3 +480,47 @@ fn every_rank_failing_at_setup_still_writes_summary_json() {
     assert!(rank < 4, "{s}");
     assert_names(&s, &o, rank);
 }
+
+/// SIGTERM to rank 2 from a plain process (a shell, not the launcher): rank 2 names the sender
+/// by its command and pid on stderr, once, so the job's output does not leave mpirun (whose
+/// SIGTERM is all the other ranks hear as the job ends) as the only sender named.
+#[test]
+fn a_signal_from_a_plain_process_is_named_by_its_command() {
+    let _alone = alone();
+    let dir = scratch("term-by-sh");
+    let mut child = spawn(mpirun(
+        4,
+        &format!("{SLOW_SWEEP} -T 20"),
+        &dir,
+        &[("TCPXEMU_FAULT", "slow")],
+    ));
+    wait_for_rows(&mut child, &dir, 2);
+    let target = rank_pid(&child, 2);
+    // The shell stays a while, as a person's shell or a script would.
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {target}; sleep 5"))
+        .spawn()
+        .expect("sh");
+    let o = finish(child, Duration::from_secs(30));
+    let _ = sh.kill();
+    let _ = sh.wait();
+    assert_eq!(o.status.code(), Some(143), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let named: Vec<&str> = err.lines().filter(|l| l.contains(" from sh (pid ")).collect();
+    assert_eq!(
+        named,
+        [format!(
+            "tcpx-perf: rank 2: SIGTERM from sh (pid {}): this rank stops, and mpirun then ends the job",
+            sh.id()
+        )],
+        "{}",
+        show(&o)
+    );
+    assert!(
+        !err.lines()
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains("from mpirun")),
+        "no rank reports mpirun's own SIGTERM: {}",
+        show(&o)
+    );
+}
