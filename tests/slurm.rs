@@ -118,6 +118,46 @@ impl Slurm {
     fn results_of(&self, job: u64) -> PathBuf {
         self.scratch.join(format!("slurm-{job}"))
     }
+
+    /// Waits up to `limit` for `job` to end, every process of it gone (scontrol says COMPLETING
+    /// until then); its final state and exit status (what `sbatch --wait` returns). Polls every
+    /// 200 ms: `sbatch --wait` polls at up to 10 s, which would be most of these tests' time.
+    fn wait_job(&self, job: u64, limit: Duration) -> (String, i32) {
+        let start = Instant::now();
+        loop {
+            let mut cmd = self.client("scontrol");
+            cmd.args(["show", "job", "-o", &job.to_string()]);
+            let o = output_within(&mut cmd, Duration::from_secs(30), "scontrol show job");
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            let field = |name: &str| {
+                text.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let state = field("JobState=");
+            if [
+                "COMPLETED",
+                "FAILED",
+                "CANCELLED",
+                "TIMEOUT",
+                "NODE_FAIL",
+                "OUT_OF_MEMORY",
+            ]
+            .contains(&state.as_str())
+            {
+                let exit = field("ExitCode=");
+                let status = exit.split(':').next().and_then(|c| c.parse().ok());
+                return (state, status.unwrap_or_else(|| panic!("no exit code: {text}")));
+            }
+            assert!(
+                start.elapsed() < limit,
+                "job {job} not over after {limit:?}: {text}\njob output:\n{}",
+                self.job_output(job)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 impl Drop for Slurm {
@@ -242,16 +282,20 @@ fn sbatch_job_writes_a_complete_folder_and_exits_0() {
 #[test]
 fn sbatch_job_exits_with_tcpx_perfs_failure() {
     let Some(slurm) = Slurm::up("sbatch-fail") else { return };
-    let (job, o) = slurm.sbatch(true, "--pattern nosuch --mem host", &[], Duration::from_secs(60));
+    let (job, o) = slurm.sbatch(false, "--pattern nosuch --mem host", &[], Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let (state, status) = slurm.wait_job(job, Duration::from_secs(60));
     let out = slurm.job_output(job);
-    assert_eq!(o.status.code(), Some(64), "{}\njob output:\n{out}", show(&o));
+    assert_eq!((state.as_str(), status), ("FAILED", 64), "job output:\n{out}");
     assert!(out.contains("invalid value 'nosuch' for '--pattern"), "{out}");
     assert!(out.contains("the dry run failed (exit 64)"), "{out}");
     assert!(!slurm.results_of(job).exists(), "no measurement after a failed dry run");
 
-    let (job, o) = slurm.sbatch(true, QUICK, &[("TCPXEMU_FAULT", "corrupt")], Duration::from_secs(90));
+    let (job, o) = slurm.sbatch(false, QUICK, &[("TCPXEMU_FAULT", "corrupt")], Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let (state, status) = slurm.wait_job(job, Duration::from_secs(60));
     let out = slurm.job_output(job);
-    assert_eq!(o.status.code(), Some(2), "{}\njob output:\n{out}", show(&o));
+    assert_eq!((state.as_str(), status), ("FAILED", 2), "job output:\n{out}");
     assert!(out.contains("# dry run: 0 error(s)"), "the dry run passed:\n{out}");
     assert_eq!(summary(&slurm.results_of(job))["status"], "wrong-data", "{out}");
 }
@@ -279,21 +323,8 @@ fn scancel_keeps_every_finished_size() {
     cancel.arg(job.to_string());
     let o = output_within(&mut cancel, Duration::from_secs(30), "scancel");
     assert!(o.status.success(), "{}", show(&o));
-    let start = Instant::now();
-    loop {
-        let mut show_job = slurm.client("scontrol");
-        show_job.args(["show", "job", &job.to_string()]);
-        let state = String::from_utf8_lossy(&output_within(&mut show_job, Duration::from_secs(30), "scontrol").stdout)
-            .into_owned();
-        if state.contains("JobState=CANCELLED") {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "job not cancelled after 30 s:\n{state}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (state, _) = slurm.wait_job(job, Duration::from_secs(30));
+    assert_eq!(state, "CANCELLED");
     let out = slurm.job_output(job);
     let s = summary(&dir);
     assert_eq!(s["status"], "interrupted", "{s}\n{out}");
