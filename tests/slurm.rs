@@ -291,13 +291,31 @@ fn sbatch_job_exits_with_tcpx_perfs_failure() {
     assert!(out.contains("the dry run failed (exit 64)"), "{out}");
     assert!(!slurm.results_of(job).exists(), "no measurement after a failed dry run");
 
-    let (job, o) = slurm.sbatch(false, QUICK, &[("TCPXEMU_FAULT", "corrupt")], Duration::from_secs(30));
+    // --out among the arguments replaces results/slurm-<job id>.
+    let mine = slurm.scratch.join("corrupt");
+    let args = format!("{QUICK} --out {}", mine.display());
+    let (job, o) = slurm.sbatch(false, &args, &[("TCPXEMU_FAULT", "corrupt")], Duration::from_secs(30));
     assert!(o.status.success(), "{}", show(&o));
     let (state, status) = slurm.wait_job(job, Duration::from_secs(60));
     let out = slurm.job_output(job);
     assert_eq!((state.as_str(), status), ("FAILED", 2), "job output:\n{out}");
     assert!(out.contains("# dry run: 0 error(s)"), "the dry run passed:\n{out}");
-    assert_eq!(summary(&slurm.results_of(job))["status"], "wrong-data", "{out}");
+    assert_eq!(summary(&mine)["status"], "wrong-data", "{out}");
+    assert!(!slurm.results_of(job).exists(), "--out replaced the default folder");
+
+    // TCPX's library directory missing on the node: one line naming TCPX_LIB, before any srun.
+    let missing = slurm.scratch.join("no-such-dir");
+    let env = [("TCPX_LIB", missing.to_str().expect("utf-8 path"))];
+    let (job, o) = slurm.sbatch(false, QUICK, &env, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let (state, status) = slurm.wait_job(job, Duration::from_secs(60));
+    let out = slurm.job_output(job);
+    assert_eq!((state.as_str(), status), ("FAILED", 1), "job output:\n{out}");
+    assert!(
+        out.contains(&format!("TCPX_LIB={} is not a directory", missing.display())),
+        "{out}"
+    );
+    assert!(!out.contains("# tcpx-perf"), "no tcpx-perf step ran:\n{out}");
 }
 
 /// `scancel` mid-run: Slurm's SIGTERM reaches every rank, rank 0 records `interrupted` (by
@@ -384,8 +402,8 @@ fn local_slurm_up_is_idempotent_and_down_leaves_nothing() {
     std::fs::remove_dir_all(&slurm.dir).expect("remove the test's directory");
 }
 
-/// The Slurm scripts pass shellcheck (installed by launch/setup.sh; skipped where absent and CI
-/// is unset) and parse.
+/// The Slurm scripts parse and pass shellcheck (installed by launch/setup.sh; skipped where
+/// absent and CI is unset); the job script run outside a job says how to submit it.
 #[test]
 fn slurm_scripts_pass_shellcheck() {
     let scripts = ["launch/slurm/local-slurm.sh", SBATCH_SCRIPT];
@@ -398,6 +416,16 @@ fn slurm_scripts_pass_shellcheck() {
             .expect("bash -n");
         assert!(o.status.success(), "{script}: {}", show(&o));
     }
+    let mut outside = Command::new("bash");
+    outside.arg(SBATCH_SCRIPT).current_dir(ROOT).env_remove("SLURM_JOB_ID");
+    let o = output_within(&mut outside, Duration::from_secs(30), "a3-high.sbatch outside a job");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("not inside a Slurm job: submit it with sbatch"),
+        "{}",
+        show(&o)
+    );
     if let Err(e) = Command::new("shellcheck").arg("--version").output() {
         assert!(std::env::var_os("CI").is_none(), "shellcheck must run in CI: {e}");
         eprintln!("skipped: no shellcheck ({e}); launch/setup.sh installs it");
