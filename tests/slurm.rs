@@ -29,6 +29,8 @@ static ONE_SLURM_AT_A_TIME: Mutex<()> = Mutex::new(());
 struct Slurm {
     dir: PathBuf,
     port: u16,
+    /// `launch/cluster.sh`'s rig whose nodes are this Slurm's nodes (id, state directory).
+    rig: Option<(u32, PathBuf)>,
     /// Where this test's result folders and job output go.
     scratch: PathBuf,
     _alone: MutexGuard<'static, ()>,
@@ -38,6 +40,11 @@ impl Slurm {
     /// Starts a Slurm for test `name`, or None (with a line on stderr) where this machine cannot
     /// run one and `CI` is unset.
     fn up(name: &str) -> Option<Slurm> {
+        Self::up_on(name, None)
+    }
+
+    /// As [`Slurm::up`], with the nodes of `rig` (up already) as Slurm's nodes.
+    fn up_on(name: &str, rig: Option<&Rig>) -> Option<Slurm> {
         let alone = ONE_SLURM_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let tag = format!("{}-{name}", std::process::id());
         let scratch = std::env::temp_dir().join(format!("tcpx-perf-slurm-{tag}"));
@@ -46,6 +53,7 @@ impl Slurm {
         let slurm = Slurm {
             dir: std::env::temp_dir().join(format!("tcpx-local-slurm-{tag}")),
             port: free_port_pair(),
+            rig: rig.map(|r| (r.id, r.state_dir.clone())),
             scratch,
             _alone: alone,
         };
@@ -69,6 +77,10 @@ impl Slurm {
             .arg(verb)
             .env("LOCAL_SLURM_DIR", &self.dir)
             .env("LOCAL_SLURM_PORT", self.port.to_string());
+        if let Some((id, state_dir)) = &self.rig {
+            cmd.env("LOCAL_SLURM_RIG", id.to_string())
+                .env("CLUSTER_STATE_DIR", state_dir);
+        }
         output_within(&mut cmd, Duration::from_secs(60), &format!("local-slurm.sh {verb}"))
     }
 
@@ -85,9 +97,21 @@ impl Slurm {
     /// `sbatch [--wait] launch/slurm/a3-high.sbatch args` on one node with 4 tasks, tcpx-emu as
     /// the plugin, results under the scratch directory; (job id, sbatch's output).
     fn sbatch(&self, wait: bool, args: &str, env: &[(&str, &str)], limit: Duration) -> (u64, Output) {
+        self.sbatch_shaped("-N 1 --ntasks-per-node=4", wait, args, env, limit)
+    }
+
+    /// [`Slurm::sbatch`] with the job's shape (`sbatch` flags) given.
+    fn sbatch_shaped(
+        &self,
+        shape: &str,
+        wait: bool,
+        args: &str,
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> (u64, Output) {
         let plugin = Path::new(BIN).with_file_name("libnccl-net-tcpxemu-v7.so");
         let mut cmd = self.client("sbatch");
-        cmd.args(["-N", "1", "--ntasks-per-node=4"])
+        cmd.args(shape.split_whitespace())
             .arg(format!("--output={}/job-%j.out", self.scratch.display()))
             .args(wait.then_some("--wait"))
             .arg(SBATCH_SCRIPT)
@@ -168,6 +192,53 @@ impl Drop for Slurm {
         }
         if o.status.success() && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.scratch);
+        }
+    }
+}
+
+/// A rig of `launch/cluster.sh` (nodes as network namespaces, each with its own data NICs), taken
+/// down when dropped. Rig 12: the id kept for the Slurm tests.
+struct Rig {
+    id: u32,
+    state_dir: PathBuf,
+}
+
+impl Rig {
+    /// `up`s rig 12 with `args`, or None (with a line on stderr) where this machine cannot have
+    /// one (cluster.sh exits 77: not root, no iproute2, namespaces refused), as tests/cluster.rs.
+    fn up(args: &str) -> Option<Rig> {
+        let rig = Rig {
+            id: 12,
+            state_dir: std::env::temp_dir().join(format!("tcpx-perf-slurm-rig-{}", std::process::id())),
+        };
+        rig.cluster("down");
+        let o = rig.cluster(&format!("up {args}"));
+        if o.status.code() == Some(77) {
+            eprintln!(
+                "skipped: no cluster rig here: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        assert!(o.status.success(), "cluster.sh up {args}: {}", show(&o));
+        Some(rig)
+    }
+
+    fn cluster(&self, args: &str) -> Output {
+        let mut cmd = Command::new("bash");
+        cmd.arg(format!("{ROOT}/launch/cluster.sh"))
+            .args(args.split_whitespace())
+            .env("CLUSTER_RIG", self.id.to_string())
+            .env("CLUSTER_STATE_DIR", &self.state_dir);
+        output_within(&mut cmd, Duration::from_secs(60), &format!("cluster.sh {args}"))
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let o = self.cluster("down");
+        if !o.status.success() {
+            eprintln!("cluster.sh down failed: {}", show(&o));
         }
     }
 }
@@ -362,18 +433,53 @@ fn csv_rows_or_none(dir: &Path) -> Option<usize> {
         .then(|| csv_rows(dir, "results.csv").len())
 }
 
+/// Slurm over two nodes of a cluster in a box: one slurmd per rig node (its own network namespace
+/// and host name), so `sbatch -N 2` lands on both and the ranks' data crosses the rig's data NICs.
+/// The header and the record say 2 nodes (node0, node1), found from the ranks, no hostfile.
+#[test]
+fn sbatch_lands_on_two_rig_nodes() {
+    let Some(rig) = Rig::up("--nodes 2 --nics 2") else {
+        return;
+    };
+    let Some(slurm) = Slurm::up_on("rig", Some(&rig)) else {
+        return;
+    };
+    let env = [("TCPXEMU_IFNAMES", "eth1,eth2"), ("MPI_IFNAME", "eth0")];
+    let args = format!("--pattern fullmesh {QUICK}");
+    let (job, o) = slurm.sbatch_shaped("-N 2 --ntasks-per-node=2", false, &args, &env, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let (state, status) = slurm.wait_job(job, Duration::from_secs(90));
+    let out = slurm.job_output(job);
+    assert_eq!((state.as_str(), status), ("COMPLETED", 0), "job output:\n{out}");
+    assert!(out.contains("# ranks: 4 endpoints: 4 nodes: 2 "), "{out}");
+    let s = summary(&slurm.results_of(job));
+    assert_eq!(s["complete"], true, "{s}");
+    assert_eq!(s["nodes"], 2);
+    let hosts: Vec<&str> = s["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter_map(|h| h["hostname"].as_str())
+        .collect();
+    assert_eq!(hosts, ["node0", "node0", "node1", "node1"], "{s}");
+    assert_eq!(s["env"]["SLURM_JOB_NUM_NODES"], "2");
+}
+
 /// `up` twice is one Slurm; `status` says so; `down` stops every daemon and removes its
 /// directory, twice is fine, and it refuses a directory it did not make.
 #[test]
 fn local_slurm_up_is_idempotent_and_down_leaves_nothing() {
     let Some(slurm) = Slurm::up("lifecycle") else { return };
+    // Every daemon's pid file: munged, slurmctld, slurmd-<node>.
     let pids = || -> Vec<String> {
-        ["munged", "slurmctld", "slurmd"]
-            .iter()
-            .map(|d| std::fs::read_to_string(slurm.dir.join(format!("run/{d}.pid"))).unwrap_or_default())
-            .collect()
+        let mut pids: Vec<String> = std::fs::read_dir(slurm.dir.join("run"))
+            .map(|d| d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
+            .unwrap_or_default();
+        pids.sort();
+        pids
     };
     let before = pids();
+    assert_eq!(before.len(), 3, "munged, slurmctld and one slurmd: {before:?}");
     let o = slurm.local_slurm("up");
     assert!(o.status.success(), "{}", show(&o));
     assert_eq!(pids(), before, "a second up starts nothing");
