@@ -22,7 +22,9 @@
 # Environment: LOCAL_SLURM_DIR (state directory, default /var/tmp/tcpx-local-slurm),
 # LOCAL_SLURM_SLOTS (CPUs the node declares, default max(nproc, 8): an A3-high job's 8 tasks fit
 # on a smaller box, oversubscribing its cores), LOCAL_SLURM_PORT (slurmctld's port, default 6817;
-# slurmd takes the next one).
+# slurmd takes the next one), LOCAL_SLURM_RIG (a rig id, above) and CLUSTER_STATE_DIR (where
+# that rig's state file is, as for launch/cluster.sh).
+# A failed `up` leaves what it started to `down`, which stops it.
 # Exit 77 (with one line saying what is missing) where Slurm cannot run here: not root, packages
 # missing.
 set -euo pipefail
