@@ -237,7 +237,9 @@ impl Rig {
 impl Drop for Rig {
     fn drop(&mut self) {
         let o = self.cluster("down");
-        if !o.status.success() {
+        if o.status.success() {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        } else {
             eprintln!("cluster.sh down failed: {}", show(&o));
         }
     }
