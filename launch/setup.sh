@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running tcpx-perf needs on a fresh Debian/Ubuntu machine:
 # Open MPI (mpirun, and headers for rsmpi), libclang (rsmpi's bindgen), pkg-config, a C
-# compiler, iproute2 and shellcheck (launch/cluster.sh and its tests), and Rust if it is
-# missing. Safe to run again; prints what it installed.
+# compiler, iproute2 and shellcheck (launch/cluster.sh and its tests), with SETUP_SLURM=1 Slurm
+# and MUNGE (tests/slurm.rs), and Rust if it is missing. Safe to run again; prints what it installed.
 #
 # A package counts as installed only when dpkg says "install ok installed": `dpkg -s` also
 # answers 0 for a removed package whose configuration files remain, which would leave the
@@ -12,7 +12,12 @@ set -euo pipefail
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
 need=()
-for pkg in openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl iproute2 shellcheck; do
+pkgs=(openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl iproute2 shellcheck)
+# SETUP_SLURM=1 (launch/test.sh, so CI): Slurm 22.05 and MUNGE for tests/slurm.rs and
+# launch/slurm/local-slurm.sh (slurmd brings slurm-wlm-basic-plugins, whose mpi_pmix.so is
+# srun --mpi=pmix). Required, not best effort: CI fails when the Slurm tests cannot run.
+if [ "${SETUP_SLURM:-0}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi
+for pkg in "${pkgs[@]}"; do
   installed "$pkg" || need+=("$pkg")
 done
 
