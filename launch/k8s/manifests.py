@@ -61,8 +61,8 @@ def pod_spec(o, index_env):
         if plugin.startswith(o.tcpx_lib + "/"):
             lib = plugin[len(o.tcpx_lib) + 1 :]
             check = (
-                f'test -e {PLUGIN_INSTALL_DIR}/lib64/{lib} || {{ echo "tcpx-plugin: the image installs no {lib}:'
-                f' $(ls {PLUGIN_INSTALL_DIR}/lib64 | tr \'\\n\' \' \')- render with PLUGIN={o.tcpx_lib}/<one of them>"; exit 1; }}\n'
+                f'test -e {PLUGIN_INSTALL_DIR}/lib64/{lib} || {{ echo "tcpx-plugin: the image installs no {lib}'
+                f' (it has: $(ls {PLUGIN_INSTALL_DIR}/lib64 | tr \'\\n\' \' \')); render with PLUGIN={o.tcpx_lib}/<one of them>"; exit 1; }}\n'
             )
         init.append(
             {
