@@ -550,7 +550,7 @@ fn render_is_deterministic_whoever_renders() {
 
 #[test]
 fn bad_input_is_one_line_and_exit_64() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--nodes", "0"], "--nodes '0' is not a node count"),
         (&["--nodes", "two"], "--nodes 'two' is not a node count"),
         (&[], "--nodes is required"),
@@ -571,6 +571,7 @@ fn bad_input_is_one_line_and_exit_64() {
             "--queue needs --form jobset",
         ),
         (&["--nodes"], "--nodes needs a value"),
+        (&["--nodes", "2", "--ssh-port", "70000"], "--ssh-port '70000' is not a port number"),
     ];
     for (args, want) in cases {
         let out = render(args, &[]);

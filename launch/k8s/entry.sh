@@ -65,7 +65,7 @@ Host *
 EOF
 ssh-keygen -A >/dev/null
 if ! /usr/sbin/sshd -p "$port" -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password; then
-  say "sshd did not start on port $port (taken on this node? render with another TCPX_PERF_SSH_PORT)"
+  say "sshd did not start on port $port (taken on this node? launch/k8s/render.sh --ssh-port picks another)"
   exit 1
 fi
 

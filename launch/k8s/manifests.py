@@ -38,7 +38,6 @@ JOB_DIR = "/etc/tcpx-perf/job"
 SSH_DIR = "/etc/tcpx-perf/ssh"
 # A3-high: 8 H100 per node, one rank per GPU (launch/a3-high.sh: --map-by ppr:8:node).
 GPUS = 8
-SSH_PORT = 2222
 WAIT_S = 600
 KEEP_S = 3600
 ACCELERATOR = "nvidia-h100-80gb"  # nccl-tcpx-installer.yaml's node affinity
@@ -98,7 +97,7 @@ def pod_spec(o, index_env):
         [
             ("TCPX_PERF_HOSTFILE", o.hostfile_path),
             ("TCPX_PERF_SSH_DIR", SSH_DIR),
-            ("TCPX_PERF_SSH_PORT", str(SSH_PORT)),
+            ("TCPX_PERF_SSH_PORT", str(o.ssh_port)),
             ("TCPX_PERF_WAIT_S", str(WAIT_S)),
             ("TCPX_PERF_DEADLINE_S", str(o.deadline)),
             ("TCPX_PERF_KEEP_S", str(KEEP_S)),
@@ -297,6 +296,7 @@ def main():
     p.add_argument("--ld-library-path", required=True)
     p.add_argument("--hostfile-path", required=True)
     p.add_argument("--deadline", type=int, required=True)
+    p.add_argument("--ssh-port", type=int, required=True)
     p.add_argument("--entry", required=True)
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--host", action="append", default=[])

@@ -14,7 +14,9 @@
 #   --name NAME       name of every object, and the pods' DNS names (default tcpx-perf)
 #   --out DIR         write DIR/NAME.yaml instead of printing to stdout
 #   --queue Q         Kueue LocalQueue (label kueue.x-k8s.io/queue-name; JobSet form only)
-#   --deadline S      seconds the whole job may run (activeDeadlineSeconds; default 7200)
+#   --deadline S      seconds the whole job may run, results' copying included
+#                     (activeDeadlineSeconds; default 7200)
+#   --ssh-port P      the port of the pods' sshd, on the node's network (default 2222)
 #   --plugin-image I, --rxdm-image I   TCPX's plugin and RxDM images (a matched pair)
 #   -- ARGS           tcpx-perf arguments, after TCPX_PERF_ARGS (as a3-high.sh's)
 # Output depends only on the arguments and the files of launch/: no time, no randomness.
@@ -25,7 +27,7 @@ root=$(cd "$here/../.." && pwd)
 
 usage() { echo "render.sh: $1 (usage: launch/k8s/render.sh --nodes N [--form jobset|pods] [--image IMG] [--out DIR] [-- tcpx-perf args])" >&2; exit 64; }
 
-nodes="" form=jobset image=tcpx-perf:dev name=tcpx-perf out="" queue="" deadline=7200
+nodes="" form=jobset image=tcpx-perf:dev name=tcpx-perf out="" queue="" deadline=7200 ssh_port=2222
 # The pair Google released together (container-engine-accelerators gpudirect-tcpx/README.md,
 # "Feb 15, 2024": plugin v3.1.9 with tcpgpudmarxd-dev v2.0.12; the daemon's version "is coupled
 # with the NCCL plugin installer version"); nccl-test-latest.yaml runs the same pair.
@@ -34,12 +36,13 @@ rxdm_image=us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.1
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; break ;;
-    --nodes|--form|--image|--name|--out|--queue|--deadline|--plugin-image|--rxdm-image)
+    -h|--help) sed -n '2,/^# Bad input/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --nodes|--form|--image|--name|--out|--queue|--deadline|--ssh-port|--plugin-image|--rxdm-image)
       [ $# -ge 2 ] || usage "$1 needs a value"
       v=$2
       case "$1" in
         --nodes) nodes=$v ;; --form) form=$v ;; --image) image=$v ;; --name) name=$v ;;
-        --out) out=$v ;; --queue) queue=$v ;; --deadline) deadline=$v ;;
+        --out) out=$v ;; --queue) queue=$v ;; --deadline) deadline=$v ;; --ssh-port) ssh_port=$v ;;
         --plugin-image) plugin_image=$v ;; --rxdm-image) rxdm_image=$v ;;
       esac
       shift 2 ;;
@@ -49,6 +52,9 @@ done
 [ -n "$nodes" ] || usage "--nodes is required"
 [[ "$nodes" =~ ^[1-9][0-9]{0,3}$ ]] || usage "--nodes '$nodes' is not a node count from 1 to 9999"
 [[ "$deadline" =~ ^[1-9][0-9]{0,6}$ ]] || usage "--deadline '$deadline' is not a number of seconds"
+if ! [[ "$ssh_port" =~ ^[1-9][0-9]{0,4}$ ]] || [ "$ssh_port" -gt 65535 ]; then
+  usage "--ssh-port '$ssh_port' is not a port number from 1 to 65535"
+fi
 case "$form" in jobset|pods) ;; *) usage "--form '$form' is neither jobset nor pods" ;; esac
 # Pod hostnames are DNS labels of at most 63 characters: NAME-node-0-9999 must fit.
 [[ "$name" =~ ^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$ ]] ||
@@ -88,7 +94,7 @@ launch=(mpirun --allow-run-as-root -np "$((nodes * 8))" -hostfile "$hostfile_pat
 
 command -v python3 >/dev/null 2>&1 || { echo "render.sh: python3 is needed to write the YAML (apt-get install python3)" >&2; exit 1; }
 args=(--form "$form" --nodes "$nodes" --name "$name" --image "$image" --queue "$queue"
-  --deadline "$deadline" --plugin-image "$plugin_image" --rxdm-image "$rxdm_image"
+  --deadline "$deadline" --ssh-port "$ssh_port" --plugin-image "$plugin_image" --rxdm-image "$rxdm_image"
   --tcpx-lib "$TCPX_LIB" --uds "$prefix" --ld-library-path "$TCPX_LD_LIBRARY_PATH"
   --hostfile-path "$hostfile_path" --entry "$here/entry.sh")
 for kv in "${TCPX_ENV[@]}"; do args+=(--env "$kv"); done
