@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{output_within, show};
+use common::{mpirun_command, output_within, show, spawn_piped, summary, wait_within};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -571,7 +571,10 @@ fn bad_input_is_one_line_and_exit_64() {
             "--queue needs --form jobset",
         ),
         (&["--nodes"], "--nodes needs a value"),
-        (&["--nodes", "2", "--ssh-port", "70000"], "--ssh-port '70000' is not a port number"),
+        (
+            &["--nodes", "2", "--ssh-port", "70000"],
+            "--ssh-port '70000' is not a port number",
+        ),
     ];
     for (args, want) in cases {
         let out = render(args, &[]);
@@ -626,6 +629,173 @@ fn entry_stops_at_its_deadline_naming_what_is_missing() {
     assert!(
         stderr.contains(&format!("no ssh key in {ssh_str}: create the Secret")),
         "{stderr}"
+    );
+}
+
+/// One machine standing in for a pod's world: RxDM's socket, the Secret's files, a home, the
+/// state directory, and ssh/sshd/ssh-keygen stand-ins on PATH (every "pod" is this machine: `ssh
+/// HOST CMD` runs CMD here; the host `down` never answers).
+struct PodWorld {
+    dir: tempfile::TempDir,
+    path: String,
+}
+
+impl PodWorld {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let d = dir.path();
+        for sub in ["tcpx", "ssh", "home", "state", "results", "bin"] {
+            std::fs::create_dir(d.join(sub)).expect("mkdir");
+        }
+        let code = "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])";
+        let made = python(&["-c", code, d.join("tcpx/rx_rule_manager").to_str().expect("utf-8")]);
+        assert!(made.status.success(), "{}", show(&made));
+        std::fs::write(d.join("ssh/id_ed25519"), "key\n").expect("write");
+        std::fs::write(d.join("ssh/id_ed25519.pub"), "ssh-ed25519 AAAA tcpx-perf\n").expect("write");
+        std::fs::write(d.join("hostfile"), "up-0 slots=2\nup-1 slots=2\n").expect("write");
+        let shims = [
+            (
+                "ssh",
+                "#!/usr/bin/env bash\n[ \"$1\" = down ] && exit 255\nshift\n[ $# -eq 0 ] || exec bash -c \"$*\"\n",
+            ),
+            ("sshd", "#!/usr/bin/env bash\nexit 0\n"),
+            ("ssh-keygen", "#!/usr/bin/env bash\nexit 0\n"),
+        ];
+        for (name, text) in shims {
+            let f = d.join("bin").join(name);
+            std::fs::write(&f, text).expect("write shim");
+            assert!(Command::new("chmod")
+                .arg("+x")
+                .arg(&f)
+                .status()
+                .expect("chmod")
+                .success());
+        }
+        let path = format!(
+            "{}:{}",
+            d.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        PodWorld { dir, path }
+    }
+
+    fn at(&self, sub: &str) -> String {
+        self.dir.path().join(sub).to_str().expect("utf-8").to_string()
+    }
+
+    /// `bash launch/k8s/entry.sh args` as pod `index`, started, not awaited.
+    fn entry(&self, index: &str, args: &[&str], extra: &[(&str, String)]) -> std::process::Child {
+        let mut cmd = Command::new("bash");
+        cmd.arg("launch/k8s/entry.sh").args(args).current_dir(repo());
+        cmd.env("PATH", &self.path)
+            .env("HOME", self.at("home"))
+            .env("TCPX_PERF_INDEX", index)
+            .env("TCPX_PERF_POD", format!("pod-{index}"))
+            .env("TCPX_PERF_HOSTFILE", self.at("hostfile"))
+            .env("TCPX_PERF_SSH_DIR", self.at("ssh"))
+            .env("TCPX_PERF_STATE", self.at("state"))
+            .env("TCPX_PERF_RESULTS", self.at("results"))
+            .env("TCPX_PERF_WAIT_S", "2")
+            .env("TCPX_PERF_DEADLINE_S", "60")
+            .env("TCPX_PERF_KEEP_S", "1")
+            .env("NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX", self.at("tcpx"))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        spawn_piped(&mut cmd, &format!("entry.sh as pod {index}"))
+    }
+}
+
+/// The launch flow of entry.sh on one machine: pod 1 waits for pod 0's word; pod 0 waits for
+/// every hostfile name to answer ssh, runs the mpirun line (here a real 2-rank tcpx-perf run),
+/// tells pod 1, keeps the results until collected or KEEP_S, and exits with mpirun's status.
+#[test]
+fn entry_runs_the_job_from_pod_0_and_releases_the_others() {
+    let world = PodWorld::new();
+    let worker = world.entry("1", &[], &[]);
+    let out_dir = world.at("results/run");
+    let mpirun = mpirun_command();
+    let launch: Vec<String> = std::iter::once(mpirun.get_program().to_string_lossy().into_owned())
+        .chain(mpirun.get_args().map(|a| a.to_string_lossy().into_owned()))
+        .chain(
+            [
+                "-np",
+                "2",
+                env!("CARGO_BIN_EXE_tcpx-perf"),
+                "-b",
+                "1M",
+                "-e",
+                "1M",
+                "-n",
+                "2",
+                "-w",
+                "1",
+                "--out",
+            ]
+            .map(String::from),
+        )
+        .chain([out_dir.clone()])
+        .collect();
+    let launch: Vec<&str> = launch.iter().map(String::as_str).collect();
+    let pod0 = wait_within(world.entry("0", &launch, &[]), LIMIT, "entry.sh as pod 0");
+    let stderr0 = String::from_utf8_lossy(&pod0.stderr);
+    assert_eq!(pod0.status.code(), Some(0), "{}", show(&pod0));
+    for want in [
+        "entry[0]: all 2 pods answer; running: mpirun",
+        "entry[0]: mpirun exited with status 0",
+        "kubectl cp -c tcpx-perf pod-0:",
+        "results not collected within 1s",
+    ] {
+        assert!(stderr0.contains(want), "expected '{want}' in:\n{stderr0}");
+    }
+    assert_eq!(summary(Path::new(&out_dir))["complete"], true);
+    let pod1 = wait_within(worker, LIMIT, "entry.sh as pod 1");
+    assert_eq!(pod1.status.code(), Some(0), "{}", show(&pod1));
+    assert!(
+        String::from_utf8_lossy(&pod1.stderr).contains("entry[1]: pod 0 is done"),
+        "{}",
+        show(&pod1)
+    );
+
+    // mpirun's status is the pod's; collected results let pod 0 end at once.
+    std::fs::remove_file(world.at("state/done")).expect("pod 0 left its word");
+    std::fs::write(world.at("results/.collected"), "").expect("write");
+    let pod0 = wait_within(
+        world.entry("0", &["bash", "-c", "exit 7"], &[]),
+        LIMIT,
+        "entry.sh as pod 0",
+    );
+    assert_eq!(pod0.status.code(), Some(7), "{}", show(&pod0));
+    assert!(
+        String::from_utf8_lossy(&pod0.stderr).contains("results collected"),
+        "{}",
+        show(&pod0)
+    );
+
+    // A pod that never answers: pod 0 gives up at its deadline, naming it, and runs nothing.
+    std::fs::write(world.at("hostfile"), "up-0 slots=2\ndown slots=2\n").expect("write");
+    let start = std::time::Instant::now();
+    let pod0 = wait_within(
+        world.entry("0", &["touch", &world.at("ran")], &[]),
+        LIMIT,
+        "entry.sh as pod 0",
+    );
+    assert_eq!(pod0.status.code(), Some(1), "{}", show(&pod0));
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "gave up after {:?}",
+        start.elapsed()
+    );
+    let stderr0 = String::from_utf8_lossy(&pod0.stderr);
+    assert!(
+        stderr0.contains("down did not answer ssh on port 2222 within 2s"),
+        "{stderr0}"
+    );
+    assert!(
+        !Path::new(&world.at("ran")).exists(),
+        "the mpirun line ran without every pod"
     );
 }
 

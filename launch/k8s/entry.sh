@@ -10,7 +10,9 @@
 # Environment (render.sh sets it): TCPX_PERF_INDEX (this pod's index), TCPX_PERF_POD (its name),
 # TCPX_PERF_HOSTFILE, TCPX_PERF_SSH_DIR (the Secret with id_ed25519 and id_ed25519.pub),
 # TCPX_PERF_SSH_PORT, TCPX_PERF_WAIT_S (RxDM and peers), TCPX_PERF_DEADLINE_S (the whole job),
-# TCPX_PERF_KEEP_S, TCPX_PERF_RESULTS, NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX (RxDM's sockets).
+# TCPX_PERF_KEEP_S, TCPX_PERF_RESULTS, NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX (RxDM's sockets);
+# TCPX_PERF_STATE (where pod 0's word lands, /tmp/tcpx-perf). ssh, sshd and ssh-keygen are found
+# on PATH (tests/k8s.rs stands them in to run the whole flow on one machine).
 set -uo pipefail
 
 index=${TCPX_PERF_INDEX:?TCPX_PERF_INDEX is unset: run this from the manifests of launch/k8s/render.sh}
@@ -22,7 +24,7 @@ deadline_s=${TCPX_PERF_DEADLINE_S:-7200}
 keep_s=${TCPX_PERF_KEEP_S:-3600}
 results=${TCPX_PERF_RESULTS:-/opt/tcpx-perf/results}
 rxdm=${NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX:-/run/tcpx}/rx_rule_manager
-state=/tmp/tcpx-perf
+state=${TCPX_PERF_STATE:-/tmp/tcpx-perf}
 mkdir -p "$state"
 
 say() { echo "entry[$index]: $*" >&2; }
@@ -64,7 +66,8 @@ Host *
   LogLevel ERROR
 EOF
 ssh-keygen -A >/dev/null
-if ! /usr/sbin/sshd -p "$port" -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password; then
+# sshd re-executes itself, so it wants its absolute path.
+if ! "$(command -v sshd || echo /usr/sbin/sshd)" -p "$port" -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password; then
   say "sshd did not start on port $port (taken on this node? launch/k8s/render.sh --ssh-port picks another)"
   exit 1
 fi

@@ -56,9 +56,9 @@ def pod_spec(o, index_env):
         # into an emptyDir that tcpx-perf mounts at TCPX_LIB: the version is the job's choice,
         # not whatever the installer DaemonSet last put on the node.
         check = ""
-        plugin = o.launch[o.launch.index("--plugin") + 1] if "--plugin" in o.launch else ""
-        if plugin.startswith(o.tcpx_lib + "/"):
-            lib = plugin[len(o.tcpx_lib) + 1 :]
+        # A plugin inside TCPX_LIB must be among what the image installs: say so at once.
+        if o.plugin.startswith(o.tcpx_lib + "/"):
+            lib = o.plugin[len(o.tcpx_lib) + 1 :]
             check = (
                 f'test -e {PLUGIN_INSTALL_DIR}/lib64/{lib} || {{ echo "tcpx-plugin: the image installs no {lib}'
                 f' (it has: $(ls {PLUGIN_INSTALL_DIR}/lib64 | tr \'\\n\' \' \')); render with PLUGIN={o.tcpx_lib}/<one of them>"; exit 1; }}\n'
@@ -291,7 +291,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--form", choices=["jobset", "pods"], required=True)
     p.add_argument("--nodes", type=int, required=True)
-    for flag in ["name", "image", "queue", "plugin-image", "rxdm-image", "tcpx-lib", "uds"]:
+    for flag in ["name", "image", "queue", "plugin-image", "rxdm-image", "tcpx-lib", "plugin", "uds"]:
         p.add_argument("--" + flag, required=True)
     p.add_argument("--ld-library-path", required=True)
     p.add_argument("--hostfile-path", required=True)

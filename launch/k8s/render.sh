@@ -95,7 +95,7 @@ launch=(mpirun --allow-run-as-root -np "$((nodes * 8))" -hostfile "$hostfile_pat
 command -v python3 >/dev/null 2>&1 || { echo "render.sh: python3 is needed to write the YAML (apt-get install python3)" >&2; exit 1; }
 args=(--form "$form" --nodes "$nodes" --name "$name" --image "$image" --queue "$queue"
   --deadline "$deadline" --ssh-port "$ssh_port" --plugin-image "$plugin_image" --rxdm-image "$rxdm_image"
-  --tcpx-lib "$TCPX_LIB" --uds "$prefix" --ld-library-path "$TCPX_LD_LIBRARY_PATH"
+  --tcpx-lib "$TCPX_LIB" --plugin "$PLUGIN" --uds "$prefix" --ld-library-path "$TCPX_LD_LIBRARY_PATH"
   --hostfile-path "$hostfile_path" --entry "$here/entry.sh")
 for kv in "${TCPX_ENV[@]}"; do args+=(--env "$kv"); done
 for h in "${hosts[@]}"; do args+=(--host "$h"); done
