@@ -71,6 +71,16 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c "import signal_processing_
     || echo "setup: signal-processing-algorithms not installed: the detector's reference comparison will skip"
 fi
 
+# The GKE manifests' validator (launch/k8s/validate.py, tests/k8s.rs), with the Kubernetes API
+# schemas inside: validation then needs no cluster and no network. Pinned, so that every machine
+# checks against the same schemas. Debian's python3 refuses pip outside a venv (PEP 668) unless told.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import kubernetes_validate" 2>/dev/null; then
+  echo "setup: installing kubernetes-validate 1.37.0 from PyPI"
+  pip_install=(timeout 300 python3 -m pip install -q --disable-pip-version-check kubernetes-validate==1.37.0)
+  "${pip_install[@]}" >/dev/null 2>&1 || "${pip_install[@]}" --break-system-packages >/dev/null 2>&1 \
+    || echo "setup: kubernetes-validate not installed: tests/k8s.rs will fail (python3 -m pip install kubernetes-validate==1.37.0)" >&2
+fi
+
 export PATH="$HOME/.cargo/bin:$PATH"
 # CI (launch/test.sh) runs cargo fmt and cargo clippy: add them to a toolchain installed without.
 if command -v rustup >/dev/null 2>&1 && ! { cargo clippy --version && cargo fmt --version; } >/dev/null 2>&1; then
