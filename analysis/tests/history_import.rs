@@ -209,7 +209,20 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
             "{name}: written anyway"
         );
     }
-    // A results.csv alone cannot show the run completed.
+    // A results.csv alone cannot show the run completed; beside its summary.json it is its
+    // directory, already stored.
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(good.join("results.csv"), bare.join("results.csv")).unwrap();
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        db.to_str().unwrap(),
+        bare.join("results.csv").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("no summary.json beside it"), "{out}");
     let (code, out) = run_analyze(&[
         "history",
         "add",
@@ -217,8 +230,8 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
         db.to_str().unwrap(),
         good.join("results.csv").to_str().unwrap(),
     ]);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("add its result directory"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already stored as run 1"), "{out}");
     // A run with no start time cannot be placed in time.
     let summary = std::fs::read_to_string(good.join("summary.json")).unwrap();
     let undated = write_run(
