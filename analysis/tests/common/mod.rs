@@ -222,3 +222,62 @@ pub fn add_nccl(dir: &Path, speedup: f64) {
     }
     std::fs::write(dir.join("nccl_samples.csv"), ns).unwrap();
 }
+
+/// The workspace's tcpx-perf, built next to tcpx-analyze.
+pub fn tcpx_perf() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first (bash launch/build.sh, or cargo build --release)",
+        p.display()
+    );
+    p
+}
+
+/// One real small run, `mpirun -np 2 tcpx-perf --pattern sendrecv -b 4M -e 8M -n 5 -w 1 --out
+/// OUT` over tcpx-emu on loopback, with `env` set; it must succeed. Its stdout (the log).
+pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
+    let o = std::process::Command::new("timeout")
+        .args([
+            "120",
+            "mpirun",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_vader_single_copy_mechanism",
+            "none",
+            "-np",
+            "2",
+        ])
+        .arg(tcpx_perf())
+        .args([
+            "--pattern",
+            "sendrecv",
+            "-b",
+            "4M",
+            "-e",
+            "8M",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--progress",
+            "never",
+            "--out",
+        ])
+        .arg(out)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("mpirun");
+    assert!(
+        o.status.success(),
+        "tcpx-perf run {} failed: {}\n{}",
+        out.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
