@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{real_run, run_analyze, tmpdir, write_run, Spec};
+use common::{real_run, run_analyze, tcpx_perf_run, tmpdir, write_run, Spec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -601,4 +601,40 @@ fn runs_needed_refuses_a_slowdown_the_gate_never_calls_a_regression() {
         "0.1",
     ]);
     assert_eq!(code, 64, "{out}");
+}
+
+/// tcpx-perf itself: a failed NCCL_TESTS_MIN_BW (exit 7) is status `below-min-bw` in
+/// summary.json with the figures, which the gate then refuses unless allowed by name; `-J` that
+/// cannot be written ends the run before it measures, a `-J` in a new directory is written.
+#[test]
+fn tcpx_perf_records_min_bw_and_probes_j_first() {
+    let d = tmpdir("admit-tcpx-perf");
+    let run = d.join("slow");
+    let o = tcpx_perf_run(&run, &[("NCCL_TESTS_MIN_BW", "1000000")], &[]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{text}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(v["status"], "below-min-bw", "{v}");
+    assert_eq!(v["complete"], true);
+    assert_eq!(v["min_bw"]["passed"], false);
+    assert_eq!(v["min_bw"]["min_bw_gbps"], 1e6);
+    assert!(v["min_bw"]["avg_busbw_gbps"].as_f64().unwrap() > 0.0);
+    let (code, out) = run_analyze(&["gate", s(&run), "-B", s(&run)]);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("--allow-below-min-bw") && out.contains("average busbw"),
+        "{out}"
+    );
+    // -J in a directory that takes no file (/proc, even for root): refused before any size is
+    // measured.
+    let bad = PathBuf::from("/proc/tcpx-perf-admission.json");
+    let o = tcpx_perf_run(&d.join("j-bad"), &[], &["-J", s(&bad)]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains(&format!("-J {}", bad.display())), "{text}");
+    assert!(!text.contains("Avg bus bandwidth"), "measured before refusing: {text}");
+    let good = d.join("new-dir").join("run.json");
+    let o = tcpx_perf_run(&d.join("j-good"), &[], &["-J", s(&good)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(good.is_file());
 }

@@ -235,9 +235,9 @@ pub fn tcpx_perf() -> PathBuf {
 }
 
 /// One real small run, `mpirun -np 2 tcpx-perf --pattern sendrecv -b 4M -e 8M -n 5 -w 1 --out
-/// OUT` over tcpx-emu on loopback, with `env` set; it must succeed. Its stdout (the log).
-pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
-    let o = std::process::Command::new("timeout")
+/// OUT EXTRA...` over tcpx-emu on loopback, with `env` set: how it ended.
+pub fn tcpx_perf_run(out: &Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
+    std::process::Command::new("timeout")
         .args([
             "120",
             "mpirun",
@@ -267,11 +267,17 @@ pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
             "--out",
         ])
         .arg(out)
+        .args(extra)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .envs(env.iter().copied())
         .output()
-        .expect("mpirun");
+        .expect("mpirun")
+}
+
+/// [`tcpx_perf_run`] that must succeed: its stdout (the log).
+pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
+    let o = tcpx_perf_run(out, env, &[]);
     assert!(
         o.status.success(),
         "tcpx-perf run {} failed: {}\n{}",
