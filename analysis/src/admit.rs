@@ -238,3 +238,24 @@ pub fn distinct(runs: &[Run]) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_and_marks() {
+        // Full-precision files: 1e-12 apart is one figure, 1e-6 apart is not.
+        assert!(equal(1018.608025, 1018.608025 * (1.0 + 1e-12), false));
+        assert!(!equal(1018.608025, 1018.608025 * (1.0 + 1e-6), false));
+        // A stdout table's 2 decimals against the CSV's figure.
+        assert!(equal(3.31, 3.3148, true) && !equal(3.31, 3.33, true));
+        let notes = vec![
+            "UNCHECKED run allowed by --allow-unchecked: x".to_string(),
+            "FORCED run allowed by --allow-forced: y".to_string(),
+        ];
+        assert_eq!(verdict_mark(&notes), " (FORCED + UNCHECKED runs allowed)");
+        assert_eq!(verdict_mark(&[]), "");
+        assert!(same_dir("/a/b/run1/", "/elsewhere/run1") && !same_dir("/a/run1", "/a/run2"));
+    }
+}

@@ -29,7 +29,9 @@ type Flat = Vec<(String, String, u64, Sample, Option<f64>, Vec<Sample>)>;
 
 /// What the gate's loader reads from an input, flattened.
 fn parsed(p: &Path) -> Result<Flat, String> {
-    let runs = parse::load_path(p, &ParseOptions::default()).map_err(|e| e.to_string())?;
+    let mut runs = parse::load_path(p, &ParseOptions::default()).map_err(|e| e.to_string())?;
+    // Unchecked (-c 0), forced, below-MIN_BW runs: refused as the gate refuses them.
+    tcpx_analyze::admit::policy(&mut runs, tcpx_analyze::admit::Allow::default()).map_err(|e| e.to_string())?;
     let mut problems = Vec::new();
     tcpx_analyze::compare::check_runs(&runs, "run", &mut problems);
     if !problems.is_empty() {
@@ -233,7 +235,6 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("already stored as run 1"), "{out}");
     // A run with no start time cannot be placed in time.
-    let summary = std::fs::read_to_string(good.join("summary.json")).unwrap();
     let undated = write_run(
         &dir.join("undated"),
         &Spec {
@@ -241,11 +242,15 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
             ..Spec::default()
         },
     );
+    let own = std::fs::read_to_string(undated.join("summary.json")).unwrap();
     std::fs::write(
         undated.join("summary.json"),
-        summary.replace("\"start_time\":\"2026-11-21T05:00:00Z\",", ""),
+        own.replace("\"start_time\":\"2026-11-21T05:00:00Z\",", ""),
     )
     .unwrap();
+    assert!(!std::fs::read_to_string(undated.join("summary.json"))
+        .unwrap()
+        .contains("start_time"));
     let (code, out) = run_analyze(&[
         "history",
         "add",
