@@ -113,6 +113,31 @@ fn every_column_of_its_schema_is_required() {
         assert_eq!(code, 3, "{col}: {out}");
         assert!(out.contains(&format!("results.csv:1: {col}: missing")), "{col}: {out}");
     }
+    // Schema 4 (tcpx-perf since the tcp_* columns): the real run rewritten as schema 4 is
+    // admitted, and without tcp_timeouts refused.
+    let v4 = copy_dir(&ring(), &d.join("v4"));
+    for f in ["results.csv", "samples.csv", "pairs.csv", "rank_samples.csv"] {
+        let t = std::fs::read_to_string(v4.join(f)).unwrap();
+        let mut lines: Vec<String> = t.lines().map(|l| l.replacen("3,", "4,", 1)).collect();
+        lines[0] = t.lines().next().unwrap().to_string();
+        if f == "results.csv" {
+            for (i, l) in lines.iter_mut().enumerate() {
+                l.push_str(if i == 0 {
+                    ",tcp_retrans_segs,tcp_timeouts"
+                } else {
+                    ",0,0"
+                });
+            }
+        }
+        std::fs::write(v4.join(f), lines.join("\n") + "\n").unwrap();
+    }
+    edit_summary(&v4, |v| v["schema_version"] = 4.into());
+    let (code, out) = show(&v4);
+    assert_eq!(code, 0, "{out}");
+    drop_column(&v4, "tcp_timeouts");
+    let (code, out) = show(&v4);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("tcp_timeouts: missing"), "{out}");
     // Schema 1 too (a real schema-1 run without its iters column).
     let run = copy_dir(&real(1), &d.join("v1-iters"));
     drop_column(&run, "iters");

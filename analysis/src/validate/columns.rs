@@ -56,6 +56,9 @@ const COLUMNS_V3: [&str; 11] = [
     "nccl_wrong",
 ];
 
+/// Added in schema 4 (TCP retransmissions and timeouts around each size).
+const COLUMNS_V4: [&str; 2] = ["tcp_retrans_segs", "tcp_timeouts"];
+
 /// Every column results.csv of schema `v` has (a file missing one was cut or edited; the
 /// figures it held, such as `bytes_moved`, would go unchecked).
 fn required_columns(v: u64) -> Vec<(&'static str, u64)> {
@@ -66,12 +69,15 @@ fn required_columns(v: u64) -> Vec<(&'static str, u64)> {
     if v >= 3 {
         out.extend(COLUMNS_V3.iter().map(|c| (*c, 3)));
     }
+    if v >= 4 {
+        out.extend(COLUMNS_V4.iter().map(|c| (*c, 4)));
+    }
     out
 }
 
 /// The columns a schema version's results.csv must (not) have: every column of its version
 /// ([`required_columns`]); none that a later version added (`bytes_verified_by` since 2,
-/// `nccl_time_us` since 3).
+/// `nccl_time_us` since 3, `tcp_timeouts` since 4).
 pub(super) fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failure> {
     let Some(v) = version else { return Ok(()) };
     for (col, since) in required_columns(v) {
@@ -84,7 +90,7 @@ pub(super) fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failur
             ));
         }
     }
-    for (col, since) in [("bytes_verified_by", 2), ("nccl_time_us", 3)] {
+    for (col, since) in [("bytes_verified_by", 2), ("nccl_time_us", 3), ("tcp_timeouts", 4)] {
         if v < since && res.cols.contains_key(col) {
             return Err(refuse(
                 &res.name,
@@ -99,7 +105,7 @@ pub(super) fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failur
 
 /// Columns holding a count or a figure: empty (not measured) or a finite number >= 0
 /// (`bytes_moved` may say `unverified`). A NaN or a negative time is a broken file.
-const FIGURES: [&str; 33] = [
+const FIGURES: [&str; 35] = [
     "count",
     "iters",
     "time_us",
@@ -133,6 +139,8 @@ const FIGURES: [&str; 33] = [
     "nccl_batch_time_us",
     "nccl_batch_algbw_gbps",
     "nccl_batch_busbw_gbps",
+    "tcp_retrans_segs",
+    "tcp_timeouts",
 ];
 
 /// Figures every row has (the others may be empty: `wrong` with -c 0, `nccl_*` without the
