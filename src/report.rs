@@ -67,7 +67,7 @@ pub struct RunInfo {
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
 /// the rows is below 90% of X (nccl-tests' own margin).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct BandwidthGate {
     /// `NCCL_TESTS_MIN_BW`, GB/s.
     pub min_bw_gbps: f64,

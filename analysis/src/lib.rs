@@ -3,6 +3,7 @@
 //!
 //! The binary (`src/main.rs`) is a thin clap front end over this library.
 
+pub mod admit;
 pub mod baseline;
 pub mod compare;
 pub mod decision;

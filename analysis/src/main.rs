@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tcpx_analyze::admit::{self, Allow};
 use tcpx_analyze::baseline::{self, Baseline};
 use tcpx_analyze::compare::{self, Reference, Settings};
 use tcpx_analyze::decision;
@@ -123,10 +124,9 @@ struct MakeBaselineArgs {
     /// Output file.
     #[arg(long, short = 'o')]
     out: PathBuf,
-    /// Accept runs whose bytes were neither data-checked nor verified exactly (-c 0 with only
-    /// the wire counters, a lower bound); the baseline's description says so.
-    #[arg(long)]
-    allow_unchecked: bool,
+    /// Runs that only a flag naming them admits; the baseline's description says which.
+    #[command(flatten)]
+    allow: Allow,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -199,10 +199,10 @@ struct CompareArgs {
     /// Write the JSON verdict to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Gate runs whose bytes were neither data-checked nor verified exactly (-c 0 with only the
-    /// wire counters, a lower bound; refused by default); the verdict says so.
-    #[arg(long)]
-    allow_unchecked: bool,
+    /// Runs the gate refuses unless a flag names them (forced, unchecked, below
+    /// NCCL_TESTS_MIN_BW, a results.csv without its summary.json); the verdict says which.
+    #[command(flatten)]
+    allow: Allow,
     #[command(flatten)]
     input: InputOpts,
 }
@@ -316,7 +316,7 @@ fn settings(a: &CompareArgs, default_metrics: &[Metric], allow_inconclusive: boo
 fn references(
     a: &CompareArgs,
     cands: &[Run],
-    allow_unchecked: bool,
+    allow: Allow,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Reference>, Failure> {
     if let Some(db) = &a.history {
@@ -324,12 +324,14 @@ fn references(
         let add = tcpx_analyze::history::import::AddOptions {
             parse: a.input.parse_options(),
             start_time: None,
+            allow,
         };
         let edm = tcpx_analyze::history::edm::EdmSettings::default();
-        let (runs, history_notes) = tcpx_analyze::history::gate::references(&db, &a.candidate, &add, &edm)?;
+        let (mut runs, history_notes) = tcpx_analyze::history::gate::references(&db, &a.candidate, &add, &edm)?;
         for n in history_notes {
             println!("history reference: {n}");
         }
+        notes.extend(admit::policy(&mut runs, allow)?);
         return Ok(vec![Reference::Runs(runs)]);
     }
     if a.baseline.is_empty() {
@@ -352,7 +354,7 @@ fn references(
     let mut out = Vec::new();
     if !runs.is_empty() {
         let mut refs = load_runs(&runs, &a.input)?;
-        notes.extend(validate::unchecked_policy(&mut refs, allow_unchecked)?);
+        notes.extend(admit::policy(&mut refs, allow)?);
         out.push(Reference::Runs(refs));
     }
     for f in &files {
@@ -381,18 +383,16 @@ fn write_failure_json(a: &CompareArgs, f: &Failure) {
 
 fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow::Result<i32> {
     let default_metrics: &[Metric] = if gate { &[Metric::Busbw] } else { &Metric::ALL };
-    // compare only reports: unchecked runs are named in its warnings, never refused.
-    let allow_unchecked = a.allow_unchecked || !gate;
+    // compare only reports: runs the gate would refuse are named in its warnings.
+    let allow = if gate { a.allow } else { Allow::ALL };
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
         let mut cands = load_runs(&a.candidate, &a.input)?;
-        let mut notes = validate::unchecked_policy(&mut cands, allow_unchecked)?;
-        let r = references(a, &cands, allow_unchecked, &mut notes)?;
+        let mut notes = admit::policy(&mut cands, allow)?;
+        let r = references(a, &cands, allow, &mut notes)?;
         let mut rep = compare::analyze(&cands, &r, &s);
-        if !notes.is_empty() {
-            rep.verdict = format!("{} (UNCHECKED runs allowed)", rep.verdict);
-            rep.warnings.extend(notes);
-        }
+        rep.verdict = format!("{}{}", rep.verdict, admit::verdict_mark(&notes));
+        rep.warnings.extend(notes);
         Ok::<_, Failure>(rep)
     })();
     let rep = match res {
@@ -559,7 +559,7 @@ fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
 
 fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
     let mut runs = load_runs(&a.inputs, &a.input)?;
-    let notes = validate::unchecked_policy(&mut runs, a.allow_unchecked)?;
+    let notes = admit::policy(&mut runs, a.allow)?;
     for n in &notes {
         println!("{n}");
     }
@@ -572,10 +572,7 @@ fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
     let description = if notes.is_empty() {
         a.description.clone()
     } else {
-        format!(
-            "{} (UNCHECKED: built from runs whose bytes were not checked, --allow-unchecked)",
-            a.description
-        )
+        format!("{}{}: {}", a.description, admit::verdict_mark(&notes), notes.join("; "))
     };
     let text = baseline::from_runs(&a.name, &runs, &ms, &description).map_err(Failure::Input)?;
     write_file(&a.out, &text)?;
@@ -587,6 +584,15 @@ fn run_runs_needed(a: &RunsNeededArgs) -> anyhow::Result<i32> {
     a.rule.check()?;
     if !(0.0..1.0).contains(&a.slowdown) {
         return Err(Failure::Usage("--slowdown must be in [0,1)".into()).into());
+    }
+    // The gate calls a slowdown a regression only beyond the threshold: no number of runs
+    // detects one at or below it.
+    if a.slowdown <= a.rule.threshold {
+        return Err(Failure::Usage(format!(
+            "--slowdown {} is at or below the gate's --threshold {}: the gate never calls such a slowdown a regression; give a larger --slowdown (or a smaller --threshold)",
+            a.slowdown, a.rule.threshold
+        ))
+        .into());
     }
     let r = &a.rule;
     let spread = match (a.spread, a.inputs.is_empty()) {

@@ -189,6 +189,59 @@ pub struct Run {
     /// Sizes whose bytes were neither data-checked nor verified by a witness that sees payload
     /// exactly, one line each naming file and row ([`crate::validate`]); empty for a checked run.
     pub unverified: Vec<String>,
+    /// Why the run may not be judged without an `--allow-*` flag naming it (a forced run, one
+    /// below `NCCL_TESTS_MIN_BW`, a results.csv whose completion is unknown), one line each;
+    /// [`crate::admit::policy`] refuses or marks them.
+    pub waivers: Vec<(Waiver, String)>,
+}
+
+/// What a run lacks that only a flag naming it lets the gate, `make-baseline` and `history add`
+/// accept: each such run is refused by default and marked in every verdict when allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Waiver {
+    /// A results.csv without its summary.json: whether the run completed is unknown.
+    Incomplete,
+    /// `tcpx-perf --force`: the run went on despite preflight's error findings.
+    Forced,
+    /// Sizes neither data-checked nor verified (`-c 0`).
+    Unchecked,
+    /// The average busbw was below 90% of `NCCL_TESTS_MIN_BW` (tcpx-perf exit 7).
+    BelowMinBw,
+}
+
+impl Waiver {
+    /// The flag that allows it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Waiver::Incomplete => "--allow-incomplete",
+            Waiver::Forced => "--allow-forced",
+            Waiver::Unchecked => "--allow-unchecked",
+            Waiver::BelowMinBw => "--allow-below-min-bw",
+        }
+    }
+
+    /// The waiver a verdict's label names ([`Waiver::label`]).
+    pub fn from_label(l: &str) -> Option<Waiver> {
+        [
+            Waiver::Incomplete,
+            Waiver::Forced,
+            Waiver::Unchecked,
+            Waiver::BelowMinBw,
+        ]
+        .into_iter()
+        .find(|w| w.label() == l.trim())
+    }
+
+    /// How a verdict names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Waiver::Incomplete => "INCOMPLETE",
+            Waiver::Forced => "FORCED",
+            Waiver::Unchecked => "UNCHECKED",
+            Waiver::BelowMinBw => "BELOW-MIN-BW",
+        }
+    }
 }
 
 impl Run {
@@ -202,6 +255,7 @@ impl Run {
             status: None,
             labels: BTreeMap::new(),
             unverified: Vec::new(),
+            waivers: Vec::new(),
         }
     }
 

@@ -9,21 +9,11 @@
 
 mod common;
 
-use common::{add_nccl, run_analyze, tmpdir, write_run, Spec};
+use common::{add_nccl, real_run, run_analyze, tmpdir, write_run, Spec};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
-
-fn tcpx_perf() -> PathBuf {
-    let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
-    assert!(
-        p.exists(),
-        "{} missing: build the workspace first (bash launch/build.sh, or cargo build --release)",
-        p.display()
-    );
-    p
-}
 
 /// Held by every test here for its whole length: the thirty real runs measure bandwidth, and a
 /// sibling test's work ending mid-series on a 2-core host is a real step in that bandwidth
@@ -36,48 +26,7 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 
 /// One real run; `slow` arms the plugin's slow fault.
 fn run_tcpx_perf(out: &Path, slow: bool) {
-    let o = Command::new("timeout")
-        .args([
-            "120",
-            "mpirun",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "--mca",
-            "btl_vader_single_copy_mechanism",
-            "none",
-            "-np",
-            "2",
-        ])
-        .arg(tcpx_perf())
-        .args([
-            "--pattern",
-            "sendrecv",
-            "-b",
-            "4M",
-            "-e",
-            "8M",
-            "-n",
-            "5",
-            "-w",
-            "1",
-            "--progress",
-            "never",
-            "--out",
-        ])
-        .arg(out)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("TCPXEMU_FAULT", if slow { "slow" } else { "" })
-        .output()
-        .expect("mpirun");
-    assert!(
-        o.status.success(),
-        "tcpx-perf run {} failed: {}\n{}",
-        out.display(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    real_run(out, &[("TCPXEMU_FAULT", if slow { "slow" } else { "" })]);
 }
 
 /// Debian's chromium (or chromium-browser), if installed.

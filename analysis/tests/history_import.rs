@@ -29,7 +29,9 @@ type Flat = Vec<(String, String, u64, Sample, Option<f64>, Vec<Sample>)>;
 
 /// What the gate's loader reads from an input, flattened.
 fn parsed(p: &Path) -> Result<Flat, String> {
-    let runs = parse::load_path(p, &ParseOptions::default()).map_err(|e| e.to_string())?;
+    let mut runs = parse::load_path(p, &ParseOptions::default()).map_err(|e| e.to_string())?;
+    // Unchecked (-c 0), forced, below-MIN_BW runs: refused as the gate refuses them.
+    tcpx_analyze::admit::policy(&mut runs, tcpx_analyze::admit::Allow::default()).map_err(|e| e.to_string())?;
     let mut problems = Vec::new();
     tcpx_analyze::compare::check_runs(&runs, "run", &mut problems);
     if !problems.is_empty() {
@@ -209,7 +211,20 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
             "{name}: written anyway"
         );
     }
-    // A results.csv alone cannot show the run completed.
+    // A results.csv alone cannot show the run completed; beside its summary.json it is its
+    // directory, already stored.
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(good.join("results.csv"), bare.join("results.csv")).unwrap();
+    let (code, out) = run_analyze(&[
+        "history",
+        "add",
+        "--db",
+        db.to_str().unwrap(),
+        bare.join("results.csv").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("no summary.json beside it"), "{out}");
     let (code, out) = run_analyze(&[
         "history",
         "add",
@@ -217,10 +232,9 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
         db.to_str().unwrap(),
         good.join("results.csv").to_str().unwrap(),
     ]);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("add its result directory"), "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already stored as run 1"), "{out}");
     // A run with no start time cannot be placed in time.
-    let summary = std::fs::read_to_string(good.join("summary.json")).unwrap();
     let undated = write_run(
         &dir.join("undated"),
         &Spec {
@@ -228,11 +242,15 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
             ..Spec::default()
         },
     );
+    let own = std::fs::read_to_string(undated.join("summary.json")).unwrap();
     std::fs::write(
         undated.join("summary.json"),
-        summary.replace("\"start_time\":\"2026-11-21T05:00:00Z\",", ""),
+        own.replace("\"start_time\":\"2026-11-21T05:00:00Z\",", ""),
     )
     .unwrap();
+    assert!(!std::fs::read_to_string(undated.join("summary.json"))
+        .unwrap()
+        .contains("start_time"));
     let (code, out) = run_analyze(&[
         "history",
         "add",

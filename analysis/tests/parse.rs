@@ -139,10 +139,10 @@ fn malformed_csv_names_file_and_line() {
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("r.csv:1: missing column `size_bytes`"), "{e}");
-    let e = tcpx::parse_results_csv("r.csv", &text.replacen("\n1,", "\n4,", 1))
+    let e = tcpx::parse_results_csv("r.csv", &text.replacen("\n1,", "\n5,", 1))
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("r.csv:2: schema_version \"4\""), "{e}");
+    assert!(e.starts_with("r.csv:2: schema_version \"5\""), "{e}");
     let e = tcpx::parse_results_csv("r.csv", &format!("{text}1,ring,all\n"))
         .unwrap_err()
         .to_string();

@@ -211,6 +211,13 @@ fn unchecked_runs_are_refused_unless_allowed_and_the_verdict_says_so() {
     for row in 1..=3 {
         set_cell(&reference.join("results.csv"), row, "wrong", "0");
     }
+    // ... in summary.json too, which must agree with results.csv.
+    let sum = reference.join("summary.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sum).unwrap()).unwrap();
+    for r in v["results"].as_array_mut().unwrap() {
+        r["wrong"] = 0.into();
+    }
+    std::fs::write(&sum, v.to_string()).unwrap();
     let (code, out) = analyze(&["gate", s(&c0), "-B", s(&reference)]);
     assert_refused((code, out.clone()), "c0/results.csv:2", "size 1048576 (sendrecv)");
     assert!(

@@ -27,6 +27,9 @@ pub enum RunStatus {
     Unchecked,
     /// Every size measured, but the data check found wrong bytes.
     WrongData,
+    /// Every size measured and right, but the average busbw was below 90% of
+    /// `NCCL_TESTS_MIN_BW` (exit 7): `min_bw` holds the figures.
+    BelowMinBw,
     /// The run stopped early; the message says why. The results are partial.
     Failed(String),
     /// The run stopped early because a rank failed: the first one rank 0 learned of, and what
@@ -148,6 +151,7 @@ impl RunStatus {
             RunStatus::Unchecked => "unchecked",
             RunStatus::Refused(_) => "error",
             RunStatus::WrongData => "wrong-data",
+            RunStatus::BelowMinBw => "below-min-bw",
             RunStatus::Failed(_) | RunStatus::RankFailed(_) => "failed",
             RunStatus::Running => "running",
             RunStatus::Interrupted { .. } => "interrupted",
@@ -155,9 +159,12 @@ impl RunStatus {
         }
     }
 
-    /// Whether the sweep ran to the end (`ok`, `unchecked` or `wrong-data`).
+    /// Whether the sweep ran to the end (`ok`, `unchecked`, `wrong-data` or `below-min-bw`).
     pub fn is_complete(&self) -> bool {
-        matches!(self, RunStatus::Ok | RunStatus::Unchecked | RunStatus::WrongData)
+        matches!(
+            self,
+            RunStatus::Ok | RunStatus::Unchecked | RunStatus::WrongData | RunStatus::BelowMinBw
+        )
     }
 
     /// Why the run ended early, in one line (`error` in summary.json).
@@ -224,6 +231,9 @@ struct Summary<'a> {
     /// every flow through each: the evidence a one-line finding leaves out.
     slow_nics: &'a [crate::slow_nic::SlowNic],
     avg_busbw_gbps: Option<f64>,
+    /// `NCCL_TESTS_MIN_BW`'s verdict on `avg_busbw_gbps` (null when unset): a failed one is
+    /// status `below-min-bw`, which a gate refuses unless allowed by name.
+    min_bw: Option<&'a crate::report::BandwidthGate>,
     wrong_total: Option<u64>,
     /// The whole run's CPU cost (null for a run that did not complete).
     cpu: Option<&'a crate::report::CpuCost>,
@@ -287,6 +297,7 @@ pub fn write_summary(
         placement: &info.placement,
         slow_nics: &info.slow_nics,
         avg_busbw_gbps: avg_busbw(results),
+        min_bw: info.bandwidth_gate.as_ref(),
         wrong_total: wrong_total(results),
         cpu: info.cpu.as_ref(),
         nccl_baseline: info.nccl.as_ref(),

@@ -337,24 +337,33 @@ pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(NcclTestsJson)).unwrap_or_default()
 }
 
-/// Fails early (before measuring) when `path`'s directory does not exist.
+/// Proves before measuring, as `--out` is proved, that `-J` can be written: creates its
+/// directory and writes, syncs and removes a probe file beside it (a read-only or missing place
+/// is found before the sweep, not after it). Every error names the path and the flag.
 pub fn check_destination(path: &Path) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    if dir.is_dir() {
-        Ok(())
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
+    let probe = dir.join(format!(".tcpx-perf-json-probe.{}", std::process::id()));
+    let written = fs::create_dir_all(dir).and_then(|()| {
+        let r = File::create(&probe).and_then(|mut f| {
+            f.write_all(b"tcpx-perf checks that -J can be written\n")?;
+            f.sync_all()
+        });
+        let _ = fs::remove_file(&probe);
+        r
+    });
+    written.map_err(|e| {
+        io::Error::new(
+            e.kind(),
             format!(
-                "-J {}: directory {} does not exist: create it or choose another file",
+                "-J {}: cannot write in {}: {e}; choose another file",
                 path.display(),
                 dir.display()
             ),
-        ))
-    }
+        )
+    })
 }
 
 /// Writes the document to `path`, never replacing a file: if `path` exists, to the first free

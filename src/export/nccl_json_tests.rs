@@ -204,6 +204,11 @@ fn never_replaces_a_file() {
     assert_eq!(names.len(), 3, "no temporary file left: {names:?}");
     let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
     assert_eq!(back["results"][0]["size"], 256);
-    assert!(check_destination(&tmp.path().join("nope/run.json")).is_err());
+    // Its directory is created and proved writable before the sweep; a place that cannot
+    // take a file (under a regular file) is refused, naming -J.
+    assert!(check_destination(&tmp.path().join("new/run.json")).is_ok());
+    assert!(tmp.path().join("new").is_dir());
+    let err = check_destination(&path.join("run.json")).expect_err("under a file");
+    assert!(err.to_string().starts_with("-J "), "{err}");
     assert!(check_destination(Path::new("run.json")).is_ok());
 }

@@ -107,6 +107,11 @@ pub(super) fn finish(
     info.bandwidth_gate = settings
         .min_bw
         .map(|min| BandwidthGate::judge(min, export::avg_busbw(&results)));
+    // A failed NCCL_TESTS_MIN_BW (exit 7) is said in summary.json too, for the gate to refuse.
+    let status = match status {
+        RunStatus::Ok | RunStatus::Unchecked if info.bandwidth_gate.is_some_and(|g| !g.passed) => RunStatus::BelowMinBw,
+        other => other,
+    };
     if rank == 0 {
         print!("{}", table::footer(&results, info.bandwidth_gate.as_ref()));
         print!("{}", table::concluded(&info.settings.pattern));

@@ -46,6 +46,10 @@ pub struct AddArgs {
     /// Collective to assume for nccl-tests inputs that do not name it.
     #[arg(long)]
     pattern: Option<String>,
+    /// Runs stored only where a flag names them; stored with the mark, which every gate
+    /// against the history then needs and names.
+    #[command(flatten)]
+    allow: crate::admit::Allow,
 }
 
 /// The detector's settings.
@@ -132,6 +136,7 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
             allow_truncated: false,
         },
         start_time: a.start_time.clone(),
+        allow: a.allow,
     };
     // Every input is read and checked before anything is written: a refused input leaves the
     // database as it was.
@@ -147,10 +152,20 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
             Added::New(id) => {
                 new += 1;
                 println!("added run {id}: {} ({})", r.provenance.source, r.provenance.start_time);
+                if let Some(w) = &r.allowed {
+                    println!("  marked {w} (admitted by --allow-*): every gate against it must allow and names it");
+                }
             }
             Added::Present(id) => {
                 present += 1;
                 println!("already stored as run {id}: {}", r.provenance.source);
+            }
+            Added::Copy(id, why) => {
+                present += 1;
+                println!(
+                    "already stored as run {id}: {} is the same run ({why})",
+                    r.provenance.source
+                );
             }
         }
     }

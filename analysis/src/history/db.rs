@@ -1,6 +1,10 @@
 //! The history database: one SQLite file (rusqlite, SQLite compiled in), its schema versioned by
-//! `PRAGMA user_version` and brought up to date by the migrations below, in order, each in one
-//! transaction. A file written by a newer tcpx-analyze (a higher version) is refused, not guessed at.
+//! `PRAGMA user_version` and brought up to date by the migrations below, all in one IMMEDIATE
+//! transaction that first reads the version (concurrent first writers wait on each other, each
+//! within the busy timeout, instead of both creating the tables). A file written by a newer
+//! tcpx-analyze (a higher version) is refused, not guessed at; readers (`detect`, `report`,
+//! `gate --history`) open read-only and refuse a file that is not a tcpx-analyze history (empty,
+//! or another program's SQLite) instead of writing into it.
 
 use super::model::{Config, Provenance, RunRecord, Sample, StoredRow, StoredRun};
 use crate::error::Failure;
@@ -59,6 +63,10 @@ const MIGRATIONS: &[&str] = &[
         busbw_gbps REAL NOT NULL,
         PRIMARY KEY (result_id, source, iter)
     );",
+    // 2: the result directory a stdout log says it wrote (the same run as that directory), and
+    // the waivers a run was added under (`--allow-forced`, ...), which every verdict must name.
+    "ALTER TABLE runs ADD COLUMN result_dir TEXT;
+    ALTER TABLE runs ADD COLUMN allowed TEXT;",
 ];
 
 /// The schema version this build writes.
@@ -66,6 +74,42 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 fn sql(path: &Path, e: rusqlite::Error) -> Failure {
     Failure::Input(format!("{}: database error: {e}", path.display()))
+}
+
+/// Refuses a version this build cannot read: newer than [`SCHEMA_VERSION`], negative, or 0 with
+/// tables in the file (another program's database, never to be written into).
+fn check_version(conn: &Connection, p: &Path, version: i64, writable: bool) -> Result<(), Failure> {
+    if version > SCHEMA_VERSION {
+        return Err(Failure::Input(format!(
+            "{}: schema version {version} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze",
+            p.display()
+        )));
+    }
+    if version < 0 {
+        return Err(Failure::Input(format!(
+            "{}: schema version {version} is invalid",
+            p.display()
+        )));
+    }
+    if version == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| sql(p, e))?;
+        if tables > 0 {
+            return Err(Failure::Input(format!(
+                "{}: an SQLite database of another program (tables, no tcpx-analyze schema version): not a history; give another --db",
+                p.display()
+            )));
+        }
+        if writable {
+            return Ok(());
+        }
+        return Err(Failure::Input(format!(
+            "{}: an empty SQLite database, not a tcpx-analyze history (create one with `history add --db FILE RUN...`)",
+            p.display()
+        )));
+    }
+    Ok(())
 }
 
 /// An open history database.
@@ -78,18 +122,28 @@ pub struct Db {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Added {
     New(i64),
-    /// Already stored (same content): nothing written.
+    /// Already stored (same bytes): nothing written.
     Present(i64),
+    /// The same run is stored under other bytes (a copy, its stdout log): why; nothing written.
+    Copy(i64, String),
 }
 
+/// How long a writer waits for another's lock before failing loudly.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Db {
-    /// Opens (`create`: or creates) the database and migrates it to [`SCHEMA_VERSION`].
+    /// Opens the database: `create` (history add) creates or migrates it to [`SCHEMA_VERSION`];
+    /// otherwise read-only, and it must already be a tcpx-analyze history of this version.
     pub fn open(path: &Path, create: bool) -> Result<Db, Failure> {
+        let name = path.display();
         if !create && !path.exists() {
             return Err(Failure::Input(format!(
-                "{}: no such history database (create it with `tcpx-analyze history add --db {} RUN...`)",
-                path.display(),
-                path.display()
+                "{name}: no such history database (create it with `tcpx-analyze history add --db {name} RUN...`)"
+            )));
+        }
+        if !create && std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+            return Err(Failure::Input(format!(
+                "{name}: an empty file, not a tcpx-analyze history database (create one with `history add --db FILE RUN...`; this file is left alone)"
             )));
         }
         if create {
@@ -98,47 +152,52 @@ impl Db {
                     .map_err(|e| Failure::Input(format!("{}: cannot create: {e}", dir.display())))?;
             }
         }
-        let conn = Connection::open(path).map_err(|e| sql(path, e))?;
+        let conn = if create {
+            Connection::open(path)
+        } else {
+            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        }
+        .map_err(|e| sql(path, e))?;
         let mut db = Db {
             conn,
             path: path.to_path_buf(),
         };
-        db.conn
-            .busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(|e| sql(path, e))?;
-        db.conn
-            .execute_batch("PRAGMA foreign_keys = ON;")
-            .map_err(|e| sql(path, e))?;
-        db.migrate()?;
+        db.conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sql(path, e))?;
+        if create {
+            db.conn
+                .execute_batch("PRAGMA foreign_keys = ON;")
+                .map_err(|e| sql(path, e))?;
+            db.migrate()?;
+        } else {
+            let v = db.schema_version()?;
+            check_version(&db.conn, path, v, false)?;
+            if v < SCHEMA_VERSION {
+                return Err(Failure::Input(format!(
+                    "{name}: schema version {v} is older than this tcpx-analyze's ({SCHEMA_VERSION}); `history add --db {name} RUN...` migrates it"
+                )));
+            }
+        }
         Ok(db)
     }
 
+    /// Brings the schema up to date in one IMMEDIATE transaction: the version is read under the
+    /// write lock, so of several first writers one creates the tables and the others find them.
     fn migrate(&mut self) -> Result<(), Failure> {
         let p = self.path.clone();
-        let version: i64 = self
+        let tx = self
             .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(|e| sql(&p, e))?;
+        let version: i64 = tx
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(|e| sql(&p, e))?;
-        if version > SCHEMA_VERSION {
-            return Err(Failure::Input(format!(
-                "{}: schema version {version} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze",
-                p.display()
-            )));
-        }
-        if version < 0 {
-            return Err(Failure::Input(format!(
-                "{}: schema version {version} is invalid",
-                p.display()
-            )));
-        }
+        check_version(&tx, &p, version, true)?;
         for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self.conn.transaction().map_err(|e| sql(&p, e))?;
             tx.execute_batch(m).map_err(|e| sql(&p, e))?;
             tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
                 .map_err(|e| sql(&p, e))?;
-            tx.commit().map_err(|e| sql(&p, e))?;
         }
-        Ok(())
+        tx.commit().map_err(|e| sql(&p, e))
     }
 
     pub fn schema_version(&self) -> Result<i64, Failure> {
@@ -186,13 +245,28 @@ impl Db {
         if let Some(id) = present {
             return Ok(Added::Present(id));
         }
+        // Under the same lock: the same run stored under other bytes (the gate's own test of a
+        // copy, against every stored run of the same tool and pattern: a stdout log keys its
+        // configuration with fewer fields than its result directory).
+        for s in &record.series {
+            for (cid, c) in configs_in(&tx, &p)? {
+                if c.tool != s.config.tool || c.pattern != s.config.pattern {
+                    continue;
+                }
+                for stored in runs_in(&tx, &p, cid, false)? {
+                    if let Some(why) = crate::admit::same_run(&super::gate::as_run(&c, &stored), &record.run) {
+                        return Ok(Added::Copy(stored.id, why));
+                    }
+                }
+            }
+        }
         let write = || -> rusqlite::Result<i64> {
             tx.execute(
-                "INSERT INTO runs (content_sha256, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, status, added_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                "INSERT INTO runs (content_sha256, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, status, added_at, result_dir, allowed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 params![
                     r.content_sha256, r.source, r.format, r.tool, r.start_time, r.time_from, r.git_commit,
-                    r.plugin_sha256, r.hosts, r.nccl_version, record.status, added_at
+                    r.plugin_sha256, r.hosts, r.nccl_version, record.status, added_at, r.result_dir, record.allowed
                 ],
             )?;
             let run_id = tx.last_insert_rowid();
@@ -235,10 +309,29 @@ impl Db {
 
     /// Every configuration, by key.
     pub fn configs(&self) -> Result<Vec<(i64, Config)>, Failure> {
-        let p = &self.path;
-        let mut st = self
-            .conn
-            .prepare("SELECT id, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, window FROM configs ORDER BY key")
+        configs_in(&self.conn, &self.path)
+    }
+
+    /// The runs of one configuration in time order (start time, then the order they were added),
+    /// each with its rows by size (samples included when `with_samples`).
+    pub fn runs_of(&self, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, Failure> {
+        runs_in(&self.conn, &self.path, config_id, with_samples)
+    }
+
+    /// Number of runs stored.
+    pub fn run_count(&self) -> Result<i64, Failure> {
+        self.conn
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+            .map_err(|e| sql(&self.path, e))
+    }
+}
+
+/// Every configuration of the database `conn` (a connection or a transaction), by key.
+fn configs_in(conn: &Connection, p: &Path) -> Result<Vec<(i64, Config)>, Failure> {
+    {
+        let mut st = conn
+            .prepare(
+"SELECT id, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, window FROM configs ORDER BY key")
             .map_err(|e| sql(p, e))?;
         let rows = st
             .query_map([], |r| {
@@ -264,15 +357,14 @@ impl Db {
             .map_err(|e| sql(p, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql(p, e))
     }
+}
 
-    /// The runs of one configuration in time order (start time, then the order they were added),
-    /// each with its rows by size (samples included when `with_samples`).
-    pub fn runs_of(&self, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, Failure> {
-        let p = &self.path;
-        let mut st = self
-            .conn
+/// The runs of configuration `config_id` in `conn` (see [`Db::runs_of`]).
+fn runs_in(conn: &Connection, p: &Path, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, Failure> {
+    {
+        let mut st = conn
             .prepare(
-                "SELECT DISTINCT runs.id, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, content_sha256
+                "SELECT DISTINCT runs.id, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, content_sha256, result_dir, allowed
                  FROM runs JOIN results ON results.run_id = runs.id
                  WHERE results.config_id = ?1 ORDER BY start_time, runs.id",
             )
@@ -292,22 +384,22 @@ impl Db {
                         hosts: r.get(8)?,
                         nccl_version: r.get(9)?,
                         content_sha256: r.get(10)?,
+                        result_dir: r.get(11)?,
                     },
+                    allowed: r.get(12)?,
                     rows: Vec::new(),
                 })
             })
             .map_err(|e| sql(p, e))?
             .collect::<Result<_, _>>()
             .map_err(|e| sql(p, e))?;
-        let mut rs = self
-            .conn
+        let mut rs = conn
             .prepare(
                 "SELECT id, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong, nccl_time_us, nccl_algbw_gbps, nccl_busbw_gbps
                  FROM results WHERE run_id = ?1 AND config_id = ?2 ORDER BY size_bytes",
             )
             .map_err(|e| sql(p, e))?;
-        let mut ss = self
-            .conn
+        let mut ss = conn
             .prepare("SELECT time_us, algbw_gbps, busbw_gbps FROM samples WHERE result_id = ?1 AND source = ?2 ORDER BY iter")
             .map_err(|e| sql(p, e))?;
         for run in &mut runs {
@@ -369,13 +461,6 @@ impl Db {
             }
         }
         Ok(runs)
-    }
-
-    /// Number of runs stored.
-    pub fn run_count(&self) -> Result<i64, Failure> {
-        self.conn
-            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
-            .map_err(|e| sql(&self.path, e))
     }
 }
 

@@ -9,18 +9,46 @@ use super::edm::EdmSettings;
 use super::import::{import_path, AddOptions};
 use super::model::{Config, StoredRun};
 use crate::error::Failure;
-use crate::model::{Family, Format, Row, Run, Series};
+use crate::model::{Family, Format, Row, Run, Series, Waiver};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Rebuilds a stored run of one configuration as the gate's [`Run`].
-fn as_run(c: &Config, r: &StoredRun) -> Run {
-    let format = if c.tool == "tcpx-perf" {
-        Format::TcpxPerfDir
-    } else {
-        Format::NcclTestsText
+pub(crate) fn as_run(c: &Config, r: &StoredRun) -> Run {
+    let pv = &r.provenance;
+    // The format it was read from decides how precisely its figures were printed.
+    let format = match pv.format.as_str() {
+        "tcpx-perf-dir" => Format::TcpxPerfDir,
+        "tcpx-perf-text" => Format::TcpxPerfText,
+        "nccl-tests-json" => Format::NcclTestsJson,
+        "rccl-tests-json" => Format::RcclTestsJson,
+        _ if c.tool == "tcpx-perf" && pv.result_dir.is_none() => Format::TcpxPerfDir,
+        _ => Format::NcclTestsText,
     };
-    let mut run = Run::new(&format!("{} (history run {})", r.provenance.source, r.id), format);
+    let mut run = Run::new(&format!("{} (history run {})", pv.source, r.id), format);
+    let dir = if format == Format::TcpxPerfDir {
+        Some(pv.source.clone())
+    } else {
+        pv.result_dir.clone()
+    };
+    for (k, v) in [
+        ("git_commit", pv.git_commit.clone()),
+        ("plugin", c.plugin.clone()),
+        ("result_dir", dir),
+        ("start_time", Some(pv.start_time.clone())),
+    ] {
+        if let Some(v) = v {
+            run.labels.insert(k.into(), v);
+        }
+    }
+    for w in r.allowed.iter().flat_map(|a| a.split(',')) {
+        if let Some(w) = Waiver::from_label(w) {
+            run.waivers.push((
+                w,
+                format!("{} (history run {}): added under {}", pv.source, r.id, w.flag()),
+            ));
+        }
+    }
     let shape = if c.tool == "tcpx-perf" {
         [("ranks", c.ranks), ("endpoints", c.endpoints), ("nodes", c.nodes)]
     } else {
@@ -71,6 +99,7 @@ pub fn references(
     edm: &EdmSettings,
 ) -> Result<(Vec<Run>, Vec<String>), Failure> {
     let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut own_runs = Vec::new();
     for p in candidates {
         for rec in import_path(p, add)? {
             for s in &rec.series {
@@ -79,6 +108,7 @@ pub fn references(
                     .or_default()
                     .push(rec.provenance.content_sha256.clone());
             }
+            own_runs.push(rec.run);
         }
     }
     let configs = db.configs()?;
@@ -95,6 +125,10 @@ pub fn references(
             .runs_of(*cid, true)?
             .into_iter()
             .filter(|r| !own.contains(&r.provenance.content_sha256))
+            .filter(|r| {
+                let stored = as_run(c, r);
+                !own_runs.iter().any(|o| crate::admit::same_run(o, &stored).is_some())
+            })
             .collect();
         let start = config_series(*cid, key, &runs)
             .into_iter()

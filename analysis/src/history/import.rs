@@ -159,6 +159,8 @@ pub struct AddOptions {
     pub parse: ParseOptions,
     /// Start time for inputs that record none (logs); otherwise their file's mtime is used.
     pub start_time: Option<String>,
+    /// The waivers `history add` was given (`--allow-forced`, ...): stored with the run.
+    pub allow: crate::admit::Allow,
 }
 
 /// Reads one input (a result directory, a directory of them, a log) into records, or refuses it
@@ -171,7 +173,8 @@ pub fn import_path(path: &Path, o: &AddOptions) -> Result<Vec<RunRecord>, Failur
             )));
         }
     }
-    let runs = parse::load_path(path, &o.parse)?;
+    let mut runs = parse::load_path(path, &o.parse)?;
+    crate::admit::policy(&mut runs, o.allow)?;
     let mut problems = Vec::new();
     crate::compare::check_runs(&runs, "run", &mut problems);
     if !problems.is_empty() {
@@ -181,6 +184,12 @@ pub fn import_path(path: &Path, o: &AddOptions) -> Result<Vec<RunRecord>, Failur
         )));
     }
     runs.iter().map(|r| record(path, r, o)).collect()
+}
+
+/// The waivers a run was admitted under, as stored: `FORCED,UNCHECKED`, or `None`.
+fn allowed(run: &Run) -> Option<String> {
+    let w: Vec<&str> = crate::admit::waivers(run).iter().map(|(w, _)| w.label()).collect();
+    (!w.is_empty()).then(|| w.join(","))
 }
 
 fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> {
@@ -253,9 +262,12 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                     .pointer("/nccl_baseline/version")
                     .and_then(Value::as_str)
                     .map(str::to_string),
+                result_dir: None,
                 },
                 status: run.status.clone(),
+                allowed: allowed(run),
                 series,
+                run: run.clone(),
             })
         }
         Format::TcpxPerfCsv => Err(Failure::Input(format!(
@@ -313,9 +325,12 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                     .get("nccl_version")
                     .cloned()
                     .or_else(|| nccl_version_from_log(&text)),
+                result_dir: run.labels.get("result_dir").cloned(),
                 },
                 status: run.status.clone(),
+                allowed: allowed(run),
                 series,
+                run: run.clone(),
             })
         }
     }

@@ -95,6 +95,8 @@ pub struct Provenance {
     pub plugin_sha256: Option<String>,
     pub hosts: Option<String>,
     pub nccl_version: Option<String>,
+    /// A stdout log: the result directory it says it wrote (that directory is the same run).
+    pub result_dir: Option<String>,
 }
 
 /// One run to store.
@@ -103,7 +105,12 @@ pub struct RunRecord {
     #[serde(flatten)]
     pub provenance: Provenance,
     pub status: Option<String>,
+    /// The waivers the run was admitted under ([`crate::admit`]), e.g. `FORCED`, comma-joined.
+    pub allowed: Option<String>,
     pub series: Vec<SeriesRecord>,
+    /// The run as the gate reads it: what a copy is recognised by ([`crate::admit::same_run`]).
+    #[serde(skip)]
+    pub run: crate::model::Run,
 }
 
 /// A stored run of one configuration, read back.
@@ -112,6 +119,8 @@ pub struct StoredRun {
     pub id: i64,
     #[serde(flatten)]
     pub provenance: Provenance,
+    /// The waivers it was added under ([`RunRecord::allowed`]).
+    pub allowed: Option<String>,
     pub rows: Vec<StoredRow>,
 }
 

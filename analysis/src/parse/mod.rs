@@ -9,7 +9,7 @@ pub mod rccl_json;
 pub mod tcpx;
 
 use crate::error::{Failure, ParseError};
-use crate::model::{Family, Run};
+use crate::model::{Family, Format, Run, Waiver};
 use std::path::Path;
 
 /// Which nccl-tests placement to read (tcpx-perf has only one).
@@ -189,14 +189,36 @@ pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> 
             .iter()
             .map(|p| tcpx::load_dir(p, opts))
             .collect::<Result<Vec<_>, _>>()?;
-        crate::validate::distinct(&runs)?;
+        crate::admit::distinct(&runs)?;
         return Ok(runs);
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| Failure::Input(format!("{name}: not UTF-8 text ({e})")))?;
     let mut runs = parse_text(&name, &text, opts)?;
+    if runs.iter().any(|r| r.format == Format::TcpxPerfCsv) {
+        // A results.csv is whole only as its directory says: read it as that directory.
+        if let Some(dir) = directory_of_results(path) {
+            return Ok(vec![tcpx::load_dir(&dir, opts)?]);
+        }
+        for r in &mut runs {
+            r.waivers.push((
+                Waiver::Incomplete,
+                format!("{name}: no summary.json beside it (summary.json is written last, saying whether the run completed)"),
+            ));
+        }
+    }
     crate::validate::text(&name, &text, &mut runs)?;
     Ok(runs)
+}
+
+/// The result directory whose `results.csv` `path` is, when its `summary.json` is beside it.
+fn directory_of_results(path: &Path) -> Option<std::path::PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+    (dir.join("summary.json").is_file() && same(&dir.join("results.csv"), path)).then_some(dir)
 }
 
 /// Loads several paths into runs (each path may hold several runs); copies of one run are refused.
@@ -205,6 +227,6 @@ pub fn load_paths(paths: &[std::path::PathBuf], opts: &ParseOptions) -> Result<V
     for p in paths {
         runs.extend(load_path(p, opts)?);
     }
-    crate::validate::distinct(&runs)?;
+    crate::admit::distinct(&runs)?;
     Ok(runs)
 }

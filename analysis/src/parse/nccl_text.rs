@@ -53,6 +53,8 @@ struct Table {
     wrong_total: Option<f64>,
     avg_busbw: Option<f64>,
     footer: bool,
+    /// tcpx-perf's `# Results written to DIR` after the footer: the run's result directory.
+    result_dir: Option<String>,
 }
 
 /// Words that mark a line as an error message (NCCL WARN, `Test NCCL failure`, MPI abort,
@@ -128,6 +130,7 @@ pub fn parse_all(file: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>
                 wrong_total: None,
                 avg_busbw: None,
                 footer: false,
+                result_dir: None,
             });
             continue;
         }
@@ -178,6 +181,12 @@ pub fn parse_all(file: &str, text: &str, opts: &ParseOptions) -> Result<Vec<Run>
             }
         }
 
+        if let (true, Some(d)) = (hashed, body.strip_prefix("Results written to ")) {
+            if let Some(tab) = open.as_mut() {
+                tab.result_dir = Some(d.trim().to_string());
+                continue;
+            }
+        }
         // A new run starts: the open table ends here.
         let starts_run = body.starts_with("nThread ")
             || body.starts_with("Collective test starting:")
@@ -407,6 +416,9 @@ fn build(file: &str, tab: Table, opts: &ParseOptions, single: bool) -> Result<Ru
     }
     if let Some(a) = tab.avg_busbw {
         run.labels.insert("avg_busbw_footer".into(), format!("{a}"));
+    }
+    if let Some(d) = &tab.result_dir {
+        run.labels.insert("result_dir".into(), d.clone());
     }
     let tool = if tcpx {
         "tcpx-perf"

@@ -79,6 +79,7 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
     let f = factor(s.pattern, s.ranks);
     let mut res = String::from("schema_version,pattern,scope,dir,mem,size_bytes,count,type,iters,time_us,algbw_gbps,busbw_gbps,wrong,time_min_us,time_median_us,time_p99_us,time_cv_pct,bytes_planned,bytes_moved,ranks,endpoints,nodes,plugin,abi\n");
     let mut samp = String::from("schema_version,pattern,size_bytes,iter,time_us,algbw_gbps,busbw_gbps\n");
+    let mut sums = Vec::new();
     let mut pairs = String::from(
         "schema_version,pattern,size_bytes,src_rank,src_gpu,src_host,dst_rank,dst_gpu,dst_host,bytes,time_us,gbps\n",
     );
@@ -96,6 +97,12 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
         sorted.sort_by(f64::total_cmp);
         let a = size as f64 / mean / 1e3;
         let planned = size * u64::from(s.ranks);
+        sums.push(format!(
+            r#"{{"size_bytes":{size},"iters":{},"time_us":{mean:.4},"algbw_gbps":{a:.6},"busbw_gbps":{:.6},"wrong":{},"bytes_planned":{planned},"bytes_moved":{planned}}}"#,
+            s.iters,
+            a * f,
+            s.wrong.map_or("null".to_string(), |w| w.to_string())
+        ));
         writeln!(
             res,
             "1,{},all,bi,cuda,{size},{},float,{},{mean:.4},{a:.6},{:.6},{},{:.4},{:.4},{:.4},1.0,{planned},{planned},{},{},1,tcpx-emu,8",
@@ -133,10 +140,12 @@ pub fn write_run(dir: &Path, s: &Spec) -> PathBuf {
     std::fs::write(dir.join("results.csv"), res).unwrap();
     std::fs::write(dir.join("samples.csv"), samp).unwrap();
     std::fs::write(dir.join("pairs.csv"), pairs).unwrap();
-    let wrong_total = s.wrong.unwrap_or(0);
+    let wrong_total = s.wrong.unwrap_or(0) * s.sizes.len() as u64;
+    let n = s.sizes.len();
     let summary = format!(
-        r#"{{"schema_version":1,"complete":{},"tool":{{"name":"tcpx-perf","version":"0.1.0","git_commit":"abc123"}},"command":["tcpx-perf","--pattern","{}"],"start_time":"2026-11-21T05:00:00Z","end_time":"2026-11-21T05:01:00Z","config":{{}},"plugin":{{"name":"tcpx-emu","abi":8}},"mpi":"Open MPI 4.1.6","hosts":[],"env":{{}},"avg_busbw_gbps":1.0,"wrong_total":{wrong_total},"status":"{}"}}"#,
+        r#"{{"schema_version":1,"complete":{},"sizes_planned":{n},"sizes_done":{n},"results":[{}],"tool":{{"name":"tcpx-perf","version":"0.1.0","git_commit":"abc123"}},"command":["tcpx-perf","--pattern","{}"],"start_time":"2026-11-21T05:00:00Z","end_time":"2026-11-21T05:01:00Z","config":{{}},"plugin":{{"name":"tcpx-emu","abi":8}},"mpi":"Open MPI 4.1.6","hosts":[],"env":{{}},"avg_busbw_gbps":1.0,"wrong_total":{wrong_total},"status":"{}"}}"#,
         s.complete,
+        sums.join(","),
         s.pattern,
         if wrong_total > 0 { "wrong-data" } else { "ok" }
     );
@@ -169,7 +178,7 @@ pub fn add_nccl(dir: &Path, speedup: f64) {
     // Schema 3 throughout (one schema version per directory): schema 2's bytes_verified_by,
     // then the nccl_* columns.
     let mut out = format!(
-        "{header},bytes_verified_by,nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
+        "{header},bytes_verified_by,wire_rx_bytes,wire_payload_ratio,wire_by_iface,netbw_gbps,send_peers_in_flight,recv_peers_in_flight,nccl_time_us,nccl_algbw_gbps,nccl_busbw_gbps,nccl_ratio,nccl_batch_time_us,nccl_batch_algbw_gbps,nccl_batch_busbw_gbps,nccl_wrong\n"
     );
     for l in lines {
         let v: Vec<&str> = l.split(',').collect();
@@ -181,7 +190,8 @@ pub fn add_nccl(dir: &Path, speedup: f64) {
         );
         let row = l.replacen("1,", "3,", 1);
         out += &format!(
-            "{row},plugin,{t},{a},{b},{},{},{},{},0\n",
+            "{row},plugin,,,,{},1,1,{t},{a},{b},{},{},{},{},0\n",
+            v[at("busbw_gbps")],
             1.0 / speedup,
             t * 0.9,
             a / 0.9,
@@ -211,4 +221,69 @@ pub fn add_nccl(dir: &Path, speedup: f64) {
         }
     }
     std::fs::write(dir.join("nccl_samples.csv"), ns).unwrap();
+}
+
+/// The workspace's tcpx-perf, built next to tcpx-analyze.
+pub fn tcpx_perf() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first (bash launch/build.sh, or cargo build --release)",
+        p.display()
+    );
+    p
+}
+
+/// One real small run, `mpirun -np 2 tcpx-perf --pattern sendrecv -b 4M -e 8M -n 5 -w 1 --out
+/// OUT EXTRA...` over tcpx-emu on loopback, with `env` set: how it ended.
+pub fn tcpx_perf_run(out: &Path, env: &[(&str, &str)], extra: &[&str]) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .args([
+            "120",
+            "mpirun",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_vader_single_copy_mechanism",
+            "none",
+            "-np",
+            "2",
+        ])
+        .arg(tcpx_perf())
+        .args([
+            "--pattern",
+            "sendrecv",
+            "-b",
+            "4M",
+            "-e",
+            "8M",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "--progress",
+            "never",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .envs(env.iter().copied())
+        .output()
+        .expect("mpirun")
+}
+
+/// [`tcpx_perf_run`] that must succeed: its stdout (the log).
+pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
+    let o = tcpx_perf_run(out, env, &[]);
+    assert!(
+        o.status.success(),
+        "tcpx-perf run {} failed: {}\n{}",
+        out.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -13,8 +13,12 @@ use crate::model::{Format, Run};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
+
+mod columns;
+mod summary;
+
+use columns::{check_figures, check_header};
 
 /// Schema versions of tcpx-perf result directories this reader knows (`results/README.md`).
 pub const SCHEMAS: [u64; 4] = [1, 2, 3, 4];
@@ -250,6 +254,7 @@ fn check_results(
         let (size, time) = csv.size_and_time(line, r)?;
         let algbw = need("algbw_gbps")?;
         let busbw = need("busbw_gbps")?;
+        check_figures(csv, line, r)?;
         check_algbw(f, line, size, time, algbw)?;
         let n = csv.number(line, r, "endpoints")?.map(|p| p.value).or(summary_endpoints);
         // sendrecv and pairs need no endpoint count; ring and fullmesh are checked where known.
@@ -433,80 +438,6 @@ fn check_schema_only(csv: &Csv, schema: &mut Schema) -> Result<(), Failure> {
     csv.rows_seen(schema).try_for_each(|row| row.map(drop))
 }
 
-/// Checks that summary.json and results.csv describe the same run: pattern, scope, dir, mem,
-/// endpoints, the sizes and each size's time; records sizes the summary calls unverified.
-fn check_summary_agrees(
-    sum_name: &str,
-    summary: &Value,
-    res: &Csv,
-    sizes: &BTreeMap<(String, u64), SizeRow>,
-    run: &mut Run,
-) -> Result<(), Failure> {
-    for field in ["pattern", "scope", "dir", "mem", "endpoints"] {
-        let Some(want) = summary.get(field).filter(|v| !v.is_null()) else {
-            continue;
-        };
-        let want = match want {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        for (line, r) in &res.rows {
-            if let Some(got) = res.get(r, field).filter(|g| *g != want) {
-                return Err(refuse(
-                    &res.name,
-                    Some(*line),
-                    field,
-                    format!("{got:?} but {sum_name} says {want:?}: the files describe different runs"),
-                ));
-            }
-        }
-    }
-    let Some(results) = summary.get("results").and_then(Value::as_array) else {
-        return Ok(());
-    };
-    let pattern = summary.get("pattern").and_then(Value::as_str);
-    let mut seen = Vec::new();
-    for (i, r) in results.iter().enumerate() {
-        let field = format!("results[{i}].size_bytes");
-        let size = r
-            .get("size_bytes")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| refuse(sum_name, None, &field, "missing or not a byte count"))?;
-        seen.push(size);
-        let row = sizes
-            .iter()
-            .find(|((p, s), _)| *s == size && pattern.is_none_or(|q| q == p))
-            .map(|(_, row)| row)
-            .ok_or_else(|| refuse(sum_name, None, &field, format!("size {size} is not in {}", res.name)))?;
-        if let Some(t) = r.get("time_us").and_then(Value::as_f64) {
-            let slack = row.time_us.half_ulp + 1e-9 * t.abs();
-            if (t - row.time_us.value).abs() > slack {
-                return Err(refuse(
-                    sum_name,
-                    None,
-                    &format!("results[{i}].time_us"),
-                    format!("{t} but {}:{} says {} us", res.name, row.line, row.time_us.value),
-                ));
-            }
-        }
-        if r.get("verified").and_then(Value::as_bool) == Some(false) {
-            run.unverified
-                .push(format!("{sum_name}: results[{i}] (size {size}): verified is false"));
-        }
-    }
-    for ((_, size), row) in sizes {
-        if !seen.contains(size) {
-            return Err(refuse(
-                &res.name,
-                Some(row.line),
-                "size_bytes",
-                format!("size {size} is not in {sum_name}'s results: the files describe different runs"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Checks a tcpx-perf result directory that [`crate::parse::tcpx::load_dir`] read into `run`
 /// (its summary.json already parsed): one schema version, figures that agree with each other
 /// and with summary.json. Records `start_time` as a label and unverified sizes in `run`.
@@ -527,7 +458,8 @@ pub fn tcpx_dir(dir: &Path, summary: &Value, run: &mut Run) -> Result<(), Failur
     let endpoints = summary.get("endpoints").and_then(Value::as_f64);
     let sizes = check_results(&res, &mut schema, endpoints, run)?;
     check_header(&res, schema.version())?;
-    check_summary_agrees(&sum_name, summary, &res, &sizes, run)?;
+    summary::check_summary_agrees(&sum_name, summary, &res, &sizes, run)?;
+    summary::check_state(&sum_name, summary, &res, &sizes, run)?;
     if let Some(s) = Csv::read(&dir.join("samples.csv"))? {
         let reduction = summary.get("time_reduction").and_then(Value::as_str).unwrap_or("avg");
         check_samples(&s, &mut schema, &sizes, reduction)?;
@@ -542,26 +474,6 @@ pub fn tcpx_dir(dir: &Path, summary: &Value, run: &mut Run) -> Result<(), Failur
     }
     if summary.get("status").and_then(Value::as_str) == Some("unchecked") && run.unverified.is_empty() {
         run.unverified.push(format!("{sum_name}: status is \"unchecked\""));
-    }
-    Ok(())
-}
-
-/// The columns a schema version's results.csv must (not) have: 2 added `bytes_verified_by`,
-/// 3 the `nccl_*` columns.
-fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failure> {
-    let Some(v) = version else { return Ok(()) };
-    for (col, since) in [("bytes_verified_by", 2), ("nccl_time_us", 3)] {
-        if (v >= since) != res.cols.contains_key(col) {
-            return Err(refuse(
-                &res.name,
-                Some(1),
-                col,
-                format!(
-                    "schema_version {v} {} this column (added in schema {since})",
-                    if v >= since { "requires" } else { "predates" }
-                ),
-            ));
-        }
     }
     Ok(())
 }
@@ -643,76 +555,6 @@ pub fn nccl_errors(run: &Run) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-/// The run's figures as a fingerprint: two runs with the same one are copies of one run.
-fn fingerprint(run: &Run) -> u64 {
-    let mut h = DefaultHasher::new();
-    serde_json::to_string(&(&run.series, &run.pairs))
-        .unwrap_or_default()
-        .hash(&mut h);
-    h.finish()
-}
-
-/// Refuses runs that are copies of another run of the same list (identical figures, e.g. a
-/// result directory copied five times): counted several times they would fake a run-to-run
-/// spread of zero.
-pub fn distinct(runs: &[Run]) -> Result<(), Failure> {
-    let mut seen: HashMap<u64, &Run> = HashMap::new();
-    for r in runs {
-        if let Some(first) = seen.insert(fingerprint(r), r) {
-            let start = |x: &Run| x.labels.get("start_time").cloned();
-            let same_start = match (start(first), start(r)) {
-                (Some(a), Some(b)) if a == b => format!(", same start_time {a}"),
-                _ => String::new(),
-            };
-            return Err(refuse(
-                &r.source,
-                None,
-                "content",
-                format!(
-                    "every figure equals those of {}{same_start}: a copy of one run, which would count twice",
-                    first.source
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The policy of `gate` and `make-baseline` (issue 21, item 2): runs with sizes that were
-/// neither checked nor verified (or a summary saying `status: "unchecked"`) are refused unless
-/// `allow`; allowed ones are returned as notes for the verdict, and their status `unchecked`
-/// counts as `ok`.
-pub fn unchecked_policy(runs: &mut [Run], allow: bool) -> Result<Vec<String>, Failure> {
-    let mut notes = Vec::new();
-    for r in runs.iter_mut() {
-        let unchecked_status = r.status.as_deref() == Some("unchecked");
-        if r.unverified.is_empty() && !unchecked_status {
-            continue;
-        }
-        let first = r
-            .unverified
-            .first()
-            .cloned()
-            .unwrap_or_else(|| format!("{}: status is \"unchecked\"", r.source));
-        let more = r.unverified.len().saturating_sub(1);
-        let what = if more > 0 {
-            format!("{first} (and {more} more size(s))")
-        } else {
-            first
-        };
-        if !allow {
-            return Err(Failure::Input(format!(
-                "{what}: an unchecked run (its bytes were neither data-checked nor verified by a witness that sees payload exactly); rerun with -c 1, or pass --allow-unchecked"
-            )));
-        }
-        if unchecked_status {
-            r.status = Some("ok".into());
-        }
-        notes.push(format!("UNCHECKED run allowed by --allow-unchecked: {what}"));
-    }
-    Ok(notes)
 }
 
 /// `runs-needed --spread`: a finite positive fraction.
