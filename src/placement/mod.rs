@@ -12,6 +12,7 @@
 pub mod cpus;
 pub mod devmem;
 pub mod dry_run;
+pub mod finding;
 pub mod fixture;
 pub mod pci;
 pub mod preflight;
