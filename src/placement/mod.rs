@@ -17,6 +17,7 @@ pub mod fixture;
 pub mod pci;
 pub mod preflight;
 pub mod rank;
+pub mod resources;
 pub mod sysfs;
 
 use cpus::CpuSet;

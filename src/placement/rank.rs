@@ -4,6 +4,7 @@
 use super::cpus::{self, CpuSet};
 use super::dry_run::{RankReport, Row};
 use super::preflight::{self, Finding, Local};
+use super::resources::{self, check, limits::Limits, JobShape, Memory, PluginModel};
 use super::sysfs::Sysfs;
 use super::{choose_cpus, choose_nics, locate_gpus, locate_nics, CpuBind, NetDevSpec};
 use crate::plan::Lanes;
@@ -30,7 +31,13 @@ pub struct RankInput<'a> {
     pub props: &'a [nccl_net::Properties],
     pub plugin_name: &'a str,
     pub plugin_sha256: &'a str,
-    pub cuda: bool,
+    pub memory: Memory,
+    /// The largest buffer of one endpoint over the sweep.
+    pub buffer_len: u64,
+    /// The plan copies blocks locally (host memory then starts copy threads).
+    pub local_copies: bool,
+    /// Most setup threads per endpoint.
+    pub setup_threads: usize,
 }
 
 /// This rank's placement and report.
@@ -68,7 +75,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     let mut endpoints = Vec::new();
     let mut rows = Vec::new();
     let mut checked = Vec::new();
-    let (mut comms, mut listens) = (0, 0);
+    let mut comms = 0;
     for e in mine {
         let ep = &topo.endpoints[e];
         let at = node_gpus
@@ -79,7 +86,6 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         let binding = choose_cpus(input.cpu_bind, gpu, nic, &helpers, &allowed)?;
         let lanes = Lanes::of(e, input.connections, input.channels);
         comms += (lanes.send_peers.len() + lanes.recv_peers.len()) * input.channels;
-        listens += lanes.recv_peers.len() * input.channels;
         let mut names: Vec<&str> = chosen.nics.iter().map(|&d| nics[d].name.as_str()).collect();
         names.dedup();
         rows.push(Row {
@@ -110,11 +116,11 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     findings.extend(preflight::local(&Local {
         plugin_name: input.plugin_name,
         endpoints: checked,
-        comms,
-        listens,
-        cuda: input.cuda,
         env: &env,
     }));
+    let nic_of_gpu = |gpu: usize| node_gpus.binary_search(&gpu).map_or(0, |at| choice[at].nics[0]);
+    let names: Vec<String> = nics.iter().map(|n| n.name.clone()).collect();
+    findings.extend(resource_findings(input, node, &nic_of_gpu, &names));
     let sockets = preflight::data_sockets(&env).unwrap_or(1);
     findings.extend(preflight::affinity(
         &allowed,
@@ -137,6 +143,44 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         report,
         notes,
     })
+}
+
+/// This rank's and its node's needs against this machine's limits (every run's preflight).
+fn resource_findings(
+    input: &RankInput,
+    node: usize,
+    nic_of_gpu: &dyn Fn(usize) -> usize,
+    nics: &[String],
+) -> Vec<Finding> {
+    let plugin = match PluginModel::from_env(input.plugin_name, &env) {
+        Ok(p) => p,
+        // A socket count TCPX refuses: tcpx_settings' error finding says so for TCPX-like plugins.
+        Err(_) if crate::contracts::is_tcpx_like(input.plugin_name) => return Vec::new(),
+        Err(e) => return vec![Finding::error(e)],
+    };
+    let topo = input.topo;
+    let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
+    let job = JobShape {
+        topo,
+        connections: input.connections,
+        channels: input.channels,
+        buffer_len: input.buffer_len,
+        memory: input.memory,
+        local_copies: input.local_copies,
+        setup_threads: input.setup_threads,
+        plugin: &plugin,
+        nic_of: &nic_of,
+        nic_names: nics,
+    };
+    let model = resources::Model::new(&job);
+    let needs = check::Needs {
+        host: "",
+        process: &model.process(input.rank),
+        node: &model.node(node),
+        plugin: &plugin,
+        memory: input.memory,
+    };
+    check::findings(&needs, &Limits::read())
 }
 
 fn numa(n: Option<u32>) -> String {

@@ -7,7 +7,6 @@ use super::vet::Resources;
 use super::{agree, Fatal, Job};
 use crate::baseline::NcclBaseline;
 use crate::collectives::Collectives;
-use crate::contracts;
 use crate::engine::{Engine, EngineConfig};
 use crate::mpi_boot::Mpi;
 use crate::placement::dry_run::SetupReport;
@@ -29,14 +28,15 @@ pub(super) fn connect(
 ) -> Result<(Connected, RunInfo), Fatal> {
     let Ready { mut info, endpoints } = placed;
     let tr = &settings.transport;
-    let tcpx_like = contracts::is_tcpx_like(resources.plugin.name());
     let config = EngineConfig {
         mem: resources.mem,
         channels: tr.channels,
         window: tr.window,
         chunk: tr.chunk,
         timeout: settings.timeout,
-        setup_threads: tr.setup_threads.unwrap_or(if tcpx_like { 64 } else { 1 }),
+        setup_threads: tr
+            .setup_threads
+            .unwrap_or_else(|| crate::placement::resources::plugin::default_setup_threads(resources.plugin.name())),
         reg_segment: resources.reg_segment,
         poll: tr.poll,
     };
