@@ -134,10 +134,10 @@ fn threads(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
         return;
     };
     let per = n.process.threads;
-    let in_use = if name.starts_with("kernel") {
-        format!(", {used} in use")
+    let (in_use, limit_name) = if name.starts_with("kernel") {
+        (format!(", {used} in use"), format!("{name} less {used} in use"))
     } else {
-        String::new()
+        (String::new(), name.to_string())
     };
     let text = match level(need, room) {
         Level::Ok => format!("{}{need} threads for {} ranks fit {name} (room {room})", n.host, n.node.ranks),
@@ -154,7 +154,7 @@ fn threads(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
         per: "node",
         need,
         limit: room,
-        limit_name: name.into(),
+        limit_name,
         text,
     });
 }

@@ -24,6 +24,41 @@ pub const BASE_THREADS: usize = 16;
 /// Copy threads of an endpoint with host memory and local copies (`engine::copier::THREADS`).
 pub const COPIER_THREADS: usize = 4;
 
+/// `--plan NODESxGPUSxNICS`: the shape of a job imagined on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PlanShape {
+    pub nodes: usize,
+    pub gpus: usize,
+    pub nics: usize,
+}
+
+impl std::str::FromStr for PlanShape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PlanShape, String> {
+        let parts: Vec<&str> = s.split(['x', 'X']).map(str::trim).collect();
+        let [nodes, gpus, nics] = parts.as_slice() else {
+            return Err(format!("'{s}' is not NODESxGPUSxNICS: give three numbers, e.g. 64x8x4"));
+        };
+        let number = |what: &str, v: &str| match v.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "'{s}': {what} must be a whole number of at least 1, e.g. 64x8x4"
+            )),
+        };
+        Ok(PlanShape {
+            nodes: number("NODES", nodes)?,
+            gpus: number("GPUS", gpus)?,
+            nics: number("NICS", nics)?,
+        })
+    }
+}
+
+impl std::fmt::Display for PlanShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}x{}", self.nodes, self.gpus, self.nics)
+    }
+}
+
 /// Where endpoint buffers live (`--mem` as resolved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -250,6 +285,33 @@ impl<'a> Model<'a> {
                 gpu_bytes: a.gpu_bytes.max(b.gpu_bytes),
                 gpu_recv_comms: a.gpu_recv_comms.max(b.gpu_recv_comms),
             })
+    }
+}
+
+impl Model<'_> {
+    /// The node that needs the most of each figure among `nodes` (field by field; ports per
+    /// address).
+    pub fn worst_node(&self, nodes: impl Iterator<Item = usize>) -> NodeNeed {
+        nodes.map(|n| self.node(n)).fold(NodeNeed::default(), |a, b| NodeNeed {
+            node: if b.threads > a.threads { b.node } else { a.node },
+            ranks: a.ranks.max(b.ranks),
+            threads: a.threads.max(b.threads),
+            host_bytes: a.host_bytes.max(b.host_bytes),
+            pinned_bytes: a.pinned_bytes.max(b.pinned_bytes),
+            ports: if a.ports.is_empty() {
+                b.ports
+            } else {
+                a.ports
+                    .into_iter()
+                    .zip(b.ports)
+                    .map(|(x, y)| PortNeed {
+                        address: x.address,
+                        listening: x.listening.max(y.listening),
+                        connecting: x.connecting.max(y.connecting),
+                    })
+                    .collect()
+            },
+        })
     }
 }
 

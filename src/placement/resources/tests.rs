@@ -180,6 +180,7 @@ fn threads_near_and_over_pid_max_name_the_sysctl() {
     let v = verdicts(&f, &shared, Memory::Host, &cg);
     let t = v.iter().find(|v| v.resource == "threads").unwrap();
     assert_eq!((t.level, t.limit_name.as_str()), (Level::Error, "cgroup pids.max"));
+    assert!(t.text.contains("pids.max"), "{}", t.text);
 }
 
 #[test]
