@@ -227,8 +227,10 @@ fn the_model_bounds_what_a_real_run_holds() {
         (12, 60, 48)
     );
 
+    let out = scratch("run");
     let mut cmd = mpirun_command();
-    cmd.args(["-np", "4", BIN, "--no-out", "-n", "400", "-w", "0"])
+    cmd.args(["-np", "4", BIN, "-n", "400", "-w", "0", "--out"])
+        .arg(&out)
         .args(flags.split_whitespace())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
@@ -240,7 +242,25 @@ fn the_model_bounds_what_a_real_run_holds() {
     let (o, peaks) = peaks_while(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert_eq!(peaks.len(), 4, "four ranks seen: {peaks:?}");
-    for (pid, (threads, fds)) in peaks {
+    // Each rank's own count at the end of setup, in summary.json, within the same bounds.
+    let setup = common::summary(&out)["placement"]["setup"].clone();
+    let _ = std::fs::remove_dir_all(&out);
+    let own = |k: &str| -> Vec<usize> {
+        setup[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} in {setup}"))
+            .iter()
+            .map(|v| v.as_u64().expect("a count") as usize)
+            .collect()
+    };
+    let (own_threads, own_fds) = (own("threads_after_setup"), own("fds_after_setup"));
+    assert_eq!((own_threads.len(), own_fds.len()), (4, 4), "{setup}");
+    let seen = own_threads
+        .into_iter()
+        .zip(own_fds)
+        .enumerate()
+        .map(|(rank, tf)| (rank as u32, tf));
+    for (pid, (threads, fds)) in peaks.into_iter().chain(seen) {
         // Every connected comm's sockets were open at once, within the model's file count.
         assert!(
             (model("sockets")..=model("files")).contains(&fds),

@@ -54,18 +54,24 @@ pub(super) fn connect(
     )?;
     let timing = engine.connect(mpi, job.buffer_len).map_err(Fatal::Here)?;
     // The slowest rank's setup, from starting its workers to its last comm.
+    let (threads, fds) = crate::placement::resources::limits::own_usage();
     let all = mpi.gather_f64(&[
         setup_start.elapsed().as_secs_f64(),
         timing.connect.as_secs_f64(),
         timing.threads as f64,
+        threads as f64,
+        fds as f64,
     ]);
-    let max = |i: usize| all.iter().skip(i).step_by(3).copied().fold(0.0, f64::max);
+    let max = |i: usize| all.iter().skip(i).step_by(5).copied().fold(0.0, f64::max);
+    let each = |i: usize| all.iter().skip(i).step_by(5).map(|&x| x as u64).collect();
     let setup_report = SetupReport {
         seconds: max(0),
         connect_seconds: max(1),
         comms: info.placement.comms,
         sockets_per_node: std::mem::take(&mut info.placement.sockets_per_node),
         max_setup_threads: max(2) as usize,
+        threads_after_setup: each(3),
+        fds_after_setup: each(4),
     };
     if mpi.rank() == 0 {
         print!("{}", setup_report.line());
