@@ -55,11 +55,12 @@ pub fn local(ctx: &Local) -> Vec<Finding> {
     out
 }
 
-/// The CPUs the launcher left this rank: each endpoint runs its progress thread plus one plugin
-/// helper thread per data socket (TCPX and tcpx-emu). Open MPI binds every rank to one core when
-/// it starts two ranks or fewer (`--bind-to core`), which puts all of them on that core.
-pub fn affinity(allowed: &super::cpus::CpuSet, endpoints: usize, data_sockets: usize) -> Vec<Finding> {
-    let threads = endpoints * (1 + data_sockets);
+/// The CPUs the launcher left this rank: each endpoint runs its progress thread, and the plugin
+/// its helper threads (`helpers`, as the resource model counts them). Open MPI binds every rank
+/// to one core when it starts two ranks or fewer (`--bind-to core`), which puts all of them on
+/// that core.
+pub fn affinity(allowed: &super::cpus::CpuSet, endpoints: usize, helpers: usize) -> Vec<Finding> {
+    let threads = endpoints + helpers;
     if allowed.is_empty() {
         return Vec::new();
     }

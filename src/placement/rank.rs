@@ -120,13 +120,21 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     }));
     let nic_of_gpu = |gpu: usize| node_gpus.binary_search(&gpu).map_or(0, |at| choice[at].nics[0]);
     let names: Vec<String> = nics.iter().map(|n| n.name.clone()).collect();
-    findings.extend(resource_findings(input, node, &nic_of_gpu, &names));
+    let mine = topo.endpoints_of(input.rank).len();
+    let helpers = match PluginModel::from_env(input.plugin_name, &env) {
+        Ok(plugin) => {
+            findings.extend(resource_findings(input, &plugin, node, &nic_of_gpu, &names));
+            plugin.helper_threads(comms)
+        }
+        // A socket count TCPX refuses: tcpx_settings' error finding says so for TCPX-like plugins.
+        Err(_) if crate::contracts::is_tcpx_like(input.plugin_name) => mine,
+        Err(e) => {
+            findings.push(Finding::error(e));
+            mine
+        }
+    };
+    findings.extend(preflight::affinity(&allowed, mine, helpers));
     let sockets = preflight::data_sockets(&env).unwrap_or(1);
-    findings.extend(preflight::affinity(
-        &allowed,
-        topo.endpoints_of(input.rank).len(),
-        sockets,
-    ));
     let report = RankReport {
         rank: input.rank,
         host: topo.hostnames[input.rank].clone(),
@@ -148,16 +156,11 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
 /// This rank's and its node's needs against this machine's limits (every run's preflight).
 fn resource_findings(
     input: &RankInput,
+    plugin: &PluginModel,
     node: usize,
     nic_of_gpu: &dyn Fn(usize) -> usize,
     nics: &[String],
 ) -> Vec<Finding> {
-    let plugin = match PluginModel::from_env(input.plugin_name, &env) {
-        Ok(p) => p,
-        // A socket count TCPX refuses: tcpx_settings' error finding says so for TCPX-like plugins.
-        Err(_) if crate::contracts::is_tcpx_like(input.plugin_name) => return Vec::new(),
-        Err(e) => return vec![Finding::error(e)],
-    };
     let topo = input.topo;
     let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
     let job = JobShape {
@@ -168,16 +171,19 @@ fn resource_findings(
         memory: input.memory,
         local_copies: input.local_copies,
         setup_threads: input.setup_threads,
-        plugin: &plugin,
+        plugin,
         nic_of: &nic_of,
         nic_names: nics,
     };
     let model = resources::Model::new(&job);
+    // The node's sums are checked once, by its first rank: one line per node, not per rank.
+    let first = (0..topo.ranks()).find(|&r| topo.endpoints[topo.endpoints_of(r).start].node == node);
+    let node_need = (first == Some(input.rank)).then(|| model.node(node));
     let needs = check::Needs {
         host: "",
         process: &model.process(input.rank),
-        node: &model.node(node),
-        plugin: &plugin,
+        node: node_need.as_ref(),
+        plugin,
         memory: input.memory,
     };
     check::findings(&needs, &Limits::read())
@@ -204,4 +210,46 @@ fn tcpx_env() -> Vec<(String, String)> {
         .collect();
     vars.sort();
     vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Direction, Pattern, Plan, Scope};
+
+    /// Rank `rank`'s findings in a 4-rank fullmesh on one node over `lo`.
+    fn findings_of(rank: usize) -> Vec<Finding> {
+        let topo = Topology::with_ranks_per_node(4, 4, 1, vec!["h".into(); 4]);
+        let flows = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo, 4096, None).unwrap();
+        let props = [super::super::tests::props("lo", None)];
+        let input = RankInput {
+            topo: &topo,
+            rank,
+            connections: &flows.connections(),
+            channels: 2,
+            spread_channels: false,
+            net_dev: None,
+            cpu_bind: &CpuBind::None,
+            props: &props,
+            plugin_name: "tcpx-emu",
+            plugin_sha256: "",
+            memory: Memory::Host,
+            buffer_len: 8192,
+            local_copies: true,
+            setup_threads: 64,
+        };
+        plan(&input).unwrap().report.findings
+    }
+
+    #[test]
+    fn the_node_s_sums_are_checked_by_its_first_rank_only() {
+        let node_wide = |f: &[Finding]| f.iter().filter(|x| x.text.contains("threads for 4 ranks")).count();
+        let (first, second) = (findings_of(0), findings_of(1));
+        assert_eq!(node_wide(&first), 1, "{first:?}");
+        assert_eq!(node_wide(&second), 0, "one line per node, not per rank: {second:?}");
+        // Every rank checks its own files.
+        for f in [&first, &second] {
+            assert!(f.iter().any(|x| x.text.starts_with("open files limit")), "{f:?}");
+        }
+    }
 }

@@ -156,7 +156,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         &Needs {
             host: "",
             process: &per_process,
-            node: &per_node,
+            node: Some(&per_node),
             plugin: &plugin,
             memory,
         },

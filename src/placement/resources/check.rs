@@ -40,7 +40,8 @@ pub struct Needs<'a> {
     /// Prefixed to every line (`"node0: "`); empty where the report lists hosts itself.
     pub host: &'a str,
     pub process: &'a ProcessNeed,
-    pub node: &'a NodeNeed,
+    /// The node's sums; None where another rank of the node checks them (one line per node).
+    pub node: Option<&'a NodeNeed>,
     pub plugin: &'a PluginModel,
     pub memory: Memory,
 }
@@ -63,9 +64,12 @@ fn gb(bytes: u64) -> String {
 pub fn verdicts(n: &Needs, l: &Limits) -> Vec<Verdict> {
     let mut out = Vec::new();
     files(n, l, &mut out);
-    threads(n, l, &mut out);
-    ports(n, l, &mut out);
-    memory(n, l, &mut out);
+    if let Some(node) = n.node {
+        threads(n, node, l, &mut out);
+        ports(n, node, l, &mut out);
+        memory(n, node, l, &mut out);
+    }
+    locked(n, l, &mut out);
     gpu(n, l, &mut out);
     out
 }
@@ -101,8 +105,8 @@ fn files(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     });
 }
 
-fn threads(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
-    let need = n.node.threads as u64;
+fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
+    let need = node.threads as u64;
     let used = l.threads_in_use.unwrap_or(0);
     // (limit name, room left for the job, the fix)
     let system = |limit: u64| limit.saturating_sub(used);
@@ -140,11 +144,11 @@ fn threads(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
         (String::new(), name.to_string())
     };
     let text = match level(need, room) {
-        Level::Ok => format!("{}{need} threads for {} ranks fit {name} (room {room})", n.host, n.node.ranks),
+        Level::Ok => format!("{}{need} threads for {} ranks fit {name} (room {room})", n.host, node.ranks),
         lv => format!(
             "{}{need} threads for {} ranks (up to {per} each) {} {name} (room {room}{in_use}): {fix}, or fewer ranks per node, --channels, TCPXEMU_THREADS=shared",
             n.host,
-            n.node.ranks,
+            node.ranks,
             if lv == Level::Error { "exceed" } else { "near" }
         ),
     };
@@ -159,7 +163,7 @@ fn threads(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     });
 }
 
-fn ports(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
+fn ports(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
     let (Some(range), Some((lo, hi))) = (l.ports(), l.port_range) else {
         return;
     };
@@ -168,7 +172,7 @@ fn ports(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     // ports of their own. TCPX binds each socket to its device address before connecting
     // (plugin-abi.md §3.2 listen/connect): every socket is counted.
     let exclusive_connects = n.plugin.kind == Kind::Tcpx;
-    for p in &n.node.ports {
+    for p in &node.ports {
         let total = p.listening + p.connecting;
         let need = if exclusive_connects { total } else { p.listening };
         let lv = match level(need, range) {
@@ -197,8 +201,8 @@ fn ports(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     }
 }
 
-fn memory(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
-    let need = n.node.host_bytes;
+fn memory(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
+    let need = node.host_bytes;
     for (name, limit) in [
         ("MemAvailable", l.mem_available),
         ("cgroup memory.max", l.cgroup_memory),
@@ -210,9 +214,9 @@ fn memory(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
             _ => format!(
                 "{}host memory for {} ranks ({} buffers, pinned {}) {} {name} {}: -e smaller, or fewer ranks per node",
                 n.host,
-                n.node.ranks,
+                node.ranks,
                 gb(need),
-                gb(n.node.pinned_bytes),
+                gb(node.pinned_bytes),
                 if lv == Level::Error { "exceeds" } else { "nears" },
                 gb(have)
             ),
@@ -227,7 +231,10 @@ fn memory(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
             text,
         });
     }
-    // MSG_ZEROCOPY host sends pin their pages against RLIMIT_MEMLOCK (TCPX only).
+}
+
+/// MSG_ZEROCOPY host sends pin their pages against RLIMIT_MEMLOCK (TCPX only).
+fn locked(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     if n.plugin.kind == Kind::Tcpx && n.memory == Memory::Host {
         if let Some(have) = l.memlock.filter(|&h| h < 64 << 20) {
             out.push(Verdict {

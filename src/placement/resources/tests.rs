@@ -117,7 +117,7 @@ fn verdicts(f: &Fixture, plugin: &PluginModel, memory: Memory, l: &Limits) -> Ve
             &Needs {
                 host: "node0: ",
                 process: p,
-                node: n,
+                node: Some(n),
                 plugin,
                 memory,
             },
