@@ -10,6 +10,8 @@ use serde::Serialize;
 
 /// Above this share of a limit a need is a warning.
 const NEAR: f64 = 0.8;
+/// The largest `kernel.pid_max` a 64-bit kernel takes (`PID_MAX_LIMIT`, 2^22).
+const PID_MAX_LIMIT: u64 = 1 << 22;
 
 /// One need checked against one limit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -115,7 +117,7 @@ fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
             "kernel.pid_max",
             l.pid_max.map(system),
             l.pid_max
-                .map(|_| format!("sysctl -w kernel.pid_max={}", (need + used) * 2)),
+                .map(|_| format!("sysctl -w kernel.pid_max={}", ((need + used) * 2).min(PID_MAX_LIMIT))),
         ),
         (
             "kernel.threads-max",
@@ -146,10 +148,14 @@ fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
     let text = match level(need, room) {
         Level::Ok => format!("{}{need} threads for {} ranks fit {name} (room {room})", n.host, node.ranks),
         lv => format!(
-            "{}{need} threads for {} ranks (up to {per} each) {} {name} (room {room}{in_use}): {fix}, or fewer ranks per node, --channels, TCPXEMU_THREADS=shared",
+            "{}{need} threads for {} ranks (up to {per} each) {} {name} (room {room}{in_use}): {fix}, or fewer ranks per node, --channels, {}",
             n.host,
             node.ranks,
-            if lv == Level::Error { "exceed" } else { "near" }
+            if lv == Level::Error { "exceed" } else { "near" },
+            match n.plugin.kind {
+                Kind::TcpxEmu => "TCPXEMU_THREADS=shared",
+                Kind::Tcpx => "lower NCCL_SOCKET_NTHREADS",
+            }
         ),
     };
     out.push(Verdict {
