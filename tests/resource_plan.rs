@@ -277,3 +277,31 @@ fn the_model_bounds_what_a_real_run_holds() {
         );
     }
 }
+
+/// `--plan` runs without mpirun, so it must not start MPI: with a PML that does not exist, MPI's
+/// initialisation fails (the control run shows it), and `--plan` still plans.
+#[test]
+fn plan_never_starts_mpi() {
+    let with_broken_mpi = |args: &str| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args.split_whitespace())
+            .env("OMPI_MCA_pml", "no-such-pml")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        output_within(&mut cmd, Duration::from_secs(60), "tcpx-perf")
+    };
+    let control = with_broken_mpi("-g 2 -b 4K -e 4K -n 1 --no-out");
+    assert_ne!(
+        control.status.code(),
+        Some(0),
+        "MPI starts despite the PML: {}",
+        show(&control)
+    );
+    let o = with_broken_mpi("--plan 2x8x4");
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("# plan: 0 error(s)"),
+        "{}",
+        show(&o)
+    );
+}

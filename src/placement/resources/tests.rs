@@ -168,7 +168,11 @@ fn threads_near_and_over_pid_max_name_the_sysctl() {
     assert_eq!(t.level, Level::Error, "{}", t.text);
     assert_eq!(t.limit, 1900, "room = pid_max - threads in use");
     assert!(t.text.contains("sysctl -w kernel.pid_max="), "{}", t.text);
-    assert!(t.text.contains("TCPXEMU_THREADS=shared") && t.text.len() <= 200, "{}", t.text);
+    assert!(
+        t.text.contains("TCPXEMU_THREADS=shared") && t.text.len() <= 200,
+        "{}",
+        t.text
+    );
     // Shared threads bring the same job under the limit.
     let shared = emu(&[("TCPXEMU_THREADS", "shared"), ("NCCL_NSOCKS_PERTHREAD", "8")]);
     let v = verdicts(&f, &shared, Memory::Host, &tight);
