@@ -7,7 +7,8 @@
 #   launch/cluster-bench.sh [--nodes 2] [--nics 2] [--rate 400mbit] [--mtu 1500]
 #                           [--pattern pairs] [-- more tcpx-perf args]
 #
-# The rig is CLUSTER_RIG (default 14), brought up here and always torn down. Exit 77 where no
+# The rig is CLUSTER_RIG (default 14), brought up here and torn down at the end (only when this
+# script brought it up: a rig id already in use is refused, and left as it is). Exit 77 where no
 # rig can exist (see launch/cluster.sh), 1 when the run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +28,9 @@ done
 [ "$rate" != off ] || { echo "cluster-bench.sh: --rate off has no limit to compare with; give e.g. 400mbit" >&2; exit 1; }
 
 out=$(mktemp -d /tmp/cluster-bench.XXXXXX)
+rig_up=0
 cleanup() {
-  bash launch/cluster.sh down >/dev/null 2>&1 || true
+  [ "$rig_up" -eq 0 ] || bash launch/cluster.sh down >/dev/null 2>&1 || true
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -37,6 +39,7 @@ bash launch/cluster.sh up --nodes "$nodes" --nics "$nics" --rate "$rate" --mtu "
 status=$?
 set -e
 [ "$status" -eq 0 ] || exit "$status"
+rig_up=1
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export NCCL_DYNAMIC_CHUNK_SIZE=${NCCL_DYNAMIC_CHUNK_SIZE:-524288}

@@ -9,7 +9,15 @@
 #   launch/cluster.sh mtu NODE NIC M              one NIC's MTU (a mismatch on its rail)
 #   launch/cluster.sh status
 #   launch/cluster.sh run -np P [mpirun args] -- [tcpx-perf args]
-#   launch/cluster.sh down                        removes everything the rig made (idempotent)
+#   launch/cluster.sh down                        removes what the rig made, nothing else (idempotent)
+#
+# The rig owns only what it made: `up` refuses, naming it, any name it needs that is taken (a
+# hand-made namespace node0, a link cx0r1) before it creates anything, and records each
+# namespace (with its inode), link (with its ifindex) and qdisc in the state file as it makes
+# it; `down` (and a failed `up`) removes exactly those, still the same objects, and leaves
+# anything else that merely looks like the rig's alone, naming it. Every command checks all its
+# arguments before it changes anything, so a rejected one changes nothing. `down` removes the
+# state directory too when `up` made it and no other rig's state is in it.
 #
 # Layout (rig id I, from CLUSTER_RIG, default 0; rigs of different ids coexist):
 #   node n = network namespace "node<n>" (rig 0) or "r<I>-node<n>", hostname node<n> in its ranks;
@@ -21,7 +29,8 @@
 #
 # Environment: IP=/TC= binaries (e.g. a carried iproute2), TCPX_PERF= the binary `run` starts
 # (default target/release/tcpx-perf), CLUSTER_RIG= rig id 0..15, CLUSTER_STATE_DIR= where the
-# rig's state file lives (default /run/tcpx-cluster), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
+# rig's state file lives (default /run/tcpx-cluster; `up` makes it, `down` removes it when it is
+# empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
 # host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
 # namespaces refused.
@@ -48,14 +57,20 @@ case $RIG in
   *) die "CLUSTER_RIG=$RIG: give a rig id from 0 to 15" ;;
 esac
 
-# The rig's shape, from its state file (load_state).
+# The rig's shape and what it made, from its state file (load_state): MADE holds lines
+# "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", in the order they were made.
 NODES=0 NICS=0 RATE=off MTU=1500
+MADE=()
+# Where iproute2 keeps named namespaces (its NETNS_RUN_DIR).
+NETNS_DIR=/run/netns
 
 # "is $1 an integer from $2 to $3"
 in_range() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
 
 tag="cx$RIG"
 state="$STATE_DIR/rig$RIG.env"
+# In a state directory that `up` created (so `down` may remove it once it is empty).
+made_dir_mark="$STATE_DIR/.made-by-cluster.sh"
 ns_of() { if [ "$RIG" = 0 ]; then echo "node$1"; else echo "r$RIG-node$1"; fi; }
 mgmt_bridge="${tag}m"
 rail_bridge() { echo "${tag}r$1"; }
@@ -71,8 +86,91 @@ need_tools() {
 
 load_state() {
   [ -f "$state" ] || die "no rig $RIG is up (no $state): run launch/cluster.sh up --nodes N --nics K first"
-  # shellcheck disable=SC1090
-  . "$state"
+  read_state
+}
+
+# The state file, parsed (never sourced: it is data).
+read_state() {
+  local line
+  MADE=()
+  while IFS= read -r line; do
+    case $line in
+      NODES=*) NODES=${line#NODES=} ;;
+      NICS=*) NICS=${line#NICS=} ;;
+      RATE=*) RATE=${line#RATE=} ;;
+      MTU=*) MTU=${line#MTU=} ;;
+      "made "*) MADE+=("${line#made }") ;;
+    esac
+  done <"$state"
+}
+
+# Identity of a namespace (its nsfs inode) and of a root-namespace link (its ifindex); empty
+# when there is none of that name.
+netns_id() { stat -L -c %i "$NETNS_DIR/$1" 2>/dev/null || true; }
+link_id() { cat "/sys/class/net/$1/ifindex" 2>/dev/null || true; }
+
+# Appends "made KIND NAME ID" to the state file, right after making it.
+record() { echo "made $*" >>"$state"; }
+record_netns() { record netns "$1" "$(netns_id "$1")"; }
+record_link() { record link "$1" "$(link_id "$1")"; }
+
+# Removes what the state file records, newest first, each only while it is still the object the
+# rig made (same inode / ifindex); qdiscs only inside a namespace that is still the rig's.
+remove_made() {
+  local i kind name id dev
+  for ((i = ${#MADE[@]} - 1; i >= 0; i--)); do
+    read -r kind name id <<<"${MADE[i]}"
+    case $kind in
+      qdisc)
+        dev=$id
+        if ns_is_ours "$name"; then "$TC" -n "$name" qdisc del dev "$dev" root 2>/dev/null || true; fi
+        ;;
+      netns)
+        if [ -n "$id" ] && [ "$(netns_id "$name")" = "$id" ]; then "$IP" netns del "$name" || true; fi
+        ;;
+      link)
+        if [ -n "$id" ] && [ "$(link_id "$name")" = "$id" ]; then "$IP" link del "$name" 2>/dev/null || true; fi
+        ;;
+    esac
+  done
+}
+
+# "is $1 a namespace the state records as made by this rig, still the same one"
+ns_is_ours() {
+  local line kind name id
+  for line in "${MADE[@]}"; do
+    read -r kind name id <<<"$line"
+    [ "$kind" = netns ] && [ "$name" = "$1" ] && [ -n "$id" ] && [ "$(netns_id "$1")" = "$id" ] && return 0
+  done
+  return 1
+}
+
+# Namespaces and links on this host that carry this rig's names (made by it or not).
+rig_named() {
+  local ns l
+  for ns in $("$IP" netns list 2>/dev/null | awk '{print $1}'); do
+    if [ "$RIG" = 0 ]; then
+      [[ $ns =~ ^node[0-9]+$ ]] && echo "$ns"
+    else
+      [[ $ns =~ ^r$RIG-node[0-9]+$ ]] && echo "$ns"
+    fi
+  done
+  for l in $("$IP" -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    [[ $l =~ ^${tag}(m|probe[0-9]*|r[0-9]+|n[0-9]+e[0-9]+)$ ]] && echo "$l"
+  done
+  true
+}
+
+# Removes the state file, and the state directory when `up` made it and it is now empty.
+remove_state() {
+  rm -f "$state"
+  [ -f "$made_dir_mark" ] || return 0
+  local f
+  for f in "$STATE_DIR"/* "$STATE_DIR"/.[!.]*; do
+    if [ -e "$f" ] && [ "$f" != "$made_dir_mark" ]; then return 0; fi
+  done
+  rm -f "$made_dir_mark"
+  rmdir "$STATE_DIR" 2>/dev/null || true
 }
 
 # "node1" -> 1, checked against the rig.
@@ -94,18 +192,27 @@ nic_index() {
 # tbf that reaches its rate: a bucket of at least 2 GSO packets (veth sends up to 64 KiB
 # segments) and at least 4 ms at the rate (so a timer tick of 1-4 ms never starves it); a
 # queue of 20 ms at the rate, at least 256 KiB.
+# The rate is checked by the caller (valid_rate) before anything changes; `replace` swaps the
+# qdisc in one step, so a tc refusal leaves the old one in place. Recorded in the state file.
 shape_nic() {
   local ns=$1 dev=$2 rate=$3
-  "$TC" -n "$ns" qdisc del dev "$dev" root 2>/dev/null || true
-  [ "$rate" = off ] && return 0
+  if [ "$rate" = off ]; then
+    "$TC" -n "$ns" qdisc del dev "$dev" root 2>/dev/null || true
+    sed -i "/^made qdisc $ns $dev\$/d" "$state"
+    return 0
+  fi
   local bps
-  bps=$(rate_bits "$rate") || die "rate '$rate': give e.g. 400mbit, 1gbit, 100000kbit, or off"
+  bps=$(rate_bits "$rate")
   local burst=$((bps / 8 / 250)) limit=$((bps / 8 / 50))
   [ "$burst" -ge 131072 ] || burst=131072
   [ "$limit" -ge 262144 ] || limit=262144
-  "$TC" -n "$ns" qdisc add dev "$dev" root tbf rate "$bps"bit burst "$burst" limit "$limit" \
-    || die "tc refused tbf on $ns $dev (rate $rate)"
+  "$TC" -n "$ns" qdisc replace dev "$dev" root tbf rate "$bps"bit burst "$burst" limit "$limit" \
+    || die "tc refused tbf on $ns $dev (rate $rate); its shaping is left as it was"
+  grep -qx "made qdisc $ns $dev" "$state" || record qdisc "$ns" "$dev"
 }
+
+# "is $1 a rate shape_nic takes" (off, or tc's decimal units)
+valid_rate() { [ "$1" = off ] || rate_bits "$1" >/dev/null; }
 
 # "400mbit" -> 400000000 (tc's units: bit, kbit, mbit, gbit; decimal).
 rate_bits() {
@@ -134,37 +241,56 @@ cmd_up() {
   in_range "$nodes" 1 64 || die "--nodes $nodes: give 1 to 64"
   in_range "$nics" 1 15 || die "--nics $nics: give 1 to 15"
   in_range "$mtu" 576 65000 || die "--mtu $mtu: give 576 to 65000"
-  [ "$rate" = off ] || rate_bits "$rate" >/dev/null || die "--rate $rate: give e.g. 400mbit or 1gbit"
+  valid_rate "$rate" || die "--rate $rate: give e.g. 400mbit or 1gbit"
   need_tools
   [ -f "$state" ] && die "rig $RIG is already up ($state): launch/cluster.sh down first, or CLUSTER_RIG=another id"
-  local probe="${tag}probe"
+  # Every name the rig needs must be free: what is there already is someone else's.
+  local r n l taken=()
+  for n in $(seq 0 $((nodes - 1))); do
+    [ -z "$(netns_id "$(ns_of "$n")")" ] || taken+=("namespace $(ns_of "$n")")
+  done
+  for l in "$mgmt_bridge" $(for r in $(seq 1 "$nics"); do rail_bridge "$r"; done) \
+    $(for n in $(seq 0 $((nodes - 1))); do for r in $(seq 0 "$nics"); do echo "${tag}n${n}e$r"; done; done); do
+    [ -z "$(link_id "$l")" ] || taken+=("link $l")
+  done
+  [ ${#taken[@]} -eq 0 ] || die "up: rig $RIG needs names that are taken, left alone: ${taken[*]}; remove them if they are yours, or CLUSTER_RIG=another id"
+  local probe="${tag}probe$$"
   "$IP" netns add "$probe" 2>/dev/null || cannot "namespaces refused ('$IP netns add' failed)"
   "$IP" netns del "$probe"
-  mkdir -p "$STATE_DIR"
-  # Written first: a crash half-way leaves a state that `down` can clean up from.
+  if [ ! -d "$STATE_DIR" ]; then
+    mkdir -p "$STATE_DIR"
+    : >"$made_dir_mark"
+  fi
+  # Written first, then one line per object right after it is made: a crash half-way leaves a
+  # state that `down` cleans up from (at most the one object being made is left, and a later
+  # `up` names it).
   printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\n' "$nodes" "$nics" "$rate" "$mtu" >"$state"
-  # Any failure from here on (set -e, die) removes what was made.
-  trap 'echo "cluster.sh: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1 || true' EXIT
+  # Any failure from here on (set -e, die) removes what was made, and only that.
+  trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
   "$IP" link add "$mgmt_bridge" type bridge
+  record_link "$mgmt_bridge"
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"
   "$IP" link set "$mgmt_bridge" up
-  local r n
   for r in $(seq 1 "$nics"); do
     "$IP" link add "$(rail_bridge "$r")" mtu "$mtu" type bridge
+    record_link "$(rail_bridge "$r")"
     "$IP" link set "$(rail_bridge "$r")" up
   done
   for n in $(seq 0 $((nodes - 1))); do
     local ns
     ns=$(ns_of "$n")
     "$IP" netns add "$ns"
+    record_netns "$ns"
     "$IP" -n "$ns" link set lo up
     "$IP" link add "${tag}n${n}e0" type veth peer name eth0 netns "$ns"
+    record_link "${tag}n${n}e0"
     "$IP" link set "${tag}n${n}e0" master "$mgmt_bridge" up
     "$IP" -n "$ns" addr add "$mgmt_net.$((n + 1))/24" dev eth0
     "$IP" -n "$ns" link set eth0 up
     for r in $(seq 1 "$nics"); do
       local host_end="${tag}n${n}e$r"
       "$IP" link add "$host_end" mtu "$mtu" type veth peer name "eth$r" netns "$ns" mtu "$mtu"
+      record_link "$host_end"
       "$IP" link set "$host_end" master "$(rail_bridge "$r")" up
       "$IP" -n "$ns" addr add "$(rail_net "$r").$((n + 1))/24" dev "eth$r"
       "$IP" -n "$ns" link set "eth$r" up
@@ -177,22 +303,24 @@ cmd_up() {
 
 cmd_down() {
   need_tools
-  local ns l
-  # What the state names, and whatever carries the rig's names (a crash may have left no state).
-  for ns in $("$IP" netns list 2>/dev/null | awk '{print $1}'); do
-    if [ "$RIG" = 0 ]; then
-      [[ $ns =~ ^node[0-9]+$ ]] || continue
-    else
-      [[ $ns =~ ^r$RIG-node[0-9]+$ ]] || continue
+  local left
+  if [ -f "$state" ]; then
+    read_state
+    left=$(rig_named | tr '\n' ' ')
+    if [ ${#MADE[@]} -eq 0 ] && [ -n "$left" ]; then
+      die "down: $state records nothing rig $RIG made (an older cluster.sh wrote it); removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME), then the state file"
     fi
-    "$IP" netns del "$ns" 2>/dev/null || true
-  done
-  "$IP" netns del "${tag}probe" 2>/dev/null || true
-  for l in $("$IP" -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
-    [[ $l =~ ^${tag}(m|probe|r[0-9]+|n[0-9]+e[0-9]+)$ ]] || continue
-    "$IP" link del "$l" 2>/dev/null || true
-  done
-  rm -f "$state"
+    remove_made
+    remove_state
+    left=$(rig_named | tr '\n' ' ')
+    [ -z "$left" ] || echo "cluster.sh: left alone (rig $RIG did not make them): ${left% }" >&2
+    echo "cluster.sh: rig $RIG down"
+    return 0
+  fi
+  left=$(rig_named | tr '\n' ' ')
+  if [ -n "$left" ]; then
+    die "down: no state for rig $RIG ($state), so nothing records what it made; removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME)"
+  fi
   echo "cluster.sh: rig $RIG down"
 }
 
@@ -203,6 +331,7 @@ cmd_shape() {
   local n r
   n=$(node_index "$1")
   r=$(nic_index "$2")
+  valid_rate "$3" || die "shape: rate '$3': give e.g. 400mbit, 1gbit, 100000kbit, or off; nothing changed"
   shape_nic "$(ns_of "$n")" "eth$r" "$3"
   echo "cluster.sh: $1 $2 egress ${3}"
 }

@@ -24,6 +24,21 @@ pub trait Collectives {
     fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;
     /// Ends the whole job now (after this rank printed why).
     fn abort(&self, code: i32) -> !;
+    /// Rank 0: the first error another rank reported, taking any that has arrived (None on the
+    /// other ranks): rank 0 asks while it waits for its own workers, which may wait for a peer
+    /// that is gone.
+    fn peer_failure(&self) -> Option<PeerFailure> {
+        None
+    }
+}
+
+/// Another rank's error as rank 0 received it: the rank, the phase it failed in, its own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerFailure {
+    pub rank: usize,
+    /// `setup`, `connect`, `sweep` or `close` (see the run's phases).
+    pub phase: String,
+    pub error: String,
 }
 
 /// Why a bounded barrier gave up.

@@ -22,6 +22,7 @@
 use crate::collectives::Collectives;
 use crate::engine::progress::Delivered;
 use crate::plan::Plan;
+use crate::tcp_stats::{self, TcpActivity, TcpCounters};
 use crate::topology::Topology;
 use crate::wire::{self, IfaceCounters};
 use serde::Serialize;
@@ -125,8 +126,12 @@ impl ByteCheck {
     }
 }
 
-/// A snapshot of this host's interfaces (empty on non-leaders).
-pub struct Snapshot(Vec<Option<IfaceCounters>>);
+/// A snapshot of this host's interfaces and its namespace's TCP loss counters (empty on
+/// non-leaders).
+pub struct Snapshot {
+    ifaces: Vec<Option<IfaceCounters>>,
+    tcp: Option<(u64, TcpCounters)>,
+}
 
 impl WireProbe {
     /// `device_names`: every plugin device's name (interfaces for socket plugins).
@@ -152,11 +157,52 @@ impl WireProbe {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot(if self.leader {
-            self.ifaces.iter().map(|i| wire::read(i)).collect()
-        } else {
-            Vec::new()
-        })
+        if !self.leader {
+            return Snapshot {
+                ifaces: Vec::new(),
+                tcp: None,
+            };
+        }
+        Snapshot {
+            ifaces: self.ifaces.iter().map(|i| wire::read(i)).collect(),
+            tcp: tcp_stats::namespace_key().zip(tcp_stats::read()),
+        }
+    }
+
+    /// Exchanges every host's TCP loss counters over the interval (a collective: every rank
+    /// calls it), each network namespace once; `None` when no host could read them.
+    pub fn exchange_tcp(
+        &self,
+        coll: &dyn Collectives,
+        topo: &Topology,
+        before: &Snapshot,
+        after: &Snapshot,
+    ) -> Option<TcpActivity> {
+        // namespace key, retransmitted segments, timeouts; -1 = no reading.
+        let mine = match (before.tcp, after.tcp) {
+            (Some((k, b)), Some((k2, a))) if k == k2 => {
+                let d = b.delta(&a);
+                vec![k as f64, d.retrans_segs as f64, d.timeouts as f64]
+            }
+            _ => vec![-1.0; 3],
+        };
+        let all = coll.gather_f64(&mine);
+        let readings = all
+            .chunks(3)
+            .enumerate()
+            .take(topo.ranks())
+            .filter(|(_, v)| v[0] >= 0.0)
+            .map(|(rank, v)| {
+                (
+                    v[0] as u64,
+                    topo.hostnames[rank].clone(),
+                    TcpCounters {
+                        retrans_segs: v[1] as u64,
+                        timeouts: v[2] as u64,
+                    },
+                )
+            });
+        TcpActivity::from_readings(readings)
     }
 
     /// Exchanges every host's counter deltas (a collective: every rank calls it) and returns
@@ -172,7 +218,7 @@ impl WireProbe {
         let n = self.ifaces.len();
         let mut mine = vec![-1.0; 3 * n];
         if self.leader {
-            for (i, (b, a)) in before.0.iter().zip(&after.0).enumerate() {
+            for (i, (b, a)) in before.ifaces.iter().zip(&after.ifaces).enumerate() {
                 if let (Some(b), Some(a)) = (b, a) {
                     let d = b.delta(a);
                     mine[3 * i] = d.rx_bytes as f64;

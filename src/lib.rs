@@ -5,10 +5,10 @@
 //! - crates below: `nccl-net-abi` (`#[repr(C)]` plugin ABI and the NCCL/TCPX limits), `nccl-net`
 //!   (loader and safe ownership types), `tcpx-gpu` (CUDA at run time), `tcpx-plot` (SVGs),
 //!   `tcpx-units` (sizes, GB/s, medians, the `-a` reduction).
-//! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`stats`], [`signals`]:
-//!   vocabulary with no dependency inside the crate: the MPI operations the layers above need,
-//!   endpoints and nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC counters,
-//!   per-iteration statistics, SIGINT/SIGTERM turned into an event.
+//! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`tcp_stats`], [`stats`],
+//!   [`signals`]: vocabulary with no dependency inside the crate: the MPI operations the layers
+//!   above need, endpoints and nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC
+//!   counters, TCP loss counters, per-iteration statistics, SIGINT/SIGTERM turned into an event.
 //! - [`mpi_boot`]: MPI itself (implements [`collectives::Collectives`]).
 //! - [`plan`]: patterns turned into per-endpoint flows and buffers, the sweep's and the
 //!   iterations' settings.
@@ -16,7 +16,8 @@
 //! - [`engine`]: workers, connections, the progress loop and the timed iterations.
 //! - [`delivery`]: the byte check of every size (plugin sizes, unpack descriptors, NIC counters).
 //! - [`cli`]: the flags and their values (the door; only [`run`] reads it).
-//! - [`report`]: the result model every output is written from.
+//! - [`report`]: the result model every output is written from; [`slow_nic`] and [`incast`]: the
+//!   findings the measurements make (a slow NIC; TCP timeouts that stalled a size).
 //! - [`baseline`]: `--baseline nccl`, NCCL itself measured beside tcpx-perf in the same job.
 //! - [`export`]: one module per output format (table, CSVs, SVGs, `summary.json`), reading the
 //!   result model only.
@@ -31,6 +32,7 @@ pub mod cputime;
 pub mod delivery;
 pub mod engine;
 pub mod export;
+pub mod incast;
 pub mod mpi_boot;
 pub mod placement;
 pub mod plan;
@@ -39,5 +41,6 @@ pub mod run;
 pub mod signals;
 pub mod slow_nic;
 pub mod stats;
+pub mod tcp_stats;
 pub mod topology;
 pub mod wire;

@@ -5,7 +5,7 @@ use tcpx_perf::run::{launcher_rank, EXIT_USAGE};
 
 fn main() {
     // Before any thread exists: every thread MPI and the plugin start inherits the blocked mask.
-    tcpx_perf::signals::install();
+    tcpx_perf::signals::install(launcher_rank());
     let cli = match tcpx_perf::cli::Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: clap prints them and exits 0.

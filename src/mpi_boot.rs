@@ -4,7 +4,7 @@
 //! Plugin handles travel over these collectives: no TCP bootstrap, no ports, no IP addresses.
 //! Only the main thread calls MPI (`MPI_THREAD_FUNNELED`).
 
-use crate::collectives::Collectives;
+use crate::collectives::{Collectives, PeerFailure};
 use crate::topology::Topology;
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -89,7 +89,10 @@ impl Mpi {
         fixed[..mine.len()].copy_from_slice(mine.as_bytes());
         let mut all = vec![0u8; width * ranks];
         if width > 0 {
-            self.world.all_gather_into(&fixed[..], &mut all[..]);
+            mpi::request::scope(|scope| {
+                self.arrivals
+                    .wait(self.world.immediate_all_gather_into(scope, &fixed[..], &mut all[..]));
+            });
         }
         (0..ranks)
             .map(|r| String::from_utf8_lossy(&all[r * width..r * width + lens[r] as usize]).into_owned())
@@ -132,15 +135,22 @@ impl Mpi {
         self.arrivals.report(message);
     }
 
-    /// Sends rank 0 this rank's error, so that rank 0, waiting at a barrier, names this rank in
-    /// the results before the job ends (a no-op on rank 0).
-    pub fn report_failure(&self, message: &str) {
-        self.arrivals.report(&format!("{}{message}", arrivals::FAILED));
+    /// Sends rank 0 this rank's error and the phase it failed in, so that rank 0, waiting in a
+    /// barrier, a collective or for its workers, names this rank in the results before the job
+    /// ends (a no-op on rank 0).
+    pub fn report_failure(&self, phase: &str, error: &str) {
+        self.arrivals.report_failure(phase, error);
     }
 
-    /// Rank 0: the first error another rank reported (rank, error), if one did.
-    pub fn reported_failure(&self) -> Option<(usize, String)> {
+    /// Rank 0: the first error another rank reported, if one did.
+    pub fn reported_failure(&self) -> Option<PeerFailure> {
         self.arrivals.reported_failure()
+    }
+
+    /// Rank 0: `f` runs, on the main thread, as soon as the first error of another rank is
+    /// taken, wherever rank 0 waits (every wait of this module takes the reports).
+    pub fn on_peer_failure(&self, f: impl Fn(&PeerFailure) + 'static) {
+        self.arrivals.on_failure(Box::new(f));
     }
 
     /// Rank 0, after its own timeout: every other rank's account, waiting up to `grace` for them,
@@ -189,7 +199,10 @@ impl Mpi {
     /// `buf` <- reduction of every rank's `buf` (setup and per-size reductions, not the hot path).
     fn all_reduce_in_place<T: Equivalence + Copy>(&self, buf: &mut [T], op: SystemOperation) {
         let send = buf.to_vec();
-        self.world.all_reduce_into(&send[..], buf, op);
+        mpi::request::scope(|scope| {
+            self.arrivals
+                .wait(self.world.immediate_all_reduce_into(scope, &send[..], buf, op));
+        });
     }
 }
 
@@ -210,7 +223,7 @@ impl Collectives for Mpi {
     }
 
     fn barrier(&self) {
-        self.world.barrier();
+        self.arrivals.wait(self.world.immediate_barrier());
     }
 
     fn barrier_within(&self, limit: std::time::Duration) -> Result<(), crate::collectives::BarrierError> {
@@ -231,7 +244,10 @@ impl Collectives for Mpi {
 
     fn gather_f64(&self, local: &[f64]) -> Vec<f64> {
         let mut all = vec![0.0; local.len() * self.size()];
-        self.world.all_gather_into(local, &mut all[..]);
+        mpi::request::scope(|scope| {
+            self.arrivals
+                .wait(self.world.immediate_all_gather_into(scope, local, &mut all[..]));
+        });
         all
     }
 
@@ -254,7 +270,7 @@ impl Collectives for Mpi {
                 );
             }
             for request in pending {
-                request.wait();
+                self.arrivals.wait(request);
             }
         });
         inbox
@@ -262,6 +278,10 @@ impl Collectives for Mpi {
 
     fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
+    }
+
+    fn peer_failure(&self) -> Option<PeerFailure> {
+        self.reported_failure()
     }
 }
 

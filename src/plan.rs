@@ -191,7 +191,9 @@ pub struct Plan {
 
 impl Plan {
     /// Builds the plan. `max_peers` bounds how many distinct peers an endpoint sends to at once
-    /// (fullmesh): peers are taken in shifted rounds (e+1..e+P, then e+P+1..e+2P, ...).
+    /// (fullmesh): peers are taken in shifted rounds (e+1..e+W, then e+W+1..e+2W, ...), where
+    /// the window W holds `max_peers` peers: with `--scope inter-node` some shifts land on the
+    /// endpoint's own node and carry nothing, so W grows by the share of shifts that do.
     pub fn build(
         pattern: Pattern,
         scope: Scope,
@@ -312,7 +314,18 @@ impl Plan {
                 origin_off: 0,
             });
         }
-        let per_round = max_peers.unwrap_or(n).max(1);
+        // Shifts per round: every shift is a peer with --scope all; inter-node, only those that
+        // cross nodes, on average over the endpoints (the window then holds about `max_peers`
+        // peers for every endpoint, sending and receiving alike, since a shift window's
+        // receivers are its senders shifted).
+        let shifts = n - 1;
+        let peers: usize = (0..n)
+            .map(|src| (1..n).filter(|s| !inter || node(src) != node((src + s) % n)).count())
+            .sum();
+        let per_round = match max_peers {
+            Some(p) if peers > 0 => (p * shifts * n).div_ceil(peers).clamp(1, n),
+            _ => n,
+        };
         for src in 0..n {
             for shift in 0..n {
                 let dst = (src + shift) % n;
@@ -552,6 +565,50 @@ mod tests {
         let plan = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo(5, 5), 5000, Some(2)).unwrap();
         let rounds: Vec<u32> = plan.flows.iter().filter(|f| f.src == 0).map(|f| f.round).collect();
         assert_eq!(rounds, vec![0, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn max_peers_counts_only_peers_that_carry_traffic() {
+        // 2 nodes x 8: each endpoint has 8 inter-node peers among 15 shifts; a bound of 8 keeps
+        // them in one round instead of splitting them by shift.
+        let plan = Plan::build(
+            Pattern::Fullmesh,
+            Scope::InterNode,
+            Direction::Bi,
+            &topo(16, 8),
+            16 << 10,
+            Some(8),
+        )
+        .unwrap();
+        assert!(plan.flows.iter().all(|f| f.round == 0));
+        // 8 nodes x 8 (56 peers of 63 shifts): rounds of 9 shifts, at most 9 peers at once for
+        // any sender or receiver, 7 rounds.
+        let plan = Plan::build(
+            Pattern::Fullmesh,
+            Scope::InterNode,
+            Direction::Bi,
+            &topo(64, 8),
+            64 << 10,
+            Some(8),
+        )
+        .unwrap();
+        let rounds = plan.flows.iter().map(|f| f.round).max().unwrap() + 1;
+        assert_eq!(rounds, 7);
+        for r in 0..rounds {
+            for e in 0..64 {
+                let out = plan
+                    .flows
+                    .iter()
+                    .filter(|f| f.round == r && f.src == e && !f.is_local())
+                    .count();
+                let inn = plan
+                    .flows
+                    .iter()
+                    .filter(|f| f.round == r && f.dst == e && !f.is_local())
+                    .count();
+                assert!(out <= 9 && inn <= 9, "round {r} endpoint {e}: {out} out, {inn} in");
+            }
+        }
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct RunInfo {
     pub nccl: Option<NcclInfo>,
     /// `NCCL_TESTS_MIN_BW`'s verdict, set once the sweep completed with the variable set.
     pub bandwidth_gate: Option<BandwidthGate>,
+    /// The slow NIC sides the measurements found, with every flow through each (the findings
+    /// say each in one line).
+    pub slow_nics: Vec<crate::slow_nic::SlowNic>,
 }
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
@@ -203,6 +206,9 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
+    /// TCP retransmissions and timeouts during the timed iterations, per network namespace of
+    /// the job's hosts; `None` where no host could read them.
+    pub tcp: Option<crate::tcp_stats::TcpActivity>,
     /// NCCL's figures at this size (`--baseline nccl`).
     pub nccl: Option<NcclFigures>,
 }
@@ -340,6 +346,9 @@ pub struct NcclInfo {
     pub timing: Timing,
     /// The alternation: one entry per measured block, in the order they ran.
     pub blocks: Vec<Block>,
+    /// What differs between the traffic tcpx-perf and NCCL moved, where it does (ring at
+    /// `--scope inter-node`: the hops that cross nodes on each side); null where like for like.
+    pub baseline_note: Option<String>,
 }
 
 /// Definitions of the figures, written into summary.json beside them.

@@ -15,6 +15,13 @@
 //! moving data ([`hold_if_ending`]) and exit only after rank 0 had time to write, and rank 0's
 //! own exit is what ends the job.
 //!
+//! The sender is named as it was: `sigwaitinfo` gives its pid, `/proc/<pid>/comm` its command,
+//! read at once (a `kill` that exits stays readable as a zombie until its shell reaps it).
+//! "mpirun" is said only of mpirun itself (`mpirun`, `orterun`, `prterun`) and of its daemons
+//! (`orted`, `prted`). A rank other than 0 that is signalled by anyone but its launcher (a person,
+//! a script, a scheduler's agent) says so on stderr, naming the sender: rank 0 then hears only
+//! mpirun's SIGTERM as the job ends, and without that line the job's output would blame mpirun.
+//!
 //! One atomic decides between a signal and the main thread's own exit ([`exit`]): whichever
 //! comes first sets the exit status, so a process never exits 0 after its last words said
 //! `interrupted`, nor 143 after it decided on its own status.
@@ -38,8 +45,9 @@ static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Blocks SIGINT and SIGTERM in this thread (and so in every thread started after) and starts the
-/// thread that waits for them. Call first thing in `main`.
-pub fn install() {
+/// thread that waits for them. Call first thing in `main`, with the rank the launcher announces
+/// (a rank other than 0 names a sender that is not its launcher).
+pub fn install(rank: usize) {
     let set = ending_signals();
     // SAFETY: `set` is an initialised signal set; a null old-set pointer is allowed.
     let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
@@ -62,7 +70,15 @@ pub fn install() {
             // SAFETY: ends the process; nothing after it runs.
             unsafe { libc::_exit(EXIT_STATUS.load(Ordering::SeqCst)) };
         }
-        let from = sender_of(&info);
+        let sender = sender_of(&info);
+        let from = sender.as_ref().map(Sender::describe);
+        if rank != 0 && !sender.as_ref().is_some_and(Sender::is_launcher) {
+            eprintln!(
+                "tcpx-perf: rank {rank}: {} from {}: this rank stops, and mpirun then ends the job",
+                name(signal),
+                from.as_deref().unwrap_or("the kernel (a terminal's Ctrl-C, say)")
+            );
+        }
         if let Some(words) = LAST_WORDS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -130,7 +146,40 @@ fn wait_for_the_signal_thread() -> ! {
     }
 }
 
-fn sender_of(info: &libc::siginfo_t) -> Option<String> {
+/// Who sent a signal: its pid and command (`None` once it is gone).
+struct Sender {
+    pid: i32,
+    comm: Option<String>,
+}
+
+/// Open MPI's and PRRTE's launcher commands, and the daemons they start the ranks under.
+const MPIRUN: [&str; 3] = ["mpirun", "orterun", "prterun"];
+const MPIRUN_DAEMONS: [&str; 2] = ["orted", "prted"];
+
+impl Sender {
+    /// mpirun, one of its daemons, or whatever started this process (srun's slurmstepd): the
+    /// launcher, whose signals end the whole job and need no rank to report them.
+    fn is_launcher(&self) -> bool {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        self.pid == parent
+            || self
+                .comm
+                .as_deref()
+                .is_some_and(|c| MPIRUN.contains(&c) || MPIRUN_DAEMONS.contains(&c))
+    }
+
+    /// `mpirun (pid 4242)`, `mpirun's daemon orted (pid 17)`, `kill (pid 77)`, or `pid 77`.
+    fn describe(&self) -> String {
+        match self.comm.as_deref() {
+            None => format!("pid {}", self.pid),
+            Some(c) if MPIRUN_DAEMONS.contains(&c) => format!("mpirun's daemon {c} (pid {})", self.pid),
+            Some(c) => format!("{c} (pid {})", self.pid),
+        }
+    }
+}
+
+fn sender_of(info: &libc::siginfo_t) -> Option<Sender> {
     if info.si_code != libc::SI_USER && info.si_code != libc::SI_QUEUE {
         return None;
     }
@@ -139,11 +188,11 @@ fn sender_of(info: &libc::siginfo_t) -> Option<String> {
     if pid <= 0 {
         return None;
     }
-    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    Some(match name.trim() {
-        "" => format!("pid {pid}"),
-        name => format!("{name} (pid {pid})"),
-    })
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty());
+    Some(Sender { pid, comm })
 }
 
 /// The signal's name as shells and `kill -l` spell it.
@@ -163,5 +212,34 @@ fn ending_signals() -> libc::sigset_t {
         libc::sigaddset(&raw mut set, libc::SIGINT);
         libc::sigaddset(&raw mut set, libc::SIGTERM);
         set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sender;
+
+    fn sender(pid: i32, comm: Option<&str>) -> Sender {
+        Sender {
+            pid,
+            comm: comm.map(String::from),
+        }
+    }
+
+    /// A plain process is named by its command and is no launcher; mpirun and its daemons are
+    /// launchers, the daemons named as mpirun's; so is this process's parent, whatever it runs.
+    #[test]
+    fn senders_are_named_as_they_are() {
+        assert_eq!(sender(77, Some("kill")).describe(), "kill (pid 77)");
+        assert!(!sender(77, Some("kill")).is_launcher());
+        assert_eq!(sender(77, None).describe(), "pid 77");
+        assert!(!sender(77, None).is_launcher());
+        assert_eq!(sender(4242, Some("mpirun")).describe(), "mpirun (pid 4242)");
+        assert!(sender(4242, Some("prterun")).is_launcher());
+        assert_eq!(sender(17, Some("orted")).describe(), "mpirun's daemon orted (pid 17)");
+        assert!(sender(17, Some("prted")).is_launcher());
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        assert!(sender(parent, Some("slurmstepd")).is_launcher());
     }
 }

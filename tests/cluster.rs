@@ -1,7 +1,9 @@
 //! A cluster in a box (`launch/cluster.sh`): 2 nodes x 2 NICs as network namespaces, real
 //! ranks in them, real sockets over veths. Checks that tcpx-perf sees 2 nodes, that every NIC
 //! carries the bytes its placement plans (counted by each node's kernel), that a dead NIC and an
-//! MTU mismatch are found before any data moves, and that `down` leaves nothing behind.
+//! MTU mismatch are found before any data moves, that `down` leaves nothing behind, and that
+//! the rig owns only what it made (foreign namespaces and links survive `up` and `down`, a
+//! rejected command changes nothing).
 //!
 //! Needs root, iproute2 and network namespaces; where the rig cannot exist (`cluster.sh` exits
 //! 77) each test says so on stderr and passes without checking anything. Each test has its own
@@ -220,11 +222,27 @@ fn every_nic_carries_its_planned_bytes_on_two_nodes() {
     assert!(rig.down().status.success());
     assert_eq!(rig.leftovers(), Vec::<String>::new(), "down leaves nothing");
     assert!(rig.down().status.success(), "down again: nothing to do, still fine");
-    // A crash that lost the state file: down finds the rig by its names.
+    // A lost state file: nothing records what the rig made, so down removes nothing and names
+    // what carries the rig's names, for a person to judge.
     rig.ok("up --nodes 2 --nics 1 --rate 100mbit");
     std::fs::remove_dir_all(&rig.state_dir).unwrap();
-    assert!(rig.down().status.success());
-    assert_eq!(rig.leftovers(), Vec::<String>::new(), "down after a lost state file");
+    let o = rig.down();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        err.contains("removed nothing") && err.contains("r11-node0") && err.contains("cx11m"),
+        "{err}"
+    );
+    let left = rig.leftovers();
+    assert!(left.iter().any(|l| l.starts_with("netns r11-node1")), "{left:?}");
+    for what in left {
+        let mut words = what.split_whitespace();
+        let (kind, name) = (words.next().unwrap(), words.next().unwrap());
+        if kind == "netns" || kind == "link" {
+            let _ = Command::new("ip").args([kind, "del", name]).output();
+        }
+    }
+    assert_eq!(rig.leftovers(), Vec::<String>::new(), "removed by hand");
 }
 
 /// Faults found before any data moves: an MTU that differs on a rail is a warning naming both
@@ -326,6 +344,43 @@ fn a_nic_at_a_quarter_rate_is_named_with_its_share() {
         svg.contains("flows of a slow NIC: node1 eth2 at"),
         "links.svg marks the NIC"
     );
+}
+
+/// Cluster scale in CI: 8 nodes x 2 ranks x 2 NICs (16 ranks on the 2-core runner), fullmesh with
+/// default flags, one NIC at a quarter of the rate: the run completes, the NIC is named in one
+/// short line (node, NIC, direction), every finding line stays readable, and results.csv carries
+/// the TCP loss counters of every size.
+#[test]
+fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
+    let Some(rig) = Rig::up(6, "--nodes 8 --nics 2 --rate 50mbit") else {
+        return;
+    };
+    rig.ok("shape node5 eth2 12mbit");
+    let out = scratch("eight-nodes");
+    let o = rig.cmd(&format!(
+        "run -np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120 --out {}",
+        out.display()
+    ));
+    assert!(o.status.success(), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+    assert_eq!((summary["nodes"].as_u64(), summary["ranks"].as_u64()), (Some(8), Some(16)));
+    assert_eq!(summary["complete"], true);
+    let found = slow_nic_findings(&summary);
+    assert_eq!(found.len(), 1, "one slow NIC: {found:?}");
+    let text = found[0]["text"].as_str().unwrap();
+    assert!(text.starts_with("node5 eth2 is slow sending"), "{text}");
+    for line in stdout.lines().filter(|l| l.starts_with("# warning") || l.starts_with("# error")) {
+        assert!(line.chars().count() <= 220, "{} chars: {line}", line.chars().count());
+    }
+    let rows = csv_rows(&out.join("results.csv"));
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        for col in ["tcp_retrans_segs", "tcp_timeouts"] {
+            assert!(row[col].parse::<u64>().is_ok(), "{col} = {:?}", row[col]);
+        }
+    }
 }
 
 /// A NIC that dies mid-run: the run ends within its -T deadline of the last completion (exit 3),
@@ -433,6 +488,240 @@ fn a_nic_that_dies_mid_run_is_named_within_the_deadline() {
     } else {
         eprintln!("note: no summary.json after a timeout yet (partial results come with branch `endings`)");
     }
+}
+
+/// Namespaces and links a test makes by hand (someone else's, as far as the rig knows), removed
+/// when dropped.
+struct Foreign(Vec<(&'static str, String)>);
+
+impl Foreign {
+    /// Runs `ip ARGS` (a namespace or link to stand in for someone else's), asserting it worked.
+    fn ip(&mut self, args: &str) {
+        let o = Command::new("ip").args(args.split_whitespace()).output().expect("ip");
+        assert!(o.status.success(), "ip {args}: {}", show(&o));
+        let words: Vec<&str> = args.split_whitespace().collect();
+        match words[..] {
+            ["netns", "add", name] => self.0.push(("netns", name.into())),
+            ["link", "add", name, ..] => self.0.push(("link", name.into())),
+            _ => {}
+        }
+    }
+
+    /// Which of them are still there.
+    fn still_there(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(kind, name)| exists(kind, name))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        for (kind, name) in self.0.iter().rev() {
+            let _ = Command::new("ip").args([kind, "del", name.as_str()]).output();
+        }
+    }
+}
+
+/// Whether namespace (`kind` "netns") or root-namespace link ("link") `name` exists.
+fn exists(kind: &str, name: &str) -> bool {
+    match kind {
+        "netns" => Path::new("/run/netns").join(name).exists(),
+        _ => Path::new("/sys/class/net").join(name).exists(),
+    }
+}
+
+/// Whether this machine can have a rig (root, iproute2, namespaces): a probe `up` of a 1 x 1
+/// rig on `id` that is taken down at once. Says why not on stderr (None). The guard keeps every
+/// other rig test out while the caller makes rig `id`'s names by hand.
+fn rigs_possible(id: u32) -> Option<std::sync::MutexGuard<'static, ()>> {
+    Rig::up(id, "--nodes 1 --nics 1")?;
+    Some(
+        ONE_RIG_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
+/// `up` refuses, naming it, a namespace it needs that someone else made (with a veth in it),
+/// before it creates anything; and an `up` that fails half-way (here `ip` refuses node1's
+/// address) removes what it made and only that: a namespace and a link that carry the rig's
+/// names but were not made by it survive, and so does the state directory's absence.
+#[test]
+fn a_failed_up_removes_only_what_it_made() {
+    let Some(_alone) = rigs_possible(9) else {
+        return;
+    };
+    let state_dir = scratch("failed-up");
+    let up = |ip: &str| {
+        let mut c = Command::new("bash");
+        c.arg(SCRIPT)
+            .args(["up", "--nodes", "2", "--nics", "2"])
+            .env("CLUSTER_RIG", "9")
+            .env("CLUSTER_STATE_DIR", &state_dir)
+            .env("IP", ip);
+        output_within(&mut c, Duration::from_secs(60), "cluster.sh up")
+    };
+    let mut foreign = Foreign(Vec::new());
+    foreign.ip("netns add r9-node1");
+    foreign.ip("link add cx9fv0 type veth peer name cx9fv1 netns r9-node1");
+    let o = up("ip");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("taken") && err.contains("namespace r9-node1"), "{err}");
+    assert!(
+        !exists("netns", "r9-node0") && !exists("link", "cx9m"),
+        "made nothing: {err}"
+    );
+    let inside = Command::new("ip")
+        .args(["-n", "r9-node1", "link", "show", "cx9fv1"])
+        .output()
+        .expect("ip");
+    assert!(inside.status.success(), "the foreign veth is still in r9-node1");
+    assert!(!state_dir.exists(), "no state directory");
+    drop(foreign);
+
+    // Half-way: an `ip` that refuses node1's management address, after node0 and the bridges
+    // exist. Foreign look-alikes of names the rig does not need: r9-node5, cx9r7.
+    let mut foreign = Foreign(Vec::new());
+    foreign.ip("netns add r9-node5");
+    foreign.ip("link add cx9r7 type bridge");
+    let wrapper = scratch("ip-refuses");
+    std::fs::create_dir_all(&wrapper).unwrap();
+    let fake = wrapper.join("ip");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in *'198.19.9.2/24'*) echo 'ip: refused on purpose' >&2; exit 2 ;; esac\nexec ip \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = up(&fake.display().to_string());
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("up failed; removing what it made"),
+        "{}",
+        show(&o)
+    );
+    for (kind, name) in [
+        ("netns", "r9-node0"),
+        ("netns", "r9-node1"),
+        ("link", "cx9m"),
+        ("link", "cx9r1"),
+        ("link", "cx9n0e1"),
+    ] {
+        assert!(!exists(kind, name), "{kind} {name} left behind: {}", show(&o));
+    }
+    assert_eq!(foreign.still_there(), ["r9-node5", "cx9r7"], "{}", show(&o));
+    assert!(!state_dir.exists(), "the state directory it made is gone");
+    let _ = std::fs::remove_dir_all(&wrapper);
+}
+
+/// `down` removes what the rig made and nothing else: a namespace `r10-node7` and a link
+/// `cx10r9` made by hand while the rig is up survive, and so does a namespace someone put in
+/// place of the rig's own `r10-node1` (same name, not the same namespace); `down` names what
+/// it left alone and removes its state directory.
+#[test]
+fn down_removes_only_what_the_rig_made() {
+    let Some(rig) = Rig::up(10, "--nodes 2 --nics 2") else {
+        return;
+    };
+    let mut foreign = Foreign(Vec::new());
+    foreign.ip("netns add r10-node7");
+    foreign.ip("link add cx10r9 type bridge");
+    let o = Command::new("ip")
+        .args(["netns", "del", "r10-node1"])
+        .output()
+        .expect("ip");
+    assert!(o.status.success(), "{}", show(&o));
+    foreign.ip("netns add r10-node1");
+    let o = rig.down();
+    assert!(o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(
+        foreign.still_there(),
+        ["r10-node7", "cx10r9", "r10-node1"],
+        "{}",
+        show(&o)
+    );
+    assert!(
+        err.contains("left alone") && err.contains("r10-node7") && err.contains("cx10r9"),
+        "{err}"
+    );
+    for (kind, name) in [
+        ("netns", "r10-node0"),
+        ("link", "cx10m"),
+        ("link", "cx10r2"),
+        ("link", "cx10n0e2"),
+    ] {
+        assert!(!exists(kind, name), "{kind} {name} left behind: {}", show(&o));
+    }
+    assert!(!rig.state_dir.exists(), "down removes the state directory it made");
+}
+
+/// A state file that records no object (an older cluster.sh wrote it) gives `down` nothing it
+/// may remove: a namespace with the rig's name stays, named, and so does the state file.
+#[test]
+fn a_state_that_records_nothing_removes_nothing() {
+    let Some(_alone) = rigs_possible(9) else {
+        return;
+    };
+    let state_dir = scratch("old-state");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let state = state_dir.join("rig9.env");
+    std::fs::write(&state, "NODES=1\nNICS=1\nRATE=off\nMTU=1500\n").unwrap();
+    let mut foreign = Foreign(Vec::new());
+    foreign.ip("netns add r9-node0");
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .arg("down")
+        .env("CLUSTER_RIG", "9")
+        .env("CLUSTER_STATE_DIR", &state_dir);
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh down");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        err.contains("records nothing rig 9 made") && err.contains("r9-node0"),
+        "{err}"
+    );
+    assert_eq!(foreign.still_there(), ["r9-node0"]);
+    assert!(state.exists(), "the state file stays for a person to judge");
+    let _ = std::fs::remove_dir_all(&state_dir);
+}
+
+/// A rejected command changes nothing: `shape node1 eth2 banana` (and a NIC the rig lacks)
+/// leaves node1's eth2 at the 100mbit it was shaped to; `shape ... off` removes the qdisc.
+#[test]
+fn a_rejected_shape_keeps_the_shaping_there_was() {
+    let Some(rig) = Rig::up(15, "--nodes 2 --nics 2") else {
+        return;
+    };
+    let qdisc = || {
+        let o = Command::new("tc")
+            .args(["-n", "r15-node1", "qdisc", "show", "dev", "eth2"])
+            .output()
+            .expect("tc");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    rig.ok("shape node1 eth2 100mbit");
+    assert!(qdisc().contains("rate 100Mbit"), "{}", qdisc());
+    for bad in [
+        "shape node1 eth2 banana",
+        "shape node1 eth9 1gbit",
+        "shape node1 eth2 10Gbps",
+    ] {
+        let o = rig.cmd(bad);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {}", show(&o));
+        assert!(
+            qdisc().contains("tbf") && qdisc().contains("rate 100Mbit"),
+            "{bad} changed it: {}",
+            qdisc()
+        );
+    }
+    rig.ok("shape node1 eth2 off");
+    assert!(!qdisc().contains("tbf"), "{}", qdisc());
 }
 
 /// Where the rig cannot exist, `cluster.sh` says what it needs in one line and exits 77 (tests

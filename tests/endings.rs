@@ -382,3 +382,145 @@ fn a_full_out_never_says_complete() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// This host's name, as MPI names the ranks' nodes (every rank of these tests runs here).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_string()
+}
+
+/// A 4-rank job in which tcpx-emu's every `accept` fails (on `rank` only, or on all); what it
+/// leaves: summary.json, which must exist.
+fn failing_at_accept(name: &str, pattern: &str, rank: Option<usize>) -> (PathBuf, Output, serde_json::Value) {
+    let _alone = alone();
+    let dir = scratch(name);
+    let rank_s = rank.map(|r| r.to_string());
+    let mut env = vec![("TCPXEMU_FAULT", "accept")];
+    if let Some(r) = &rank_s {
+        env.push(("TCPXEMU_FAULT_RANK", r.as_str()));
+    }
+    let start = Instant::now();
+    let args = format!("--pattern {pattern} -b 64K -e 1M -n 5 -w 1 --progress never -T 20");
+    let o = finish(spawn(mpirun(4, &args, &dir, &env)), Duration::from_secs(40));
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "a failure at setup ends the job at once, not after -T: {:?}\n{}",
+        start.elapsed(),
+        show(&o)
+    );
+    assert!(
+        dir.join("summary.json").exists(),
+        "a failure at setup leaves summary.json in {}\n{}",
+        dir.display(),
+        show(&o)
+    );
+    let s = summary(&dir);
+    assert_eq!(s["complete"], false, "{}", show(&o));
+    assert_eq!(s["sizes_done"], 0, "{s}");
+    assert_eq!(s["status"], "failed", "{s}\n{}", show(&o));
+    (dir, o, s)
+}
+
+/// The record of `rank`'s accept failure: rank, host, phase and its own words, in `failure` and
+/// in `error`; and rank 0's stderr names it too.
+fn assert_names(s: &serde_json::Value, o: &Output, rank: usize) {
+    let f = &s["failure"];
+    assert_eq!(f["rank"], rank, "{s}\n{}", show(o));
+    assert_eq!(f["host"], hostname().as_str(), "{s}");
+    assert_eq!(f["phase"], "connect", "{s}");
+    assert!(
+        f["error"].as_str().unwrap_or("").contains("TCPXEMU_FAULT=accept"),
+        "{s}"
+    );
+    let error = s["error"].as_str().expect("error");
+    let named = format!("rank {rank} ({}) failed in connect: ", hostname());
+    assert!(error.starts_with(&named), "{error}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines().any(|l| l.starts_with("tcpx-perf") && l.contains(&named)),
+        "rank 0 says who failed first\n{}",
+        show(o)
+    );
+}
+
+/// Rank 2 fails at setup; in a ring of 4 rank 0 is not its neighbour, so rank 0's own comms are
+/// fine and it waits in the next collective until mpirun, told of rank 2's abort, sends it
+/// SIGTERM. The record names rank 2 (before: `interrupted by SIGTERM from mpirun`, the cause
+/// lost), the signal at most as what followed.
+#[test]
+fn a_rank_failing_at_setup_is_the_record_even_after_mpiruns_sigterm() {
+    let (_, o, s) = failing_at_accept("accept-rank2", "ring", Some(2));
+    assert_names(&s, &o, 2);
+    if let Some(then) = s["failure"]["then"].as_str() {
+        assert!(
+            then.starts_with("interrupted by SIGTERM") || then.starts_with("rank 0: "),
+            "{s}"
+        );
+    }
+    assert!(s.get("signal").is_none(), "status failed, not interrupted: {s}");
+}
+
+/// Rank 1 fails at setup where rank 0 connects to it: rank 0's own connect may fail too, as a
+/// consequence, or wait; rank 1 is the cause either way.
+#[test]
+fn a_failing_neighbour_of_rank_0_is_the_cause_not_rank_0() {
+    let (_, o, s) = failing_at_accept("accept-rank1", "ring", Some(1));
+    assert_names(&s, &o, 1);
+}
+
+/// Every rank fails at setup (the accept errors seen at 8 x 8 x 4): the folder still has
+/// summary.json (before: empty), naming a failing rank and its error.
+#[test]
+fn every_rank_failing_at_setup_still_writes_summary_json() {
+    let (_, o, s) = failing_at_accept("accept-all", "fullmesh", None);
+    let rank = s["failure"]["rank"].as_u64().expect("failure.rank") as usize;
+    assert!(rank < 4, "{s}");
+    assert_names(&s, &o, rank);
+}
+
+/// SIGTERM to rank 2 from a plain process (a shell, not the launcher): rank 2 names the sender
+/// by its command and pid on stderr, once, so the job's output does not leave mpirun (whose
+/// SIGTERM is all the other ranks hear as the job ends) as the only sender named.
+#[test]
+fn a_signal_from_a_plain_process_is_named_by_its_command() {
+    let _alone = alone();
+    let dir = scratch("term-by-sh");
+    let mut child = spawn(mpirun(
+        4,
+        &format!("{SLOW_SWEEP} -T 20"),
+        &dir,
+        &[("TCPXEMU_FAULT", "slow")],
+    ));
+    wait_for_rows(&mut child, &dir, 2);
+    let target = rank_pid(&child, 2);
+    // The shell stays a while, as a person's shell or a script would.
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {target}; sleep 5"))
+        .spawn()
+        .expect("sh");
+    let o = finish(child, Duration::from_secs(30));
+    let _ = sh.kill();
+    let _ = sh.wait();
+    assert_eq!(o.status.code(), Some(143), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let named: Vec<&str> = err.lines().filter(|l| l.contains(" from sh (pid ")).collect();
+    assert_eq!(
+        named,
+        [format!(
+            "tcpx-perf: rank 2: SIGTERM from sh (pid {}): this rank stops, and mpirun then ends the job",
+            sh.id()
+        )],
+        "{}",
+        show(&o)
+    );
+    assert!(
+        !err.lines()
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains("from mpirun")),
+        "no rank reports mpirun's own SIGTERM: {}",
+        show(&o)
+    );
+}

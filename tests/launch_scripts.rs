@@ -302,3 +302,114 @@ fn vs_nccl_tests_pairs_the_two_tools_figures() {
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// Markdown files that tell users which scripts to run.
+const DOCS: [&str; 3] = ["README.md", "docs", "tools/README.md"];
+
+/// Every `launch/*.sh` and `tools/*` script that the README or docs/ name (and that this
+/// repository holds) has its run bits, in the checkout and in git's index: the README runs
+/// `launch/cluster.sh up ...` directly, and a script committed 100644 answers "Permission denied".
+#[test]
+fn every_script_the_docs_name_is_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut texts = Vec::new();
+    for doc in DOCS {
+        let path = repo().join(doc);
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("docs/") {
+                let p = entry.expect("directory entry").path();
+                if p.extension().is_some_and(|e| e == "md") {
+                    texts.push(std::fs::read_to_string(&p).expect("read a doc"));
+                }
+            }
+        } else {
+            texts.push(std::fs::read_to_string(&path).expect("read a doc"));
+        }
+    }
+    let named = scripts_named(&texts.join("\n"));
+    assert!(
+        named.contains("launch/cluster.sh"),
+        "the README names launch/cluster.sh: {named:?}"
+    );
+    let index = Command::new("git")
+        .args(["ls-files", "-s", "launch", "tools"])
+        .current_dir(repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let mut wrong = Vec::new();
+    for script in &named {
+        let path = repo().join(script);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue; // another project's script (nccl-tests' tools/analyze_perf_json.py)
+        };
+        if meta.permissions().mode() & 0o111 != 0o111 {
+            wrong.push(format!("{script}: mode {:o} here", meta.permissions().mode() & 0o777));
+        }
+        if let Some(index) = &index {
+            let line = index.lines().find(|l| l.ends_with(&format!("\t{script}")));
+            if !line.is_some_and(|l| l.starts_with("100755 ")) {
+                wrong.push(format!(
+                    "{script}: {} in git (git update-index --chmod=+x {script})",
+                    line.unwrap_or("not tracked")
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "scripts the docs run without their run bits:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// `launch/x.sh`, `tools/y.py`, ... named in `text`, without duplicates.
+fn scripts_named(text: &str) -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    for dir in ["launch/", "tools/"] {
+        for (at, _) in text.match_indices(dir) {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "/._-".contains(*c))
+                .collect();
+            let name = name.trim_end_matches('.');
+            if Path::new(name).extension().is_some_and(|e| e == "sh" || e == "py") {
+                found.insert(name.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The README promises what `launch/test.sh` ends with: `tests: N passed, 0 failed, K skipped`,
+/// where K is every `#[ignore]` test of the workspace (cargo counts them as ignored and test.sh
+/// as skipped). An ignored test added without the README saying so fails here.
+#[test]
+fn the_readme_says_how_many_tests_test_sh_skips() {
+    fn ignored_in(dir: &Path, count: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "target" && !name.to_string_lossy().starts_with('.') {
+                    ignored_in(&path, count);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                *count += text.lines().filter(|l| l.trim_start().starts_with("#[ignore")).count();
+            }
+        }
+    }
+    let mut ignored = 0;
+    for dir in ["src", "tests", "crates", "plugins", "analysis", "examples"] {
+        ignored_in(&repo().join(dir), &mut ignored);
+    }
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let promised = format!("`tests: N passed, 0 failed, {ignored} skipped`");
+    assert!(
+        readme.contains(&promised),
+        "the workspace has {ignored} #[ignore] test(s): the README must say test.sh ends with {promised}"
+    );
+}

@@ -17,7 +17,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
 
 /// Schema versions of tcpx-perf result directories this reader knows (`results/README.md`).
-pub const SCHEMAS: [u64; 3] = [1, 2, 3];
+pub const SCHEMAS: [u64; 4] = [1, 2, 3, 4];
 
 /// One refusal: `file:line: field: why` on one line (exit 3).
 fn refuse(file: &str, line: Option<usize>, field: &str, why: impl Display) -> Failure {
@@ -200,7 +200,7 @@ impl Schema {
                 file,
                 line,
                 "schema_version",
-                format!("{:?} is not a supported version (1, 2 or 3)", v.unwrap_or("")),
+                format!("{:?} is not a supported version (1 to 4)", v.unwrap_or("")),
             ));
         };
         match &self.first {

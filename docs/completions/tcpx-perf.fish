@@ -21,7 +21,7 @@ complete -c tcpx-perf -l mem -d 'Buffer memory: host, cuda, or auto (cuda when t
 host\t'Host memory'
 cuda\t'CUDA device memory'"
 complete -c tcpx-perf -l ranks-per-node -d 'Ranks per node, overriding hostname-based node detection' -r
-complete -c tcpx-perf -l max-peers -d 'Bound on the peers an endpoint talks to at once (the peers are served in shifted rounds)' -r
+complete -c tcpx-perf -l max-peers -d 'Bound on the peers an endpoint talks to at once (fullmesh; the peers are served in shifted rounds)' -r
 complete -c tcpx-perf -l chunk -d 'Size of one send/recv request (binary K/M/G suffixes)' -r
 complete -c tcpx-perf -l max-reg -d 'Largest single memory registration; the buffer is registered in segments of this size' -r
 complete -c tcpx-perf -l channels -d 'Communicators (connections) per peer' -r

@@ -42,6 +42,7 @@ fn baseline_figures_land_in_every_file() {
     info.nccl = Some(NcclInfo {
         version: "2.28.9".into(),
         evidence: vec!["Using network tcpx-emu".into()],
+        baseline_note: Some("different traffic: tcpx-perf's ring crosses nodes on 4 of 4 hops".into()),
         ..NcclInfo::default()
     });
     let mut results = fixtures::results();
@@ -52,7 +53,7 @@ fn baseline_figures_land_in_every_file() {
     export::write_results(&dir, &info, &results, results.len(), &RunStatus::Ok).expect("write");
 
     let rows = read_csv(&dir.join("results.csv"));
-    assert_eq!(rows[1]["schema_version"], "3");
+    assert_eq!(rows[1]["schema_version"], "4");
     let f = |k: &str| rows[1][k].parse::<f64>().expect(k);
     assert_eq!(f("nccl_time_us"), 50.0);
     assert_eq!(f("nccl_busbw_gbps"), results[1].busbw_gbps * 2.0);
@@ -92,6 +93,12 @@ fn baseline_figures_land_in_every_file() {
     assert!(names.ends_with("ratio") && row.ends_with(" 0.50"), "{names}\n{row}");
     assert_eq!(names.len(), row.len(), "{names}\n{row}");
     assert!(header.contains("# NCCL baseline: NCCL 2.28.9"));
+    // What differs between the two, said in the header and summary.json.
+    assert!(header.contains("\n# NCCL baseline: different traffic: tcpx-perf's ring crosses nodes on 4 of 4 hops\n"));
+    assert_eq!(
+        v["nccl_baseline"]["baseline_note"],
+        "different traffic: tcpx-perf's ring crosses nodes on 4 of 4 hops"
+    );
 }
 
 #[test]

@@ -73,6 +73,12 @@ impl Prepared {
     pub fn info(&self) -> &NcclInfo {
         &self.info
     }
+
+    /// Notes where NCCL's operation moves other traffic than `plan` on `topo` (the ring at
+    /// `--scope inter-node`: [`ops::ring_note`]), for the header and summary.json.
+    pub fn compare_with(&mut self, plan: &Plan, topo: &Topology) {
+        self.info.baseline_note = ops::ring_note(plan, topo);
+    }
 }
 
 /// This rank's preparation: sets NCCL's environment (before any NCCL call reads it), loads

@@ -9,6 +9,7 @@
 //! Pure functions of the plan: every rank derives the same operations.
 
 use crate::plan::{Pattern, Plan};
+use crate::topology::Topology;
 
 /// One point-to-point transfer of an endpoint: `len` bytes at `off` of its buffer to or from
 /// endpoint `peer` (an NCCL rank: endpoint ids are the communicator's ranks).
@@ -78,6 +79,58 @@ pub fn nccl_call(pattern: Pattern) -> &'static str {
         Pattern::Fullmesh => "alltoall as grouped ncclSend/ncclRecv (block to self included)",
         Pattern::Sendrecv | Pattern::Pairs => "grouped ncclSend/ncclRecv over the plan's pairs",
     }
+}
+
+/// Ring hops that cross nodes, of all the ring's hops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingHops {
+    pub crossing: usize,
+    pub hops: usize,
+}
+
+impl RingHops {
+    /// The hops of the ring through `order` (each endpoint to the next, the last to the first).
+    fn of(order: &[usize], topo: &Topology) -> RingHops {
+        let node = |e: usize| topo.endpoints[e].node;
+        let n = order.len();
+        RingHops {
+            crossing: (0..n).filter(|&i| node(order[i]) != node(order[(i + 1) % n])).count(),
+            hops: n,
+        }
+    }
+}
+
+/// The ring hops of tcpx-perf's plan (its own ring order: `--scope inter-node` interleaves the
+/// nodes, so every hop crosses) and of NCCL's all-reduce ring, which keeps each node's GPUs
+/// together (one hop into each node); None for other patterns.
+pub fn ring_hops(plan: &Plan, topo: &Topology) -> Option<(RingHops, RingHops)> {
+    if plan.pattern != Pattern::Ring {
+        return None;
+    }
+    // The plan's ring: each endpoint's one receiver.
+    let mut next = vec![None; topo.len()];
+    for f in &plan.flows {
+        next[f.src] = Some(f.dst);
+    }
+    let mut order = vec![0];
+    while let Some(e) = next[*order.last()?].filter(|&e| e != 0 && order.len() < topo.len()) {
+        order.push(e);
+    }
+    let nccl: Vec<usize> = topo.order(false).ok()?;
+    Some((RingHops::of(&order, topo), RingHops::of(&nccl, topo)))
+}
+
+/// Where tcpx-perf's ring and NCCL's all-reduce move different traffic (more of the ring's
+/// hops cross nodes on one side), one line saying so with the hops of each; None where they
+/// move the same.
+pub fn ring_note(plan: &Plan, topo: &Topology) -> Option<String> {
+    let (ours, nccl) = ring_hops(plan, topo)?;
+    (ours != nccl).then(|| {
+        format!(
+            "different traffic: tcpx-perf's ring crosses nodes on {} of {} hops, NCCL's all-reduce ring on {} of {} (NCCL keeps a node's GPUs together), so the ratio is not like for like; --scope all gives both the same ring",
+            ours.crossing, ours.hops, nccl.crossing, nccl.hops
+        )
+    })
 }
 
 #[cfg(test)]
@@ -188,6 +241,33 @@ mod tests {
                 off: 100,
                 len: 100
             }]
+        );
+    }
+
+    #[test]
+    fn the_ring_note_counts_the_hops_that_cross_nodes_on_each_side() {
+        // 2 nodes x 2 GPUs: the inter-node ring interleaves (0, 2, 1, 3), NCCL goes 0 1 | 2 3.
+        let topo = Topology::with_ranks_per_node(4, 2, 1, vec!["h".into(); 4]);
+        let ring = |scope| Plan::build(Pattern::Ring, scope, Direction::Bi, &topo, 4096, None).expect("plan");
+        let (ours, nccl) = ring_hops(&ring(Scope::InterNode), &topo).expect("ring");
+        assert_eq!((ours.crossing, ours.hops), (4, 4));
+        assert_eq!((nccl.crossing, nccl.hops), (2, 4));
+        let note = ring_note(&ring(Scope::InterNode), &topo).expect("a note");
+        assert!(
+            note.contains("tcpx-perf's ring crosses nodes on 4 of 4 hops, NCCL's all-reduce ring on 2 of 4"),
+            "{note}"
+        );
+        // The same ring on both sides: nothing to say.
+        assert_eq!(ring_note(&ring(Scope::All), &topo), None);
+        // 4 nodes x 2: 8 of 8 against 4 of 8.
+        let topo = Topology::with_ranks_per_node(8, 2, 1, vec!["h".into(); 8]);
+        let p = Plan::build(Pattern::Ring, Scope::InterNode, Direction::Bi, &topo, 8192, None).expect("plan");
+        let (ours, nccl) = ring_hops(&p, &topo).expect("ring");
+        assert_eq!((ours.crossing, nccl.crossing, nccl.hops), (8, 4, 8));
+        // Other patterns run NCCL on the plan's own flows.
+        assert_eq!(
+            ring_note(&plan(Pattern::Sendrecv, 4, 2, Scope::InterNode, 100), &topo),
+            None
         );
     }
 }

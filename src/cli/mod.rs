@@ -176,9 +176,13 @@ pub struct Cli {
     #[arg(long = "ranks-per-node")]
     pub ranks_per_node: Option<usize>,
 
-    /// Bound on the peers an endpoint talks to at once (the peers are served in shifted rounds)
-    #[arg(long = "max-peers")]
-    pub max_peers: Option<usize>,
+    /// Bound on the peers an endpoint talks to at once (fullmesh; the peers are served in shifted rounds)
+    ///
+    /// auto: 8 where an endpoint has more peers (many flows into one receiver at once make TCP
+    /// incast: retransmission timeouts); all: every peer at once, as nccl-tests' alltoall; N: at
+    /// most N.
+    #[arg(long = "max-peers", default_value = "auto", value_parser = values::parse_max_peers)]
+    pub max_peers: MaxPeers,
 
     /// Size of one send/recv request (binary K/M/G suffixes)
     #[arg(long, default_value = "512K", value_parser = parse_size)]
@@ -498,9 +502,6 @@ impl Cli {
         }
         if self.setup_threads == Some(0) {
             return Err("--setup-threads 0 cannot set anything up: use 1 or more, or drop the flag".into());
-        }
-        if self.max_peers == Some(0) {
-            return Err("--max-peers 0 allows no traffic: use 1 or more, or drop the flag".into());
         }
         if self.dir == Dir::Uni && self.pattern != Pattern::Pairs {
             return Err(format!(

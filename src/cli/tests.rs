@@ -100,7 +100,11 @@ fn validation() {
     assert!(cli(&["--window", "32"]).validate().is_ok());
     assert!(err(&["--channels", "65"]).contains("1 to 64"));
     assert!(err(&["--ranks-per-node", "0"]).contains("--ranks-per-node"));
-    assert!(err(&["--max-peers", "0"]).contains("--max-peers"));
+    let zero = Cli::try_parse_from(["tcpx-perf", "--max-peers", "0"]).expect_err("0 peers");
+    assert!(zero.to_string().contains("--max-peers"), "{zero}");
+    assert_eq!(cli(&[]).max_peers, MaxPeers::Auto);
+    assert_eq!(cli(&["--max-peers", "all"]).max_peers.bound(), None);
+    assert_eq!(cli(&["--max-peers", "3"]).max_peers.bound(), Some(3));
     assert!(err(&["--dir", "uni"]).contains("pairs"));
     assert!(cli(&["--dir", "uni", "--pattern", "pairs"]).validate().is_ok());
     for args in [&["-b", "2M", "-e", "1M"][..], &["--chunk", "0"], &["--window", "99"]] {

@@ -29,6 +29,62 @@ pub enum Scope {
     Auto,
 }
 
+/// `--max-peers`: how many peers an endpoint serves at once (fullmesh).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxPeers {
+    /// [`AUTO_MAX_PEERS`] where an endpoint has more peers than that, else all.
+    Auto,
+    /// Every peer at once (nccl-tests' alltoall posts them all).
+    All,
+    /// At most this many.
+    Fixed(usize),
+}
+
+/// `--max-peers auto`: peers an endpoint serves at once when it has more. Fullmesh on the rig at
+/// 8 nodes x 8 ranks x 4 NICs reached 0.25 of the shaped limit with all 56 peers at once (TCP
+/// incast: retransmission timeouts) and 0.91 with 8 (docs/cluster.md#incast).
+pub const AUTO_MAX_PEERS: usize = 8;
+
+impl MaxPeers {
+    /// The bound the plan applies: `None` = every peer at once.
+    pub fn bound(self) -> Option<usize> {
+        match self {
+            MaxPeers::Auto => Some(AUTO_MAX_PEERS),
+            MaxPeers::All => None,
+            MaxPeers::Fixed(n) => Some(n),
+        }
+    }
+}
+
+impl fmt::Display for MaxPeers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxPeers::Auto => write!(f, "auto ({AUTO_MAX_PEERS})"),
+            MaxPeers::All => f.write_str("all"),
+            MaxPeers::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Serialize for MaxPeers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Parses `--max-peers`: `auto`, `all`, or a count of at least 1.
+pub fn parse_max_peers(s: &str) -> Result<MaxPeers, String> {
+    match s {
+        "auto" => Ok(MaxPeers::Auto),
+        "all" => Ok(MaxPeers::All),
+        _ => match s.parse::<usize>() {
+            Ok(0) => Err("0 allows no traffic: use 1 or more, auto or all".into()),
+            Ok(n) => Ok(MaxPeers::Fixed(n)),
+            Err(_) => Err(format!("{s:?} is not a count: use a number of peers, auto or all")),
+        },
+    }
+}
+
 /// Buffer memory kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

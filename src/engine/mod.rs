@@ -26,7 +26,7 @@ use nccl_net::{NetHandle, Plugin};
 use progress::{IterationError, IterationTiming, LaneStats};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
@@ -107,11 +107,26 @@ enum Reply {
 }
 
 /// The crew's mailbox: one command for all, one reply slot per worker, two barriers per phase.
+/// Between them the workers count their replies, so that the calling thread can wait for them
+/// with a timeout and look up from the wait (see [`Engine::await_crew`]).
 struct Crew {
     barrier: Barrier,
     command: Mutex<Option<Arc<Command>>>,
     replies: Vec<Mutex<Option<Result<Reply, String>>>>,
+    replied: Mutex<usize>,
+    replied_cv: Condvar,
 }
+
+impl Crew {
+    /// A worker's reply is in its slot.
+    fn replied(&self) {
+        *self.replied.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        self.replied_cv.notify_all();
+    }
+}
+
+/// How often the calling thread, waiting for its workers, asks whether another rank failed.
+const PEER_CHECK: Duration = Duration::from_millis(20);
 
 /// Per-iteration result of this rank.
 #[derive(Debug, Clone, Copy)]
@@ -178,6 +193,8 @@ impl Engine {
             barrier: Barrier::new(endpoints.len() + 1),
             command: Mutex::new(None),
             replies: endpoints.clone().map(|_| Mutex::new(None)).collect(),
+            replied: Mutex::new(0),
+            replied_cv: Condvar::new(),
         });
         let dumped = shared.clone();
         let watchdog = watchdog::Watchdog::start(move || dumped.dump(), rank);
@@ -257,14 +274,58 @@ impl Engine {
     }
 
     fn broadcast(&self, command: Command) -> Result<Vec<Reply>, String> {
+        self.broadcast_watching(command, None)
+    }
+
+    /// As [`Engine::broadcast`], for a phase whose workers wait for other ranks: meanwhile
+    /// `coll` says whether one of them failed (see [`Engine::await_crew`]).
+    fn broadcast_watching(&self, command: Command, coll: Option<&dyn Collectives>) -> Result<Vec<Reply>, String> {
         *self
             .crew
             .command
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(command));
         self.crew.barrier.wait();
+        let failed = self.await_crew(coll);
+        let replies = self.collect();
+        match failed {
+            Some(f) => Err(f),
+            None => replies,
+        }
+    }
+
+    /// Waits for every worker's reply, then releases them. With `coll`, every [`PEER_CHECK`] it
+    /// asks whether another rank failed (rank 0 learns it from that rank's report): then this
+    /// rank's workers stop (the `abort` flag every progress and setup loop reads) instead of
+    /// waiting, up to -T, for a peer that is gone, and the phase's error names that rank. mpirun
+    /// ends the job soon after; by then rank 0 has written who failed first.
+    fn await_crew(&self, coll: Option<&dyn Collectives>) -> Option<String> {
+        let workers = self.crew.replies.len();
+        let mut failed = None;
+        let mut replied = self
+            .crew
+            .replied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *replied < workers {
+            let (guard, waited) = self
+                .crew
+                .replied_cv
+                .wait_timeout(replied, PEER_CHECK)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            replied = guard;
+            if !waited.timed_out() || failed.is_some() {
+                continue;
+            }
+            if let Some(f) = coll.and_then(Collectives::peer_failure) {
+                self.shared.abort.store(true, Ordering::Relaxed);
+                failed = Some(format!("rank {} failed ({}): {}", f.rank, f.phase, f.error));
+            }
+        }
+        *replied = 0;
+        drop(replied);
         self.crew.barrier.wait();
-        self.collect()
+        failed
     }
 
     fn collect(&self) -> Result<Vec<Reply>, String> {
@@ -335,7 +396,7 @@ impl Engine {
         }
         self.phase("connect/accept");
         let mut timing = SetupTiming::default();
-        for reply in self.broadcast(Command::Connect(Arc::new(handles)))? {
+        for reply in self.broadcast_watching(Command::Connect(Arc::new(handles)), Some(coll))? {
             if let Reply::Setup(elapsed, threads) = reply {
                 timing.connect = timing.connect.max(elapsed);
                 timing.threads = timing.threads.max(threads);
@@ -366,7 +427,11 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Run { timed }));
         let (cpu0, t0) = (crate::cputime::CpuTime::now(), Instant::now());
         self.crew.barrier.wait();
-        self.crew.barrier.wait();
+        let failed = self.await_crew(Some(coll));
+        let replies = self.collect();
+        if let Some(failed) = failed {
+            return Err(failed);
+        }
         let mut result = RankIteration {
             elapsed: Duration::ZERO,
             delivered: progress::Delivered::default(),
@@ -374,7 +439,7 @@ impl Engine {
             cpu: crate::cputime::CpuTime::now().since(cpu0),
             window: t0.elapsed(),
         };
-        for reply in self.collect()? {
+        for reply in replies? {
             if let Reply::Timing(t) = reply {
                 result.elapsed = result.elapsed.max(t.elapsed);
                 result.delivered.add(&t.delivered);
@@ -427,7 +492,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Exit));
         self.crew.barrier.wait();
-        self.crew.barrier.wait();
+        self.await_crew(None);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -489,6 +554,7 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
         *crew.replies[slot]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reply);
+        crew.replied();
         crew.barrier.wait();
         if exit {
             worker.close();

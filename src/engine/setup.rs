@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// A call that has not returned after this long is blocking.
 pub const BLOCKED: Duration = Duration::from_millis(50);
+/// How the error of a deadline that passed begins.
+pub const STILL_WAITING: &str = "still waiting for ";
 /// Pause between passes over comms that are not ready yet (NCCL's own setup polls about as often).
 const IDLE: Duration = Duration::from_millis(1);
 
@@ -124,14 +126,17 @@ impl Pool {
 }
 
 /// Sets up every comm of `tasks` (connect indices `0..connects`, accept indices
-/// `0..accepts`) before `deadline`; `init` runs first on every setup thread (the GPU context the
-/// plugin reads in connect). `describe` names a comm that did not finish, for the error.
+/// `0..accepts`) before `deadline`, or until `abort` is set (another rank failed: its comms will
+/// never come); `init` runs first on every setup thread (the GPU context the plugin reads in
+/// connect). `describe` names a comm that did not finish, for the error.
+#[allow(clippy::too_many_arguments)]
 pub fn establish(
     tasks: Vec<Task>,
     connects: usize,
     accepts: usize,
     max_threads: usize,
     deadline: Instant,
+    abort: &AtomicBool,
     init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync),
     describe: &dyn Fn(&Task) -> String,
 ) -> Result<Established, String> {
@@ -163,6 +168,9 @@ pub fn establish(
         started = 1;
         while pool.remaining.load(Ordering::Acquire) > 0 && !pool.stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(2));
+            if abort.load(Ordering::Relaxed) {
+                return pool.fail("stopped: another rank failed".to_string());
+            }
             if Instant::now() > deadline {
                 let missing: Vec<String> = Pool::lock(&pool.queue).iter().map(describe).collect();
                 let busy = started
@@ -175,7 +183,7 @@ pub fn establish(
                 } else {
                     String::new()
                 };
-                return pool.fail(format!("still waiting for {}{blocked}", missing.join(", ")));
+                return pool.fail(format!("{STILL_WAITING}{}{blocked}", missing.join(", ")));
             }
             // All threads stuck in calls: one more for every comm waiting, so that a plugin
             // whose calls block still has all of them in flight at once.

@@ -281,14 +281,20 @@ impl Worker {
             accepts,
             self.config.setup_threads,
             deadline,
+            &self.shared.abort,
             &init,
             &describe,
         )
         .map_err(|e| {
-            format!(
-                "connection setup did not finish within -T {} s: {e}",
-                self.config.timeout.as_secs()
-            )
+            // Only a deadline that passed is a timeout; a plugin's error is its own.
+            if e.starts_with(setup::STILL_WAITING) {
+                format!(
+                    "connection setup did not finish within -T {} s: {e}",
+                    self.config.timeout.as_secs()
+                )
+            } else {
+                format!("connection setup failed: {e}")
+            }
         })?;
         let (sends, recvs) = (std::mem::take(&mut done.sends), std::mem::take(&mut done.recvs));
         self.listens.clear();

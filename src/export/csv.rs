@@ -1,5 +1,5 @@
 //! `results.csv`, `samples.csv`, `pairs.csv` (and `nccl_samples.csv` with `--baseline
-//! nccl`), exactly as `results/README.md` (schema version 3) specifies: the first column is
+//! nccl`), exactly as `results/README.md` (schema version 4) specifies: the first column is
 //! `schema_version`, headers are written from the row structs below (even for a file without
 //! rows) so names and order cannot drift from the values, numbers are plain (bytes,
 //! microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty. A `results.csv` row
@@ -78,6 +78,10 @@ struct ResultRow<'a> {
     nccl_batch_algbw_gbps: Option<f64>,
     nccl_batch_busbw_gbps: Option<f64>,
     nccl_wrong: Option<u64>,
+    // Schema 4: TCP loss counters of the hosts' network namespaces over the timed iterations;
+    // empty where no host could read them.
+    tcp_retrans_segs: Option<u64>,
+    tcp_timeouts: Option<u64>,
 }
 
 /// One row of `nccl_samples.csv` (`--baseline nccl`).
@@ -255,6 +259,8 @@ fn result_row<'a>(info: &'a RunInfo, row: &SizeRow<'_>) -> ResultRow<'a> {
         nccl_batch_algbw_gbps: nccl.map(|n| n.batch_algbw_gbps),
         nccl_batch_busbw_gbps: nccl.map(|n| n.batch_busbw_gbps),
         nccl_wrong: nccl.and_then(|n| n.wrong),
+        tcp_retrans_segs: row.tcp.map(|t| t.total.retrans_segs),
+        tcp_timeouts: row.tcp.map(|t| t.total.timeouts),
     }
 }
 
@@ -362,6 +368,8 @@ mod tests {
         "nccl_batch_algbw_gbps",
         "nccl_batch_busbw_gbps",
         "nccl_wrong",
+        "tcp_retrans_segs",
+        "tcp_timeouts",
     ];
     const NCCL_SAMPLE_COLUMNS: &[&str] = &[
         "schema_version",
@@ -418,7 +426,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         let row = &rows[0];
         let get = |name: &str| row.get(h.iter().position(|c| c == name).expect(name)).expect(name);
-        assert_eq!(get("schema_version"), "3");
+        assert_eq!(get("schema_version"), "4");
         assert_eq!(get("pattern"), "sendrecv");
         assert_eq!(get("scope"), "inter-node");
         assert_eq!(get("mem"), "host");

@@ -29,6 +29,9 @@ pub enum RunStatus {
     WrongData,
     /// The run stopped early; the message says why. The results are partial.
     Failed(String),
+    /// The run stopped early because a rank failed: the first one rank 0 learned of, and what
+    /// followed. The results are partial.
+    RankFailed(RankFailure),
     /// The run refused to move data (error findings of preflight without `--force`); the
     /// message says why. No size was measured.
     Refused(String),
@@ -57,6 +60,33 @@ pub struct TimeoutDiagnosis {
     pub silent_ranks: Vec<usize>,
     /// Every rank's own account (rank 0's included), in rank order.
     pub reports: Vec<RankReport>,
+}
+
+/// The first rank that failed, as rank 0 learned it (its report over MPI, or rank 0's own error),
+/// and what followed: what another rank or mpirun did next must not hide the cause.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct RankFailure {
+    pub rank: usize,
+    /// The rank's host name.
+    pub host: String,
+    /// `connect` (workers, comms, the baseline's communicators), `sweep` or `close`.
+    pub phase: String,
+    /// The rank's own error, first line.
+    pub error: String,
+    /// What happened after (rank 0's own error, the SIGTERM mpirun sent, a timeout); null when
+    /// nothing did before the record was written.
+    pub then: Option<String>,
+}
+
+impl RankFailure {
+    /// `rank 2 (node1) failed in connect: ERROR[; then THEN]`: `error` in summary.json.
+    pub fn line(&self) -> String {
+        let then = self.then.as_ref().map_or(String::new(), |t| format!("; then {t}"));
+        format!(
+            "rank {} ({}) failed in {}: {}{then}",
+            self.rank, self.host, self.phase, self.error
+        )
+    }
 }
 
 /// One rank's one-line account of its timeout.
@@ -118,7 +148,7 @@ impl RunStatus {
             RunStatus::Unchecked => "unchecked",
             RunStatus::Refused(_) => "error",
             RunStatus::WrongData => "wrong-data",
-            RunStatus::Failed(_) => "failed",
+            RunStatus::Failed(_) | RunStatus::RankFailed(_) => "failed",
             RunStatus::Running => "running",
             RunStatus::Interrupted { .. } => "interrupted",
             RunStatus::Timeout(_) => "timeout",
@@ -131,9 +161,10 @@ impl RunStatus {
     }
 
     /// Why the run ended early, in one line (`error` in summary.json).
-    fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<String> {
         match self {
             RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.clone()),
+            RunStatus::RankFailed(f) => Some(f.line()),
             RunStatus::Interrupted { signal, from: Some(from) } => {
                 Some(format!("interrupted by {signal} from {from}"))
             }
@@ -170,6 +201,10 @@ struct Summary<'a> {
     /// `timeout`: the phase, `-T`, the ranks that did not arrive, every rank's own account.
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<&'a TimeoutDiagnosis>,
+    /// `failed` because a rank failed: the first one (rank, host, phase, its error) and what
+    /// followed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<&'a RankFailure>,
     /// `--force`: the run went on despite error findings (listed in `placement.findings`).
     force: bool,
     tool: Tool<'a>,
@@ -185,6 +220,9 @@ struct Summary<'a> {
     env: BTreeMap<&'a str, &'a str>,
     /// NIC and CPUs per endpoint, preflight findings, connection setup.
     placement: &'a crate::report::PlacementReport,
+    /// The slow NIC sides found after the sweep (each a warning in `placement.findings`), with
+    /// every flow through each: the evidence a one-line finding leaves out.
+    slow_nics: &'a [crate::slow_nic::SlowNic],
     avg_busbw_gbps: Option<f64>,
     wrong_total: Option<u64>,
     /// The whole run's CPU cost (null for a run that did not complete).
@@ -228,6 +266,10 @@ pub fn write_summary(
             RunStatus::Timeout(d) => Some(d),
             _ => None,
         },
+        failure: match status {
+            RunStatus::RankFailed(f) => Some(f),
+            _ => None,
+        },
         tool: Tool {
             name: "tcpx-perf",
             version: &info.tool_version,
@@ -243,6 +285,7 @@ pub fn write_summary(
         hosts: &info.hosts,
         env: info.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
         placement: &info.placement,
+        slow_nics: &info.slow_nics,
         avg_busbw_gbps: avg_busbw(results),
         wrong_total: wrong_total(results),
         cpu: info.cpu.as_ref(),
@@ -281,7 +324,7 @@ mod tests {
         )
         .expect("write");
         let v = read(tmp.path());
-        assert_eq!(v["schema_version"], 3);
+        assert_eq!(v["schema_version"], 4);
         assert!(v["nccl_baseline"].is_null());
         assert!(v["results"][0].get("nccl").is_none());
         assert_eq!(v["complete"], true);

@@ -4,9 +4,10 @@
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically;
 //! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON;
-//! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens.
+//! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens;
+//! - [`claim`]: one job per result directory (`.tcpx-perf-claim`, locked for the job's life).
 //!
-//! The file formats are specified in `results/README.md` (schema version 3).
+//! The file formats are specified in `results/README.md` (schema version 4).
 
 use std::fs;
 use std::io;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::report::{RunInfo, SizeResult};
 
+pub mod claim;
 pub mod csv;
 pub mod json;
 pub mod nccl_json;
@@ -24,11 +26,12 @@ pub mod table;
 pub use json::RunStatus;
 
 /// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the
-/// same second collide, and [`prepare_out_dir`] then refuses the second instead of mixing.
+/// same second collide, and [`claim`] (or, once the first has written, [`prepare_out_dir`])
+/// then refuses the second instead of mixing.
 pub fn default_out_dir(pattern: &str) -> PathBuf {
     let now = time::OffsetDateTime::now_utc();
     let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
@@ -36,13 +39,14 @@ pub fn default_out_dir(pattern: &str) -> PathBuf {
     Path::new("results").join(format!("{stamp}-{pattern}"))
 }
 
-/// Creates `dir` (and its parents) for a new run, refusing one that exists and is not
-/// empty, so that results of two runs are never mixed. [`probe_out_dir`] calls it before any
-/// data moves; the writers below expect the directory it made.
+/// Creates `dir` (and its parents) for a new run, refusing one that exists and holds anything
+/// but this job's claim ([`claim::CLAIM_FILE`], made first), so that results of two runs are
+/// never mixed. [`probe_out_dir`] calls it before any data moves; the writers below expect the
+/// directory it made.
 pub fn prepare_out_dir(dir: &Path) -> io::Result<()> {
     match fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
+        Ok(entries) => {
+            if entries.flatten().any(|e| e.file_name() != claim::CLAIM_FILE) {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
                     format!(
@@ -129,9 +133,11 @@ pub fn write_partial(
 /// Name of the file [`probe_out_dir`] writes and removes.
 const PROBE_FILE: &str = ".tcpx-perf-probe";
 
-/// Proves `dir` takes files before any data moves: creates it (see [`prepare_out_dir`]), writes,
-/// syncs and removes a probe file. Every error names the path and the flag that fixes it.
+/// Proves `dir` takes files before any data moves: claims it for this job ([`claim::claim`]: a
+/// no-op where the run claimed it already), creates it (see [`prepare_out_dir`]), writes, syncs
+/// and removes a probe file. Every error names the path and the flag that fixes it.
 pub fn probe_out_dir(dir: &Path) -> io::Result<()> {
+    claim::claim(dir)?;
     prepare_out_dir(dir)?;
     let probe = dir.join(PROBE_FILE);
     let written = (|| {
@@ -277,6 +283,7 @@ pub(crate) mod fixtures {
             )),
             nccl: None,
             bandwidth_gate: None,
+            slow_nics: Vec::new(),
         }
     }
 
@@ -345,6 +352,24 @@ pub(crate) mod fixtures {
                     gbps: algbw,
                 },
             ],
+            tcp: crate::tcp_stats::TcpActivity::from_readings([
+                (
+                    1,
+                    "a".to_string(),
+                    crate::tcp_stats::TcpCounters {
+                        retrans_segs: 12,
+                        timeouts: 0,
+                    },
+                ),
+                (
+                    2,
+                    "b".to_string(),
+                    crate::tcp_stats::TcpCounters {
+                        retrans_segs: 30,
+                        timeouts: 1,
+                    },
+                ),
+            ]),
             nccl: None,
         }
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::cputime::CpuCost;
 use crate::delivery::ByteCheck;
 use crate::report::{NcclFigures, SizeResult};
+use crate::tcp_stats::TcpActivity;
 
 /// The element type every size is counted in (as nccl-tests' `float`).
 pub const DTYPE: &str = "float";
@@ -44,6 +45,9 @@ pub struct SizeRow<'a> {
     pub bytes: &'a ByteCheck,
     /// CPU time of the timed iterations.
     pub cpu: &'a CpuCost,
+    /// TCP retransmitted segments and retransmission timeouts over the timed iterations, summed
+    /// over the hosts' network namespaces, with each namespace's own counts (null: unread).
+    pub tcp: Option<&'a TcpActivity>,
     /// `--baseline nccl`: NCCL's figures at this size (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<&'a NcclFigures>,
@@ -75,6 +79,7 @@ impl<'a> SizeRow<'a> {
             verified: r.verified(),
             bytes: &r.bytes,
             cpu: &r.cpu,
+            tcp: r.tcp.as_ref(),
             nccl: r.nccl.as_ref(),
         }
     }

@@ -96,10 +96,7 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         })
         .collect();
     // The flows of the slow NICs the run's findings name, where judged at this size.
-    let slow: Vec<_> = crate::slow_nic::find(&info.placement.rows, results)
-        .into_iter()
-        .filter(|s| s.size == last.size_bytes)
-        .collect();
+    let slow: Vec<_> = info.slow_nics.iter().filter(|s| s.size == last.size_bytes).collect();
     let flagged: Vec<(u32, u32)> = slow
         .iter()
         .flat_map(|s| {

@@ -137,6 +137,9 @@ pub fn header(info: &RunInfo) -> String {
             s,
             "# NCCL columns: n_time, n_busbw with tcpx-perf's timing (barrier per iteration), nb_busbw with nccl-tests' (CUDA events around -n back to back), ratio = busbw / n_busbw"
         );
+        if let Some(note) = &n.baseline_note {
+            let _ = writeln!(s, "# NCCL baseline: {note}");
+        }
     }
     s.push_str(&info.placement.table());
     s.push_str(&info.placement.finding_lines(FindingLevel::Warning));

@@ -8,9 +8,9 @@
 //! one-line account; rank 0 waits a short grace for them, and a rank that neither arrived nor
 //! answered is named as silent (stopped, hung or unreachable). Only the main thread calls MPI.
 
-use crate::collectives::BarrierError;
+use crate::collectives::{BarrierError, PeerFailure};
 use mpi::point_to_point::MatchedReceiveVec;
-use mpi::request::{Request, StaticScope};
+use mpi::request::{Request, Scope, StaticScope};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::{CommunicatorCollectives, Destination, Source};
 use mpi::Tag;
@@ -19,8 +19,12 @@ use std::time::{Duration, Instant};
 
 const ARRIVED: Tag = 1;
 const REPORT: Tag = 2;
-/// The start of a report that is an error, not a timeout's account.
-pub(super) const FAILED: &str = "\u{1}failed: ";
+/// The start of a report that is an error, not a timeout's account: then the phase, [`SEP`], the
+/// error.
+const FAILED: &str = "\u{1}failed: ";
+const SEP: char = '\u{1f}';
+/// How often rank 0 looks for reports while it waits in a collective.
+const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// What rank 0 learned after its timeout.
 #[derive(Debug, Default)]
@@ -34,6 +38,9 @@ pub struct TimeoutReports {
     pub reports: Vec<(usize, String)>,
 }
 
+/// What rank 0 does with the first error another rank reports.
+pub(super) type OnFailure = Box<dyn Fn(&PeerFailure)>;
+
 pub(super) struct Arrivals {
     comm: SimpleCommunicator,
     /// Bounded barriers entered so far (the same count on every rank).
@@ -43,7 +50,10 @@ pub(super) struct Arrivals {
     /// Rank 0: each rank's account of its timeout.
     accounts: RefCell<Vec<Option<String>>>,
     /// Rank 0: the first rank that reported an error, and the error.
-    failure: RefCell<Option<(usize, String)>>,
+    failure: RefCell<Option<PeerFailure>>,
+    /// Rank 0: told of that first error as soon as it is taken (on the main thread), so that the
+    /// record says it even if the job ends while rank 0 still waits.
+    on_failure: RefCell<Option<OnFailure>>,
     /// Rank 0: the barrier that timed out, if one did.
     timed_out: Cell<Option<u64>>,
     /// Sends still in flight (their buffers are leaked: a few bytes per barrier).
@@ -59,6 +69,7 @@ impl Arrivals {
             seen: RefCell::new(vec![0; ranks]),
             accounts: RefCell::new(vec![None; ranks]),
             failure: RefCell::new(None),
+            on_failure: RefCell::new(None),
             timed_out: Cell::new(None),
             sends: RefCell::new(Vec::new()),
         }
@@ -82,9 +93,12 @@ impl Arrivals {
             };
             if root {
                 self.drain();
-                if let Some((rank, message)) = self.failure.borrow().clone() {
+                if let Some(f) = self.failure.borrow().clone() {
                     std::mem::forget(request);
-                    return Err(BarrierError::PeerFailed { rank, message });
+                    return Err(BarrierError::PeerFailed {
+                        rank: f.rank,
+                        message: f.error,
+                    });
                 }
             }
             let waited = started.elapsed();
@@ -99,21 +113,44 @@ impl Arrivals {
                     absent: self.absent(seq),
                 });
             }
-            // Poll as a blocking MPI_Barrier would (yielding the core, as Open MPI does when
-            // oversubscribed): the barrier's exit skew is the iteration's start skew. A long wait
-            // means a slow or missing rank; then sleep between polls.
-            if waited < Duration::from_millis(50) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            pause(waited);
         }
+    }
+
+    /// Waits for `request` (a collective or a transfer) as a blocking call would; rank 0 takes
+    /// the other ranks' reports meanwhile, so that an error of a rank that will never join is
+    /// known (and recorded, see [`Arrivals::on_failure`]) before mpirun ends the job.
+    pub(super) fn wait<'a, D: ?Sized, S: Scope<'a>>(&self, mut request: Request<'a, D, S>) {
+        let root = self.comm.rank() == 0;
+        let started = Instant::now();
+        let mut drained = started;
+        loop {
+            request = match request.test() {
+                Ok(_) => return,
+                Err(pending) => pending,
+            };
+            if root && drained.elapsed() >= DRAIN_EVERY {
+                self.drain();
+                drained = Instant::now();
+            }
+            pause(started.elapsed());
+        }
+    }
+
+    /// Rank 0: `f` runs (on the main thread) when the first error of another rank arrives.
+    pub(super) fn on_failure(&self, f: OnFailure) {
+        *self.on_failure.borrow_mut() = Some(f);
     }
 
     /// Ranks other than 0 whose last announced barrier is before `seq`.
     fn absent(&self, seq: u64) -> Vec<usize> {
         let seen = self.seen.borrow();
         (1..seen.len()).filter(|&r| seen[r] < seq).collect()
+    }
+
+    /// Non-root: sends rank 0 this rank's error and the phase it failed in.
+    pub(super) fn report_failure(&self, phase: &str, error: &str) {
+        self.report(&format!("{FAILED}{phase}{SEP}{error}"));
     }
 
     /// Non-root: sends rank 0 this rank's account of its timeout.
@@ -150,7 +187,7 @@ impl Arrivals {
     }
 
     /// Rank 0: the first error another rank reported.
-    pub(super) fn reported_failure(&self) -> Option<(usize, String)> {
+    pub(super) fn reported_failure(&self) -> Option<PeerFailure> {
         if self.comm.rank() == 0 {
             self.drain();
         }
@@ -174,8 +211,19 @@ impl Arrivals {
             let (bytes, status) = message.matched_receive_vec::<u8>();
             let rank = status.source_rank() as usize;
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            if let Some(error) = text.strip_prefix(FAILED) {
-                self.failure.borrow_mut().get_or_insert((rank, error.to_string()));
+            if let Some(failed) = text.strip_prefix(FAILED) {
+                let (phase, error) = failed.split_once(SEP).unwrap_or(("", failed));
+                let first = PeerFailure {
+                    rank,
+                    phase: phase.to_string(),
+                    error: error.to_string(),
+                };
+                if self.failure.borrow().is_none() {
+                    *self.failure.borrow_mut() = Some(first.clone());
+                    if let Some(tell) = self.on_failure.borrow().as_ref() {
+                        tell(&first);
+                    }
+                }
             } else if let Some(slot) = self.accounts.borrow_mut().get_mut(rank) {
                 *slot = Some(text);
             }
@@ -196,6 +244,17 @@ impl Arrivals {
         let pending: Vec<_> = self.sends.borrow_mut().drain(..).collect();
         let still: Vec<_> = pending.into_iter().filter_map(|r| r.test().err()).collect();
         self.sends.borrow_mut().extend(still);
+    }
+}
+
+/// Between polls of a wait: yield the core at first (as Open MPI does when oversubscribed), so
+/// that a barrier's exit skew stays an iteration's start skew; a long wait means a slow or
+/// missing rank, then sleep between polls.
+fn pause(waited: Duration) {
+    if waited < Duration::from_millis(50) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 

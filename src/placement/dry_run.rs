@@ -209,16 +209,11 @@ impl PlacementReport {
         s
     }
 
-    /// One line per finding at `min` level or worse.
+    /// One line per finding at `min` level or worse ([`finding_line`]).
     pub fn finding_lines(&self, min: Level) -> String {
         let mut s = String::new();
         for f in self.findings.iter().filter(|f| f.level <= min) {
-            let level = match f.level {
-                Level::Error => "error",
-                Level::Warning => "warning",
-                Level::Ok => "ok",
-            };
-            let _ = writeln!(s, "# {level}: {} [{}]", f.text, hosts(&f.hosts));
+            let _ = writeln!(s, "{}", finding_line(f));
         }
         s
     }
@@ -258,11 +253,40 @@ pub fn rail_mtu_findings(rows: &[Row]) -> Vec<NodeFinding> {
         .collect()
 }
 
+/// The most characters a finding's line takes in the header or footer: at scale a finding can
+/// list dozens of flows, ranks or hosts, and the table must stay readable; the whole text is in
+/// summary.json (`placement.findings`; a slow NIC's every flow in `slow_nics`).
+pub const FINDING_LINE_MAX: usize = 200;
+
+/// `# LEVEL: TEXT [HOSTS]` in at most [`FINDING_LINE_MAX`] characters: a longer text is cut and
+/// says where the rest is.
+pub fn finding_line(f: &NodeFinding) -> String {
+    let level = match f.level {
+        Level::Error => "error",
+        Level::Warning => "warning",
+        Level::Ok => "ok",
+    };
+    let head = format!("# {level}: ");
+    let tail = format!(" [{}]", hosts(&f.hosts));
+    let room = FINDING_LINE_MAX.saturating_sub(head.chars().count() + tail.chars().count());
+    if f.text.chars().count() <= room {
+        return format!("{head}{}{tail}", f.text);
+    }
+    const CUT: &str = "... (in full: summary.json)";
+    let text: String = f.text.chars().take(room.saturating_sub(CUT.len())).collect();
+    format!("{head}{}{CUT}{tail}", text.trim_end())
+}
+
 fn hosts(list: &[String]) -> String {
-    if list.len() <= 4 {
+    let few = if list.len() <= 4 {
         list.join(",")
     } else {
         format!("{},... ({} hosts)", list[..3].join(","), list.len())
+    };
+    // Long host names (cloud VMs) take a finding's room: then the first and the count.
+    match list {
+        [first, _, ..] if few.len() > 60 => format!("{first},... ({} hosts)", list.len()),
+        _ => few,
     }
 }
 

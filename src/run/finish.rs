@@ -47,6 +47,7 @@ pub(super) fn finish(
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
     record: &Record,
+    phase: &std::cell::Cell<&'static str>,
 ) -> Result<i32, Fatal> {
     let Connected { engine, mut nccl } = connected;
     let Swept { results, failure } = swept;
@@ -62,27 +63,23 @@ pub(super) fn finish(
             engine.disarm_watchdog();
             return Err(record::timed_out(settings, mpi, record, msg));
         }
-        let mut msg = match &fatal {
-            Fatal::Usage(m) | Fatal::Everywhere(m) | Fatal::Here(m) | Fatal::Stalled(m) => m.clone(),
-            Fatal::Reported | Fatal::TimedOut => "see the error printed by the failing rank".to_string(),
-        };
-        // Another rank's error that came first is the cause: rank 0's own (a peer that closed its
-        // connections when it ended) is its consequence.
-        if let Some((first, error)) = (rank == 0).then(|| cause_elsewhere(mpi, &fatal)).flatten() {
-            if !msg.starts_with(&format!("rank {first} failed")) {
-                msg = format!("rank {first} failed first: {error}; then rank 0: {msg}");
-            }
-        }
+        let everywhere = matches!(fatal, Fatal::Everywhere(_));
+        let fatal = record.fail(mpi, phase.get(), fatal);
         if rank == 0 {
             print!("{link_findings}");
+            let msg = match &fatal {
+                Fatal::Here(m) | Fatal::Everywhere(m) => m.clone(),
+                Fatal::Reported { error, .. } => error.clone(),
+                _ => "see the error printed by the failing rank".to_string(),
+            };
             write_nccl_json(settings, &info, &results, Some(&msg));
         }
-        let _ = record.end(&RunStatus::Failed(msg));
-        if matches!(fatal, Fatal::Everywhere(_)) {
+        if everywhere {
             let _ = engine.close(mpi);
         }
         return Err(fatal);
     }
+    phase.set(super::PHASES[3]);
     if let Some(b) = nccl.take() {
         info.nccl = Some(b.finish().map_err(Fatal::Here)?);
     }
@@ -142,28 +139,23 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 }
 
 /// The findings the measurements make (a slow NIC, from the link matrix and the NICs'
-/// counters: [`crate::slow_nic`]) join placement's in `summary.json`; their footer lines.
+/// counters: [`crate::slow_nic`]; sizes stalled by TCP timeouts: [`crate::incast`]) join
+/// placement's in `summary.json`, with a slow NIC's evidence in `slow_nics` and the TCP counters
+/// in each size's `tcp`; their footer lines, one short line each.
 fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
     let mut lines = String::new();
-    for slow in crate::slow_nic::find(&info.placement.rows, results) {
+    info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
+    for slow in &info.slow_nics {
         let f = slow.finding();
-        lines.push_str(&format!("# warning: {} [{}]\n", f.text, f.hosts.join(",")));
+        lines.push_str(&crate::placement::dry_run::finding_line(&f));
+        lines.push('\n');
+        info.placement.findings.push(f);
+    }
+    if let Some(f) = crate::incast::finding(results) {
+        lines.push_str(&crate::placement::dry_run::finding_line(&f));
+        lines.push('\n');
         info.placement.findings.push(f);
     }
     info.placement.findings.sort_by_key(|f| f.level);
     lines
-}
-
-/// Rank 0's own error may be the echo of another rank's end (a peer killed by a signal closes
-/// its connections before mpirun's SIGTERM reaches rank 0): for up to a second, another rank's
-/// report (the cause) or that SIGTERM (whose handler then writes `interrupted`) may still come.
-fn cause_elsewhere(mpi: &Mpi, fatal: &Fatal) -> Option<(usize, String)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    loop {
-        let reported = mpi.reported_failure();
-        if reported.is_some() || !matches!(fatal, Fatal::Here(_)) || std::time::Instant::now() >= deadline {
-            return reported;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }

@@ -19,6 +19,7 @@ use crate::mpi_boot::Mpi;
 use crate::plan::{Plan, Scope};
 use crate::report;
 use crate::topology::Topology;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -69,8 +70,8 @@ pub(crate) enum Fatal {
     Here(String),
     /// This rank's progress stopped before the -T deadline: ends the job with EXIT_TIMEOUT.
     Stalled(String),
-    /// Already reported by the rank that failed (see [`agree`]); every rank exits.
-    Reported,
+    /// Already reported by `rank`, the lowest that failed (see [`agree`]); every rank exits.
+    Reported { rank: usize, error: String },
     /// A timeout, already reported (rank 0 wrote the diagnosis): ends the job with EXIT_TIMEOUT.
     TimedOut,
 }
@@ -105,7 +106,8 @@ pub fn run(cli: Cli) -> i32 {
             return EXIT_ERROR;
         }
     };
-    let outcome = run_with(&cli, &mpi, notes);
+    let phase = Cell::new(PHASES[0]);
+    let outcome = run_with(&cli, &mpi, notes, &phase);
     if outcome.is_err() {
         // A peer that went away because a signal ended it is no fault to report.
         crate::signals::hold_if_ending();
@@ -131,7 +133,7 @@ pub fn run(cli: Cli) -> i32 {
             let _ = std::io::stderr().flush();
             if mpi.rank() != 0 {
                 // Rank 0, if it waits at a barrier, names this rank in the results first.
-                mpi.report_failure(msg.lines().next().unwrap_or(&msg));
+                mpi.report_failure(phase.get(), msg.lines().next().unwrap_or(&msg));
             }
             // mpirun forwards the line only if the abort does not overtake it.
             std::thread::sleep(std::time::Duration::from_millis(if mpi.rank() == 0 {
@@ -145,7 +147,7 @@ pub fn run(cli: Cli) -> i32 {
             eprintln!("tcpx-perf: rank {}: timeout: {msg}", mpi.rank());
             mpi.abort(EXIT_TIMEOUT)
         }
-        Err(Fatal::Reported) => exit_together(&mpi, EXIT_ERROR),
+        Err(Fatal::Reported { .. }) => exit_together(&mpi, EXIT_ERROR),
         Err(Fatal::TimedOut) => mpi.abort(EXIT_TIMEOUT),
     }
 }
@@ -167,16 +169,20 @@ fn report_plugin_repeats(rank: usize) {
     }
 }
 
-/// Setup steps every rank runs at the same point: when any rank fails, all learn it, the
-/// lowest failing rank says why (once), and every rank exits normally instead of aborting.
+/// Setup steps every rank runs at the same point: when any rank fails, all learn it and its
+/// error (rank 0 records it), the lowest failing rank says why (once), and every rank exits
+/// normally instead of aborting.
 fn agree<T>(mpi: &Mpi, local: Result<T, String>) -> Result<T, Fatal> {
-    let mut failed = vec![0u64; mpi.size()];
-    failed[mpi.rank()] = u64::from(local.is_err());
-    mpi.sum_u64(&mut failed);
-    let Some(first) = failed.iter().position(|&f| f != 0) else {
+    // A failure is its first line after a mark (an error may be empty).
+    let mine = local
+        .as_ref()
+        .err()
+        .map_or(String::new(), |e| format!("!{}", e.lines().next().unwrap_or(e)));
+    let all = mpi.gather_strings(&mine);
+    let Some(first) = all.iter().position(|f| !f.is_empty()) else {
         return local.map_err(Fatal::Here);
     };
-    let count = failed.iter().filter(|&&f| f != 0).count();
+    let count = all.iter().filter(|f| !f.is_empty()).count();
     if let Err(msg) = &local {
         if mpi.rank() == first {
             let others = if count > 1 {
@@ -187,8 +193,16 @@ fn agree<T>(mpi: &Mpi, local: Result<T, String>) -> Result<T, Fatal> {
             eprintln!("tcpx-perf: rank {first}{others}: error: {msg}");
         }
     }
-    Err(Fatal::Reported)
+    Err(Fatal::Reported {
+        rank: first,
+        error: all[first][1..].to_string(),
+    })
 }
+
+/// The run's phases, as a failure names them: `setup` (flags, topology, plugin, placement),
+/// `connect` (workers, every comm, the baseline's communicators), `sweep` (every size), `close`
+/// (the baseline and the engine closed, the run's CPU cost, the files).
+const PHASES: [&str; 4] = ["setup", "connect", "sweep", "close"];
 
 /// The job every phase works on: MPI's topology and the plan of every size.
 struct Job {
@@ -204,7 +218,7 @@ struct Job {
     buffer_len: u64,
 }
 
-fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> {
+fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static str>) -> Result<i32, Fatal> {
     let run_start = (CpuTime::now(), Instant::now());
     // From the first collective on, every wait is bounded: setup (flags, topology, plugin) has
     // -T too; the engine arms its own watchdog per phase.
@@ -225,12 +239,18 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>) -> Result<i32, Fatal> 
     let record = record::Record::new(&settings, mpi, &job, &placed.info);
     setup.disarm();
     let vet::Vetted { probe, resources, .. } = vetted;
-    let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
-    record.set_info(&info);
-    let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
-        record.add(r).map_err(Fatal::Here)
-    });
-    finish::finish(&settings, mpi, &job, connected, swept, info, run_start, &record)
+    // From here every failure leaves summary.json (complete: false) naming the first failure.
+    let measured = (|| {
+        phase.set(PHASES[1]);
+        let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
+        record.set_info(&info);
+        phase.set(PHASES[2]);
+        let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
+            record.add(r).map_err(Fatal::Here)
+        });
+        finish::finish(&settings, mpi, &job, connected, swept, info, run_start, &record, phase)
+    })();
+    measured.map_err(|fatal| record.fail(mpi, phase.get(), fatal))
 }
 
 /// Every rank's flags must mean the same before any check made from them: a rank that disagrees

@@ -74,11 +74,24 @@ pub(super) fn place(
     info.notes = notes;
     info.placement = placement;
     info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());
+    claim_out_dir(settings, mpi, &mut info)?;
     refuse_error_findings(settings, mpi, &mut info, job.plans.len())?;
     Ok(Placed::Ready(Box::new(Ready {
         info,
         endpoints: rank_plan.endpoints,
     })))
+}
+
+/// Rank 0 claims `--out` for this job ([`export::claim`]) before anything is written there. A
+/// directory another job holds ends every rank together and cleanly (exit 1), rank 0 naming the
+/// holder; a stale claim taken over is a note in the header.
+fn claim_out_dir(settings: &Settings, mpi: &Mpi, info: &mut RunInfo) -> Result<(), Fatal> {
+    let claimed = match &settings.output.dir {
+        Some(dir) if mpi.rank() == 0 => export::claim::claim(dir).map_err(|e| e.to_string()),
+        _ => Ok(None),
+    };
+    info.notes.extend(agree(mpi, claimed)?);
+    Ok(())
 }
 
 /// An error finding stops the run before any data moves: rank 0 (which alone holds the merged
@@ -144,7 +157,10 @@ fn agreement_fields(settings: &Settings, job: &Job, vetted: &Vetted) -> Vec<(&'s
         ("channels", tr.channels.to_string()),
         ("window", tr.window.to_string()),
         ("timeout", settings.timeout.as_secs().to_string()),
-        ("max-peers", format!("{:?}", sweep.max_peers)),
+        (
+            "max-peers",
+            sweep.max_peers.map_or_else(|| "all".to_string(), |n| n.to_string()),
+        ),
         ("net-dev", format!("{:?}", settings.placement.net_dev)),
         ("plugin name", plugin.name().to_string()),
         ("plugin ABI", plugin.abi().to_string()),

@@ -5,12 +5,18 @@
 //! ([`crate::signals`]) and a watchdog that fires rewrite `summary.json` as `interrupted` or
 //! `timeout` from another thread before the process exits; a timeout found by the run itself
 //! ([`timed_out`]) first gathers every rank's account. On other ranks a record holds nothing.
+//!
+//! The first failure is the record: a rank that fails tells rank 0 over MPI before it ends the
+//! job, and rank 0 takes that report wherever it waits (a barrier, a collective, its own
+//! workers: [`Mpi::on_peer_failure`]). From then on every status written says `failed`, naming
+//! that rank, its host, its phase and its error, and what followed (rank 0's own error, the
+//! SIGTERM mpirun sends once the failing rank aborts, a timeout) only as `then`.
 
 use super::settings::Settings;
 use super::{Fatal, Job};
 use crate::collectives::Collectives;
 use crate::engine::watchdog;
-use crate::export::{self, json::RankReport, json::TimeoutDiagnosis, RunStatus};
+use crate::export::{self, json::RankFailure, json::RankReport, json::TimeoutDiagnosis, RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::report::{RunInfo, SizeResult};
 use crate::signals;
@@ -24,6 +30,10 @@ struct State {
     results: Vec<SizeResult>,
     planned: usize,
     limit_s: u64,
+    /// Every rank's host name, to name a rank that failed.
+    hosts: Vec<String>,
+    /// The first failure rank 0 learned of: every status written after says it.
+    first: Option<RankFailure>,
     /// The final files are written: nothing may overwrite them.
     ended: bool,
 }
@@ -31,9 +41,10 @@ struct State {
 impl State {
     /// Writes the CSV files and `summary.json` with `status` (partial: no pictures).
     fn write(&self, status: &RunStatus) -> Result<(), String> {
+        let status = self.with_cause(status);
         match &self.dir {
             Some(dir) => {
-                export::write_partial(dir, &self.info, &self.results, self.planned, status).map_err(|e| e.to_string())
+                export::write_partial(dir, &self.info, &self.results, self.planned, &status).map_err(|e| e.to_string())
             }
             None => Ok(()),
         }
@@ -42,13 +53,39 @@ impl State {
     /// Rewrites `summary.json` only (the CSV files are current after every size): what a signal
     /// has time for.
     fn write_summary(&self, status: &RunStatus) -> Result<(), String> {
+        let status = self.with_cause(status);
         match &self.dir {
             Some(dir) => {
                 let now = crate::report::now_rfc3339();
-                export::json::write_summary(dir, &self.info, &self.results, self.planned, status, &now)
+                export::json::write_summary(dir, &self.info, &self.results, self.planned, &status, &now)
                     .map_err(|e| e.to_string())
             }
             None => Ok(()),
+        }
+    }
+
+    /// `status` once a rank's failure is known: that failure, with `status` as what followed (a
+    /// complete run, which no failure can have preceded, stays as it is).
+    fn with_cause(&self, status: &RunStatus) -> RunStatus {
+        let Some(first) = &self.first else {
+            return status.clone();
+        };
+        if status.is_complete() || matches!(status, RunStatus::RankFailed(_)) {
+            return status.clone();
+        }
+        let mut failure = first.clone();
+        failure.then = status.error().or(failure.then);
+        RunStatus::RankFailed(failure)
+    }
+
+    /// `rank`'s failure as the record names it.
+    fn failure(&self, rank: usize, phase: &str, error: &str) -> RankFailure {
+        RankFailure {
+            rank,
+            host: self.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into()),
+            phase: phase.to_string(),
+            error: error.lines().next().unwrap_or(error).to_string(),
+            then: None,
         }
     }
 
@@ -92,8 +129,24 @@ impl Record {
             results: Vec::new(),
             planned: job.plans.len(),
             limit_s: settings.timeout.as_secs(),
+            hosts: job.topo.hostnames.clone(),
+            first: None,
             ended: false,
         }));
+        let told = state.clone();
+        mpi.on_peer_failure(move |f| {
+            // On the main thread, while it waits: say it on disk now, since mpirun may end the
+            // job (the failing rank aborts) before rank 0 gets to its own ending.
+            let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+                return;
+            };
+            if st.first.is_none() {
+                st.first = Some(st.failure(f.rank, &f.phase, &f.error));
+                if let Err(e) = st.write_summary(&RunStatus::Running) {
+                    eprintln!("tcpx-perf: error: {e}");
+                }
+            }
+        });
         let interrupted = state.clone();
         signals::on_signal(move |signal, from| {
             let name = signals::name(signal);
@@ -110,10 +163,12 @@ impl Record {
                 return;
             }
             st.ended = true;
-            let by = from.map_or_else(|| name.clone(), |from| format!("{name} from {from}"));
-            let from = from.map(str::to_string);
-            let written = st.write_summary(&RunStatus::Interrupted { signal: name, from });
-            eprintln!("tcpx-perf: interrupted by {by} {}", st.where_());
+            let status = st.with_cause(&RunStatus::Interrupted {
+                signal: name,
+                from: from.map(str::to_string),
+            });
+            let written = st.write_summary(&status);
+            eprintln!("tcpx-perf: {} {}", status.error().unwrap_or_default(), st.where_());
             if let Err(e) = written {
                 eprintln!("tcpx-perf: error: {e}");
             }
@@ -181,6 +236,49 @@ impl Record {
         Ok(Some(dir))
     }
 
+    /// The run failed with `fatal` in `phase`, after the result directory was made. Rank 0
+    /// writes `summary.json` as `failed` (`complete: false`) naming the first rank that failed:
+    /// another rank's report, already taken or arriving within a second (its end may be what
+    /// broke rank 0's connections), before rank 0's own error, which then follows as `then`. The
+    /// error to print names that rank too. Other ranks, timeouts and a record already ended:
+    /// `fatal` as it is.
+    pub(super) fn fail(&self, mpi: &Mpi, phase: &str, fatal: Fatal) -> Fatal {
+        let own = match &fatal {
+            _ if self.state.is_none() => return fatal,
+            Fatal::Here(m) | Fatal::Everywhere(m) => m.clone(),
+            Fatal::Reported { error, .. } => error.clone(),
+            Fatal::Usage(_) | Fatal::Stalled(_) | Fatal::TimedOut => return fatal,
+        };
+        if matches!(fatal, Fatal::Here(_)) {
+            await_peer_report(mpi);
+        }
+        let Some(mut st) = self.lock().filter(|st| !st.ended) else {
+            return fatal;
+        };
+        let failure = match (&st.first, &fatal) {
+            (Some(first), _) => {
+                let mut f = first.clone();
+                if !own.starts_with(&format!("rank {} failed", f.rank)) {
+                    f.then = Some(format!("rank 0: {}", own.lines().next().unwrap_or(&own)));
+                }
+                Some(f)
+            }
+            (None, Fatal::Reported { rank, error }) => Some(st.failure(*rank, phase, error)),
+            (None, Fatal::Here(_)) => Some(st.failure(0, phase, &own)),
+            // Every rank reached it: no rank to name.
+            _ => None,
+        };
+        st.ended = true;
+        let status = failure.clone().map_or(RunStatus::Failed(own), RunStatus::RankFailed);
+        if let Err(e) = st.write(&status) {
+            eprintln!("tcpx-perf: error: {e}");
+        }
+        match (failure, fatal) {
+            (Some(f), Fatal::Here(_)) => Fatal::Here(f.line()),
+            (_, fatal) => fatal,
+        }
+    }
+
     /// "after N of M sizes; ..." for the last line of an early ending.
     fn where_(&self) -> String {
         self.lock().map(|st| st.where_()).unwrap_or_default()
@@ -206,6 +304,17 @@ fn lock_within(state: &Mutex<State>, limit: Duration) -> Option<MutexGuard<'_, S
             }
             Err(std::sync::TryLockError::WouldBlock) => return None,
         }
+    }
+}
+
+/// Rank 0's own error may be the echo of another rank's end (a peer killed by a signal, or one
+/// that failed and closes its connections as it goes): for up to a second, that rank's report
+/// (the cause, which the record then holds) or mpirun's SIGTERM (whose last words write it) may
+/// still come.
+fn await_peer_report(mpi: &Mpi) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while mpi.reported_failure().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -259,4 +368,68 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
     eprintln!("tcpx-perf: timeout: {line}");
     eprintln!("tcpx-perf: timeout {}", record.where_());
     Fatal::TimedOut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(first: Option<RankFailure>) -> State {
+        State {
+            dir: None,
+            info: crate::export::fixtures::info(),
+            results: Vec::new(),
+            planned: 3,
+            limit_s: 20,
+            hosts: vec!["node0".into(), "node0".into(), "node1".into()],
+            first,
+            ended: false,
+        }
+    }
+
+    #[test]
+    fn a_known_failure_outlives_what_follows() {
+        let st = state(None);
+        let first = st.failure(
+            2,
+            "connect",
+            "spawning helper thread: Resource temporarily unavailable\nmore",
+        );
+        assert_eq!(
+            first.line(),
+            "rank 2 (node1) failed in connect: spawning helper thread: Resource temporarily unavailable"
+        );
+        let st = state(Some(first));
+        let signalled = st.with_cause(&RunStatus::Interrupted {
+            signal: "SIGTERM".into(),
+            from: Some("mpirun (pid 42)".into()),
+        });
+        assert_eq!(signalled.as_str(), "failed");
+        let RunStatus::RankFailed(f) = &signalled else {
+            panic!("{signalled:?}")
+        };
+        assert_eq!((f.rank, f.host.as_str()), (2, "node1"));
+        assert_eq!(f.then.as_deref(), Some("interrupted by SIGTERM from mpirun (pid 42)"));
+        assert!(signalled
+            .error()
+            .unwrap()
+            .ends_with("; then interrupted by SIGTERM from mpirun (pid 42)"));
+        // While rank 0 still waits: failed, nothing after yet.
+        let RunStatus::RankFailed(f) = st.with_cause(&RunStatus::Running) else {
+            panic!()
+        };
+        assert_eq!(f.then, None);
+        // A timeout that follows is what followed.
+        let RunStatus::RankFailed(f) = st.with_cause(&RunStatus::Failed("rank 0: reset by peer".into())) else {
+            panic!()
+        };
+        assert_eq!(f.then.as_deref(), Some("rank 0: reset by peer"));
+        assert_eq!(st.with_cause(&RunStatus::Ok), RunStatus::Ok);
+        // Without a failure the status is what it was.
+        let plain = RunStatus::Interrupted {
+            signal: "SIGINT".into(),
+            from: None,
+        };
+        assert_eq!(state(None).with_cause(&plain), plain);
+    }
 }

@@ -181,7 +181,7 @@ impl Settings {
                 },
                 dir: cli.dir,
                 sizes: cli.sizes(),
-                max_peers: cli.max_peers,
+                max_peers: cli.max_peers.bound(),
             },
             iterations: Iterations {
                 warmup: cli.warmup_iters,

@@ -98,12 +98,15 @@ pub(super) fn vet_plugin(settings: &Settings, mpi: &Mpi, job: &Job, notes: &mut 
         )));
     }
     let sha256 = report::sha256_file(plugin.path()).unwrap_or_else(|_| "unreadable".into());
-    let nccl = agree(
+    let mut nccl = agree(
         mpi,
         baseline::prepare(settings.baseline.as_ref(), &plugin, &props, topo, rank),
     )?;
     if let Some(p) = &nccl {
         baseline::check_distinct_gpus(mpi, topo, p).map_err(Fatal::Everywhere)?;
+    }
+    if let Some(p) = nccl.as_mut() {
+        p.compare_with(&job.plans[0], topo);
     }
     Ok(Vetted {
         resources: Resources {
@@ -305,5 +308,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         cpu: None,
         nccl: None,
         bandwidth_gate: None,
+        slow_nics: Vec::new(),
     }
 }

@@ -21,6 +21,7 @@
 use crate::placement::dry_run::{NodeFinding, Row};
 use crate::placement::preflight::Level;
 use crate::report::{PairResult, SizeResult};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Sizes below this are latency-bound on fast NICs and say little about a NIC's rate.
@@ -31,10 +32,11 @@ pub const MIN_FLOWS: usize = 4;
 pub const SLOW_SHARE: f64 = 0.5;
 
 /// A NIC of a host, in one direction.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 pub struct Side {
     pub host: String,
     pub nic: String,
+    /// True: the flows leaving the host on it; false: those entering.
     pub sending: bool,
 }
 
@@ -49,19 +51,23 @@ impl Side {
     }
 }
 
-/// A slow NIC side, as measured at the largest size judged.
-#[derive(Debug, Clone)]
+/// A slow NIC side, as measured at the largest size judged: the whole evidence (summary.json's
+/// `slow_nics`), of which the finding is one short line.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SlowNic {
     pub side: Side,
     /// The side's median flow rate over the reference, at `size`.
     pub share: f64,
+    /// The side's median flow rate, GB/s.
     pub gbps: f64,
+    /// The median over every side, GB/s.
     pub reference_gbps: f64,
+    /// The size judged (bytes): the largest.
     pub size: u64,
     /// Sizes at which it was slow, of those judged.
     pub slow_sizes: usize,
     pub judged_sizes: usize,
-    /// The flows through it at `size`: (src rank, src gpu, dst rank, dst gpu).
+    /// The flows through it at `size`: `[src rank, src gpu, dst rank, dst gpu]` each.
     pub flows: Vec<(usize, usize, usize, usize)>,
     /// Bytes its counters saw per timed iteration at `size`, where they were read.
     pub wire_bytes: Option<u64>,
@@ -70,26 +76,27 @@ pub struct SlowNic {
 }
 
 impl SlowNic {
-    /// The finding: a warning naming host, NIC and measured share.
+    /// The finding: one short line naming host, NIC, direction and measured share, and the
+    /// flows as a count and this side's ranks in ranges (every flow is in `slow_nics`).
     pub fn finding(&self) -> NodeFinding {
-        let twin = self.twin.as_ref().map_or(String::new(), |t| {
-            format!(
-                "; {} carried the same flows (with these flows alone the two cannot be told apart)",
-                t.describe()
-            )
-        });
+        let twin = self
+            .twin
+            .as_ref()
+            .map_or(String::new(), |t| format!("; same flows as {}", t.describe()));
         let wire = self.wire_bytes.map_or(String::new(), |b| {
-            format!(", its counters {:.1} MB per iteration", b as f64 / 1e6)
+            format!(", counters {:.1} MB/iteration", b as f64 / 1e6)
         });
-        let flows: Vec<String> = self
+        // The ranks on this side's host: senders of a sending side, receivers of a receiving one.
+        let ranks: Vec<usize> = self
             .flows
             .iter()
-            .map(|(sr, _, dr, _)| format!("rank {sr} -> rank {dr}"))
+            .map(|&(sr, _, dr, _)| if self.side.sending { sr } else { dr })
             .collect();
+        let n = self.flows.len();
         NodeFinding {
             level: Level::Warning,
             text: format!(
-                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({:.4} GB/s vs {:.4}; {}{wire}), slow at {} of {} sizes{twin}",
+                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({:.3} vs {:.3} GB/s), slow at {} of {} sizes; {n} flow{} {} {}{wire}{twin}",
                 self.side.host,
                 self.side.nic,
                 if self.side.sending { "sending" } else { "receiving" },
@@ -97,14 +104,55 @@ impl SlowNic {
                 tcpx_units::format_size_label(self.size),
                 self.gbps,
                 self.reference_gbps,
-                flows.join(", "),
                 self.slow_sizes,
-                self.judged_sizes
+                self.judged_sizes,
+                if n == 1 { "" } else { "s" },
+                if self.side.sending { "from" } else { "to" },
+                rank_ranges(&ranks),
             ),
             hosts: vec![self.side.host.clone()],
         }
     }
 }
+
+/// Ranks as ranges, at most [`RANGES_MAX`] characters: `rank 3`, `ranks 40-47,52`, or the
+/// first ranges and `... (N ranks)`.
+pub fn rank_ranges(ranks: &[usize]) -> String {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            sorted[i].to_string()
+        } else {
+            format!("{}-{}", sorted[i], sorted[j])
+        });
+        i = j + 1;
+    }
+    let word = if sorted.len() == 1 { "rank" } else { "ranks" };
+    let all = parts.join(",");
+    if all.len() <= RANGES_MAX {
+        return format!("{word} {all}");
+    }
+    let mut shown = String::new();
+    for p in &parts {
+        if shown.len() + p.len() + 1 > RANGES_MAX {
+            break;
+        }
+        shown.push_str(p);
+        shown.push(',');
+    }
+    format!("{word} {shown}... ({} ranks)", sorted.len())
+}
+
+/// The most characters [`rank_ranges`] spends on the ranges themselves.
+const RANGES_MAX: usize = 32;
 
 /// The sides one flow crosses, or None for a flow within a host or an endpoint whose NIC is
 /// unknown or spread over several.

@@ -100,7 +100,8 @@ fn the_shaped_nic_is_named_sending_with_its_share_and_twin() {
     assert_eq!(f.level, Level::Warning);
     assert_eq!(f.hosts, vec!["node1".to_string()]);
     assert!(
-        f.text.starts_with("node1 eth2 is slow sending: its flows ran at 0.33 of the median NIC at 16 MiB (0.0120 GB/s vs 0.0368; rank 3 -> rank 1, its counters 16.8 MB per iteration), slow at 3 of 3 sizes; node0 eth2 receiving carried the same flows"),
+        f.text
+            == "node1 eth2 is slow sending: its flows ran at 0.33 of the median NIC at 16 MiB (0.012 vs 0.037 GB/s), slow at 3 of 3 sizes; 1 flow from rank 3, counters 16.8 MB/iteration; same flows as node0 eth2 receiving",
         "{}",
         f.text
     );
@@ -151,4 +152,84 @@ fn a_nic_slow_on_every_flow_through_it_is_named_alone() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].side.describe(), "node1 eth2 sending");
     assert_eq!(found[0].flows, vec![(2, 0, 1, 1), (3, 1, 1, 1)]);
+}
+
+#[test]
+fn rank_lists_become_short_ranges() {
+    assert_eq!(rank_ranges(&[3]), "rank 3");
+    assert_eq!(rank_ranges(&[47, 40, 41, 42, 43, 44, 45, 46, 40, 52]), "ranks 40-47,52");
+    let scattered: Vec<usize> = (0..200).step_by(2).collect();
+    let text = rank_ranges(&scattered);
+    assert!(
+        text.starts_with("ranks 0,2,4,") && text.ends_with("... (100 ranks)"),
+        "{text}"
+    );
+    assert!(text.len() < 60, "{text}");
+}
+
+/// 8 hosts of 8 ranks (one GPU each) on 4 rails (two ranks a NIC), with names as long as a
+/// cloud's, fullmesh between hosts: every NIC side carries 112 flows; host 5's eth3 sends at a
+/// quarter. Its finding is one line of at most 200 characters, its every flow in the evidence.
+#[test]
+fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
+    let host = |h: usize| format!("a3-high-node-{h:02}.us-central1-a.c.example-project.internal");
+    let rows: Vec<Row> = (0..64)
+        .map(|r| Row {
+            endpoint: r,
+            rank: r,
+            host: host(r / 8),
+            gpu: 0,
+            nic: format!("eth{}", r % 8 / 2),
+            nic_dev: r % 8 / 2,
+            ..rows()[0].clone()
+        })
+        .collect();
+    let mut size = crate::export::fixtures::size(64 << 20, 1000.0, Some(0));
+    for s in 0..64 {
+        for d in (0..64).filter(|d| d / 8 != s / 8) {
+            let slow = s / 8 == 5 && d % 8 / 2 == 3;
+            let gbps = if slow { 1.0 } else { 4.0 + (s + d) as f64 % 3.0 * 0.01 };
+            size.pairs.push(PairResult {
+                src_rank: s,
+                src_gpu: 0,
+                src_host: host(s / 8),
+                dst_rank: d,
+                dst_gpu: 0,
+                dst_host: host(d / 8),
+                bytes: 64 << 20,
+                time_us: 1.0,
+                gbps,
+            });
+        }
+    }
+    let found = find(&rows, &[size]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let slow = &found[0];
+    assert_eq!(slow.side.describe(), format!("{} eth3 sending", host(5)));
+    assert_eq!(slow.flows.len(), 8 * 2 * 7, "every flow stays in the evidence");
+    let f = slow.finding();
+    assert!(f.text.contains("112 flows from ranks 40-47"), "{}", f.text);
+    let line = crate::placement::dry_run::finding_line(&f);
+    assert!(
+        line.chars().count() <= 200,
+        "{} characters: {line}",
+        line.chars().count()
+    );
+    assert!(!line.contains('\n'));
+    // The evidence goes to summary.json whole.
+    let json = serde_json::to_value(slow).expect("json");
+    assert_eq!(json["flows"].as_array().map(Vec::len), Some(112));
+    assert_eq!(json["flows"][0], serde_json::json!([40, 0, 6, 0]));
+    // Any finding's line, however long its text or many its hosts, keeps the bound.
+    let long = NodeFinding {
+        level: Level::Error,
+        text: "x ".repeat(500),
+        hosts: (0..32).map(host).collect(),
+    };
+    let line = crate::placement::dry_run::finding_line(&long);
+    assert!(line.chars().count() <= 200, "{line}");
+    assert!(
+        line.contains("... (in full: summary.json)") && line.ends_with("(32 hosts)]"),
+        "{line}"
+    );
 }

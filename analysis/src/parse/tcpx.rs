@@ -58,14 +58,14 @@ impl Table {
 
 /// Schema 1: `bytes_moved` copied the completions. Schema 2: `bytes_moved` is a measurement or
 /// `unverified`, with `bytes_verified_by` and the wire columns beside it. Schema 3: the `nccl_*`
-/// columns (`--baseline nccl`).
+/// columns (`--baseline nccl`). Schema 4: the `tcp_*` columns.
 fn check_schema(file: &str, line: usize, v: Option<&str>) -> Result<(), ParseError> {
     match v {
-        Some("1" | "2" | "3") => Ok(()),
+        Some("1" | "2" | "3" | "4") => Ok(()),
         Some(other) => Err(ParseError::new(
             file,
             Some(line),
-            format!("schema_version {other:?} is not supported (1, 2 or 3 expected)"),
+            format!("schema_version {other:?} is not supported (1 to 4 expected)"),
         )),
         None => Err(ParseError::new(file, Some(line), "missing schema_version")),
     }

@@ -4,7 +4,8 @@
 //! `netUnpackMeta` ring, checks the descriptors on the host (limits, exact cover, inside the
 //! bounce buffer), runs tcpx-gpu's unpack kernel from the ring into the receive buffer, and calls
 //! `irecvConsumed`; at the end the GPU verifies the whole destination against the sent pattern.
-//! Also checked: the accept device handle, a host-memory receive in unpack mode (cnt 0, bytes in
+//! Also checked: the accept device handle (its `bounce_buf` set by the first CUDA `regMr`, not
+//! by accept), a host-memory receive in unpack mode (cnt 0, bytes in
 //! the host buffer), and the 4 MiB limit on CUDA receives. Prints a throughput figure.
 //!
 //! Drives the plugin as TCPX requires (its contracts are enforced): CUDA registrations of whole
@@ -233,16 +234,19 @@ fn run() -> Result<(), String> {
     {
         return Err("accept did not fill the UNPACK device handle".into());
     }
+    // The handle as NCCL's kernel reads it: the meta ring from accept on; `bounce_buf` once the
+    // GPU's pool exists (made by the first CUDA registration of a receive comm, not at accept).
     let stream = dev.stream();
-    let mut h = [0u8; 24];
-    // SAFETY: the handle is 24 bytes of device memory; `h` is read after the synchronize.
-    unsafe { stream.memcpy_dtoh_async(h.as_mut_ptr(), dh.handle as u64, 24) }.map_err(|e| e.to_string())?;
-    stream.synchronize().map_err(|e| e.to_string())?;
-    let meta = u64::from_le_bytes(h[0..8].try_into().unwrap());
-    let bounce = u64::from_le_bytes(h[8..16].try_into().unwrap());
-    let head = u64::from_le_bytes(h[16..24].try_into().unwrap());
-    println!("unpackNetDeviceHandle: meta {meta:#x} bounce_buf {bounce:#x} head {head:#x}");
-    if meta == 0 || bounce == 0 || head != u64::MAX {
+    let read_handle = || -> Result<[u64; 3], String> {
+        let mut h = [0u8; 24];
+        // SAFETY: the handle is 24 bytes of device memory; `h` is read after the synchronize.
+        unsafe { stream.memcpy_dtoh_async(h.as_mut_ptr(), dh.handle as u64, 24) }.map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())?;
+        Ok([0, 8, 16].map(|o| u64::from_le_bytes(h[o..o + 8].try_into().unwrap())))
+    };
+    let [meta, before, head] = read_handle()?;
+    println!("unpackNetDeviceHandle after accept: meta {meta:#x} bounce_buf {before:#x} head {head:#x}");
+    if meta == 0 || head != u64::MAX {
         return Err("unpackNetDeviceHandle content is wrong".into());
     }
     // Under UVA the mapped ring's device address is its host address.
@@ -266,6 +270,11 @@ fn run() -> Result<(), String> {
         "regMr(CUDA) on the recv comm"
     );
 
+    let [_, bounce, _] = read_handle()?;
+    println!("unpackNetDeviceHandle after the CUDA regMr: bounce_buf {bounce:#x}");
+    if bounce == 0 || (before != 0 && before != bounce) {
+        return Err("bounce_buf not set (or changed) by the first CUDA registration".into());
+    }
     // The 4 MiB limit: refused with ncclInvalidArgument, no slot taken.
     {
         let mut req: *mut c_void = std::ptr::null_mut();

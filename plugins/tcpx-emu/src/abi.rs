@@ -149,7 +149,7 @@ unsafe extern "C" fn accept(lc: *mut c_void, rc: *mut *mut c_void, dh: *mut *mut
 }
 
 unsafe extern "C" fn reg_mr_v7(
-    _comm: *mut c_void,
+    comm: *mut c_void,
     data: *mut c_void,
     size: c_int,
     ptr_type: c_int,
@@ -160,23 +160,23 @@ unsafe extern "C" fn reg_mr_v7(
             *m = std::ptr::null_mut();
         }
         let size = contracts::v7_size("regMr", size)?;
-        unsafe { core_reg_mr(data, size, ptr_type, mh) }
+        unsafe { core_reg_mr(comm, data, size, ptr_type, mh) }
     })
 }
 
 unsafe extern "C" fn reg_mr_v8(
-    _comm: *mut c_void,
+    comm: *mut c_void,
     data: *mut c_void,
     size: usize,
     ptr_type: c_int,
     mh: *mut *mut c_void,
 ) -> NcclResult {
-    guard("regMr", || unsafe { core_reg_mr(data, size, ptr_type, mh) })
+    guard("regMr", || unsafe { core_reg_mr(comm, data, size, ptr_type, mh) })
 }
 
 /// v8+ only: the v7 table, TCPX's, has no `regMrDmaBuf`.
 unsafe extern "C" fn reg_mr_dma_buf(
-    _comm: *mut c_void,
+    comm: *mut c_void,
     data: *mut c_void,
     size: usize,
     ptr_type: c_int,
@@ -185,7 +185,7 @@ unsafe extern "C" fn reg_mr_dma_buf(
     mh: *mut *mut c_void,
 ) -> NcclResult {
     guard("regMrDmaBuf", || unsafe {
-        core_reg_mr_dma_buf(data, size, ptr_type, offset, fd, mh)
+        core_reg_mr_dma_buf(comm, data, size, ptr_type, offset, fd, mh)
     })
 }
 

@@ -1,25 +1,32 @@
-//! A listen comm's acceptor thread: accepts sockets and reads their hellos side by side, each
-//! with its own deadline, so a connection that never says hello (a port scanner, a stranger, a
+//! The process's acceptor thread: for every open listen comm it accepts sockets and reads their
+//! hellos side by side, each with its own deadline, so a connection that never says hello (a port scanner, a stranger, a
 //! peer stuck mid-handshake) delays nobody else; complete connections (ctrl + data sockets of one
 //! connection id) are queued for `accept`. Every connection turned away is logged at WARN and
 //! remembered, so a setup that does not finish can say what it waited for and whom it refused
 //! ([`ListenShared::waiting_for`]).
+//!
+//! One thread serves every listen comm of the process (one `poll` over all listeners and the
+//! sockets still owing their hello), started by the first `listen`: a thread per listen comm
+//! cost a process with hundreds of peers hundreds of threads during setup (tcpx-perf opens one
+//! listen comm per incoming comm before the first accept), on top of `kernel.pid_max`'s
+//! system-wide budget. A listen comm joins through [`register`] and leaves by setting `closing`
+//! and waking the thread ([`wake`]), which then drops its state (its sockets close with it).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nccl_net_abi::NCCL_NET;
 
 use crate::comm::Connected;
 use crate::config::ZeroCopy;
-use crate::conn::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
-use crate::error::NetError;
+use crate::error::{NetError, NetResult};
 use crate::handle::ListenInfo;
+use crate::wire::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
 
 /// How long a fresh socket has to deliver its hello. A real peer sends it right after connecting;
 /// hellos are read side by side, so a silent socket costs only its own slot until then.
@@ -38,7 +45,7 @@ struct Rejected {
     recent: Vec<String>,
 }
 
-/// What a listen comm and its acceptor thread share.
+/// What a listen comm and the acceptor thread share.
 pub struct ListenShared {
     pub listener: TcpListener,
     pub info: ListenInfo,
@@ -158,47 +165,159 @@ impl Greeting {
     }
 }
 
-/// The acceptor thread's loop; returns when the listen comm closes or the listener fails.
-pub fn accept_loop(ls: &ListenShared) {
-    let mut partial: HashMap<u64, Partial> = HashMap::new();
-    let mut greeting: Vec<Greeting> = Vec::new();
-    if let Err(e) = ls.listener.set_nonblocking(true) {
-        ls.set_error(NetError::system(format!("listener {}: {e}", ls.info.addr)));
-        return;
+/// The acceptor thread's shared half: listen comms waiting to be picked up, and the eventfd that
+/// wakes its `poll`.
+struct Acceptor {
+    wake: OwnedFd,
+    joining: Mutex<Vec<Arc<ListenShared>>>,
+}
+
+static ACCEPTOR: Mutex<Option<Arc<Acceptor>>> = Mutex::new(None);
+
+/// The acceptor, started on first use.
+fn acceptor() -> NetResult<Arc<Acceptor>> {
+    let mut slot = ACCEPTOR.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(a) = slot.as_ref() {
+        return Ok(Arc::clone(a));
     }
+    // SAFETY: plain descriptor creation, owned at once.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(NetError::system(format!(
+            "acceptor: eventfd: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let a = Arc::new(Acceptor {
+        // SAFETY: fresh descriptor nobody else owns.
+        wake: unsafe { OwnedFd::from_raw_fd(fd) },
+        joining: Mutex::new(Vec::new()),
+    });
+    let me = Arc::clone(&a);
+    std::thread::Builder::new()
+        .name("tcpxemu-accept".to_owned())
+        .spawn(move || serve(&me))
+        .map_err(|e| NetError::system(format!("spawning the acceptor thread: {e}")))?;
+    *slot = Some(Arc::clone(&a));
+    Ok(a)
+}
+
+impl Acceptor {
+    fn poke(&self) {
+        let one: u64 = 1;
+        // SAFETY: 8 readable bytes into our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+}
+
+/// Hands a new listen comm to the acceptor thread.
+pub fn register(ls: Arc<ListenShared>) -> NetResult<()> {
+    ls.listener
+        .set_nonblocking(true)
+        .map_err(|e| NetError::system(format!("listener {}: {e}", ls.info.addr)))?;
+    let a = acceptor()?;
+    a.joining
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(ls);
+    a.poke();
+    Ok(())
+}
+
+/// Wakes the acceptor thread (a listen comm set `closing`: it is dropped at once).
+pub fn wake() {
+    if let Some(a) = ACCEPTOR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+    {
+        a.poke();
+    }
+}
+
+/// One listen comm as the acceptor thread serves it.
+struct Listening {
+    ls: Arc<ListenShared>,
+    partial: HashMap<u64, Partial>,
+    greeting: Vec<Greeting>,
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// The acceptor thread: one `poll` over every listener and every socket owing its hello.
+fn serve(a: &Acceptor) {
+    let mut all: Vec<Listening> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
     loop {
+        all.extend(
+            std::mem::take(&mut *a.joining.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+                .into_iter()
+                .map(|ls| Listening {
+                    ls,
+                    partial: HashMap::new(),
+                    greeting: Vec::new(),
+                }),
+        );
+        all.retain(|l| !l.ls.closing.load(Ordering::Acquire));
         let now = Instant::now();
-        let wait = greeting
+        let wait = all
             .iter()
+            .flat_map(|l| l.greeting.iter())
             .map(|g| g.deadline.saturating_duration_since(now))
             .min()
             .unwrap_or(IDLE_POLL)
             .min(IDLE_POLL);
-        let poll = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let mut fds: Vec<libc::pollfd> = std::iter::once(poll(ls.listener.as_raw_fd()))
-            .chain(greeting.iter().map(|g| poll(g.sock.as_raw_fd())))
-            .collect();
+        fds.clear();
+        fds.push(pollfd(a.wake.as_raw_fd()));
+        for l in &all {
+            fds.push(pollfd(l.ls.listener.as_raw_fd()));
+            fds.extend(l.greeting.iter().map(|g| pollfd(g.sock.as_raw_fd())));
+        }
         // SAFETY: `fds` is a valid array of pollfd of the given length, owned by this frame.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait.as_millis() as i32 + 1) };
-        if ls.closing.load(Ordering::Acquire) {
-            return;
-        }
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != ErrorKind::Interrupted {
-                ls.set_error(NetError::system(format!("poll on {}: {e}", ls.info.addr)));
-                return;
+                for l in all.drain(..) {
+                    l.ls.set_error(NetError::system(format!("poll on {}: {e}", l.ls.info.addr)));
+                }
+                std::thread::sleep(IDLE_POLL);
             }
             continue;
         }
-        // Hellos first (their sockets are in `fds` in this order), then new sockets.
+        if fds[0].revents != 0 {
+            let mut buf = 0u64;
+            // SAFETY: 8 writable bytes from our non-blocking eventfd.
+            unsafe { libc::read(a.wake.as_raw_fd(), (&raw mut buf).cast(), 8) };
+        }
+        let mut at = 1;
+        all.retain_mut(|l| {
+            let n = 1 + l.greeting.len();
+            let keep = l.step(&fds[at..at + n]);
+            at += n;
+            keep
+        });
+    }
+}
+
+impl Listening {
+    /// After a `poll`: `fds` are the listener's entry, then its greeting sockets' in order.
+    /// False when the listener failed for good (or closed): the thread drops it.
+    fn step(&mut self, fds: &[libc::pollfd]) -> bool {
+        let ls = &*self.ls;
+        if ls.closing.load(Ordering::Acquire) {
+            return false;
+        }
+        // Hellos first, then new sockets.
         let now = Instant::now();
-        let mut waiting = Vec::with_capacity(greeting.len());
-        for (mut g, fd) in greeting.drain(..).zip(&fds[1..]) {
+        let mut waiting = Vec::with_capacity(self.greeting.len());
+        for (mut g, fd) in self.greeting.drain(..).zip(&fds[1..]) {
             let heard = if fd.revents != 0 { g.read() } else { Heard::Nothing };
             match heard {
                 Heard::Nothing if now >= g.deadline => ls.reject(
@@ -211,14 +330,15 @@ pub fn accept_loop(ls: &ListenShared) {
                 ),
                 Heard::Nothing => waiting.push(g),
                 Heard::Rejected(why) => ls.reject(g.from, &why),
-                Heard::Hello(h) => admit(ls, &mut partial, g.sock, g.from, &h),
+                Heard::Hello(h) => admit(ls, &mut self.partial, g.sock, g.from, &h),
             }
         }
-        greeting = waiting;
-        if fds[0].revents != 0 && !accept_new(ls, &mut greeting) {
-            return;
+        self.greeting = waiting;
+        if fds[0].revents != 0 && !accept_new(ls, &mut self.greeting) {
+            return false;
         }
-        *ls.partial.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = describe(&partial, ls.info.nsocks);
+        *ls.partial.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = describe(&self.partial, ls.info.nsocks);
+        true
     }
 }
 

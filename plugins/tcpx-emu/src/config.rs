@@ -22,6 +22,9 @@
 //! | `TCPXEMU_UNPACK_MAX_RUN` | 16 | unpack mode: largest run of consecutive 4 KiB pages kept together in the bounce buffer (1..=1024; 1 = every page scattered) |
 //! | `TCPXEMU_UNPACK_SEED` | random | unpack mode: fixed seed of the scramble (reproducible layouts) |
 //! | `TCPXEMU_BOUNCE_POOL_MB` | 2048 | unpack mode: the GPU's bounce buffer, shared by its receive comms (64 MiB each at the default chunk size); 64..=4095 |
+//! | `TCPXEMU_THREADS` | `auto` | helper-thread model ([`crate::worker`], [`crate::threads`]): `per-socket` (one blocking thread per data socket, TCPX's model), `shared` (`TCPXEMU_SHARED_THREADS` epoll threads per process serve the host-memory comms; CUDA, zero-copy, `stall`/`slow` comms stay per-socket), `auto` (each comm picks at its first `isend`/`irecv`: per-socket if it needs it or the process has at most `TCPXEMU_THREAD_SOCKETS` data sockets open, else shared) |
+//! | `TCPXEMU_SHARED_THREADS` | 4 | event-loop threads per process for the shared model (1..=64) |
+//! | `TCPXEMU_THREAD_SOCKETS` | 64 | `auto`: the most data sockets a process may have open for a comm to still take per-socket threads (0..=1000000) |
 //! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt`, `slow`, `short`, `short-lie`, `stale` or `drop` (see [`crate::fault`]) |
 //! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
 //! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
@@ -62,6 +65,23 @@ pub enum ZeroCopy {
     All,
 }
 
+/// Who moves a comm's chunks (`TCPXEMU_THREADS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// Per comm at its first transfer: `PerSocket` while the process has few data sockets open
+    /// or the comm needs it, else `Shared`.
+    Auto,
+    /// One helper thread per data socket (blocking I/O), as TCPX.
+    PerSocket,
+    /// The process's event-loop threads (host-memory comms only).
+    Shared,
+}
+
+/// Default of `TCPXEMU_SHARED_THREADS`.
+pub const DEFAULT_SHARED_THREADS: usize = 4;
+/// Default of `TCPXEMU_THREAD_SOCKETS`.
+pub const DEFAULT_THREAD_SOCKETS: usize = 64;
+
 /// Default of `TCPXEMU_BOUNCE_POOL_MB`: room for 32 receive comms per GPU.
 pub const DEFAULT_BOUNCE_POOL_MB: usize = 2048;
 
@@ -90,6 +110,12 @@ pub struct Config {
     /// Unpack mode: MiB of the per-GPU bounce pool (`src_off` is 32-bit: below 4 GiB).
     pub bounce_pool_mb: usize,
     pub fault: Option<Fault>,
+    /// Helper-thread model (`TCPXEMU_THREADS`).
+    pub threads: Threads,
+    /// Event-loop threads per process of the shared model (`TCPXEMU_SHARED_THREADS`).
+    pub shared_threads: usize,
+    /// `auto`: data sockets open beyond which a comm goes shared (`TCPXEMU_THREAD_SOCKETS`).
+    pub thread_sockets: usize,
     /// Enforce every TCPX contract (`TCPXEMU_STRICT`, default on).
     pub strict: bool,
     /// `NCCL_DYNAMIC_CHUNK_SIZE` as found (checked at init in strict mode: unset or 0 is refused).
@@ -124,6 +150,9 @@ impl Default for Config {
             unpack_seed: None,
             bounce_pool_mb: DEFAULT_BOUNCE_POOL_MB,
             fault: None,
+            threads: Threads::Auto,
+            shared_threads: DEFAULT_SHARED_THREADS,
+            thread_sockets: DEFAULT_THREAD_SOCKETS,
             strict: true,
             chunk_size_raw: None,
             connect_ms: 0,
@@ -284,6 +313,33 @@ impl Config {
             }
         }
 
+        if let Some(v) = get("TCPXEMU_THREADS") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "auto" | "" => cfg.threads = Threads::Auto,
+                "per-socket" | "per_socket" => cfg.threads = Threads::PerSocket,
+                "shared" => cfg.threads = Threads::Shared,
+                _ => warns.push(format!(
+                    "TCPXEMU_THREADS={v} is invalid (auto|per-socket|shared), using auto"
+                )),
+            }
+        }
+        if let Some(v) = get("TCPXEMU_SHARED_THREADS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (1..=64).contains(&n) => cfg.shared_threads = n,
+                _ => warns.push(format!(
+                    "TCPXEMU_SHARED_THREADS={v} is invalid (1..=64), using {DEFAULT_SHARED_THREADS}"
+                )),
+            }
+        }
+        if let Some(v) = get("TCPXEMU_THREAD_SOCKETS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n <= 1_000_000 => cfg.thread_sockets = n,
+                _ => warns.push(format!(
+                    "TCPXEMU_THREAD_SOCKETS={v} is invalid (0..=1000000), using {DEFAULT_THREAD_SOCKETS}"
+                )),
+            }
+        }
+
         if let Some(v) = get("TCPXEMU_UNPACK_MAX_RUN") {
             match v.trim().parse::<usize>() {
                 Ok(n) if (1..=1024).contains(&n) => cfg.unpack_max_run = n,
@@ -419,6 +475,37 @@ mod tests {
         assert_eq!(parse(&[("TCPXEMU_BOUNCE_POOL_MB", "512")]).0.bounce_pool_mb, 512);
         let (cfg, warns) = parse(&[("TCPXEMU_BOUNCE_POOL_MB", "4096")]);
         assert_eq!((cfg.bounce_pool_mb, warns.len()), (DEFAULT_BOUNCE_POOL_MB, 1));
+    }
+
+    #[test]
+    fn thread_knobs() {
+        let (cfg, warns) = parse(&[]);
+        assert_eq!(
+            (cfg.threads, cfg.shared_threads, cfg.thread_sockets, warns.len()),
+            (Threads::Auto, 4, 64, 0)
+        );
+        let (cfg, warns) = parse(&[
+            ("TCPXEMU_THREADS", "Per-Socket"),
+            ("TCPXEMU_SHARED_THREADS", "64"),
+            ("TCPXEMU_THREAD_SOCKETS", "0"),
+        ]);
+        assert_eq!(
+            (cfg.threads, cfg.shared_threads, cfg.thread_sockets, warns.len()),
+            (Threads::PerSocket, 64, 0, 0)
+        );
+        assert_eq!(parse(&[("TCPXEMU_THREADS", "shared")]).0.threads, Threads::Shared);
+        let (cfg, warns) = parse(&[
+            ("TCPXEMU_THREADS", "pool"),
+            ("TCPXEMU_SHARED_THREADS", "0"),
+            ("TCPXEMU_THREAD_SOCKETS", "-1"),
+        ]);
+        assert_eq!(
+            (cfg.threads, cfg.shared_threads, cfg.thread_sockets),
+            (Threads::Auto, 4, 64)
+        );
+        assert_eq!(warns.len(), 3, "{warns:?}");
+        assert!(warns[0].contains("(auto|per-socket|shared)"), "{warns:?}");
+        assert!(warns[1].contains("(1..=64)"), "{warns:?}");
     }
 
     #[test]

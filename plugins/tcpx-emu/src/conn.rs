@@ -1,11 +1,7 @@
 //! Connection establishment: `listen`, asynchronous `connect`, asynchronous `accept`.
 //!
-//! A connection is one ctrl socket plus `nsocks` data sockets. Each socket starts with a 32-byte
-//! hello (little-endian):
-//! `{ magic "TXHL", version u16, kind u8 (0 ctrl, 1 data), index u8, nsocks u8, flags u8,
-//!    pad[2], chunk_size u32, listener token u64, connection id u64 }`; flag bit 0: the receiver
-//! acknowledges every chunk (the sender splices some of them: [`crate::worker`]).
-//! The acceptor groups sockets by the random connection id, so sockets of concurrent connections
+//! A connection is one ctrl socket plus `nsocks` data sockets, each starting with a hello
+//! ([`crate::wire`]). The acceptor groups sockets by the random connection id, so sockets of concurrent connections
 //! may interleave. A listen comm serves one accept (TCPX contract #11); with `TCPXEMU_STRICT=0`
 //! any number.
 //!
@@ -18,19 +14,15 @@
 //! Both sides work in the background so that NCCL's `connect`/`accept` never block:
 //! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
 //!   pointer inside the caller's handle (as TCPX does); later calls poll it.
-//! * each listen comm has an acceptor thread ([`crate::accept`]) that accepts, reads hellos side
-//!   by side (a silent socket delays no other), and queues complete connections; `accept` pops
-//!   one or returns NULL. Closing the listen comm shuts the listening socket down, which wakes the
-//!   thread out of `poll`.
-//!
-//! Socket options: data sockets get `SO_SNDBUF`/`SO_RCVBUF` before connect/listen (so the window
-//! scale is negotiated for them); all sockets get `TCP_NODELAY`, keepalive (10 s idle, 5 s
-//! interval, 3 probes) and `TCP_USER_TIMEOUT` 30 s, so a vanished host turns into an error.
+//! * the process's acceptor thread ([`crate::accept`]) accepts on every listen comm, reads
+//!   hellos side by side (a silent socket delays no other), and queues complete connections;
+//!   `accept` pops one or returns NULL. Closing the listen comm flags it and wakes the thread,
+//!   which drops it.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -39,25 +31,17 @@ use std::time::{Duration, Instant};
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
 
-use crate::accept::{accept_loop, ListenShared};
+use crate::accept::{self, ListenShared};
 use crate::comm::{Comm, CommOpts, Connected, UnpackOpts};
 use crate::config::{Config, Mode, ZeroCopy};
 use crate::contracts;
 use crate::error::{NetError, NetResult};
 use crate::handle::{connect_state, set_connect_state, ListenInfo};
+use crate::wire::{tune_bufs, tune_common, Hello, FLAG_ACKS, KIND_CTRL, KIND_DATA, USER_TIMEOUT_MS};
 use crate::worker::Dir;
 
-const HELLO_MAGIC: [u8; 4] = *b"TXHL";
-const HELLO_VERSION: u16 = 1;
-pub(crate) const HELLO_LEN: usize = 32;
-pub(crate) const KIND_CTRL: u8 = 0;
-pub(crate) const KIND_DATA: u8 = 1;
-/// Hello flag: the receiver acknowledges every chunk (zero-copy sends).
-pub(crate) const FLAG_ACKS: u8 = 1;
 /// Seconds without a complete connection before `accept` first says what it waits for.
 const FIRST_STALL_REPORT_S: u64 = 10;
-/// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the connection.
-const USER_TIMEOUT_MS: libc::c_int = 30_000;
 /// Dial attempts on ECONNREFUSED (TCPX's `CONNECTION_RETRY` default).
 const CONNECT_RETRIES: u32 = 3;
 
@@ -78,6 +62,7 @@ pub fn comm_opts(cfg: &Config) -> CommOpts {
         unpack: unpack_opts(cfg),
         strict: cfg.strict,
         mtu: cfg.mtu.unwrap_or(crate::device::DEFAULT_MTU),
+        threads: crate::threads::ThreadOpts::from_config(cfg),
     }
 }
 
@@ -96,44 +81,6 @@ pub fn random_u64() -> u64 {
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.write_u32(std::process::id());
     h.finish()
-}
-
-fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: T) -> std::io::Result<()> {
-    // SAFETY: `val` is a plain value of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&raw const val).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Options every socket gets: no Nagle, keepalive, user timeout. Best effort.
-pub(crate) fn tune_common(fd: RawFd) {
-    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1 as libc::c_int);
-    let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1 as libc::c_int);
-    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 10 as libc::c_int);
-    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 5 as libc::c_int);
-    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3 as libc::c_int);
-    let _ = setopt(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, USER_TIMEOUT_MS);
-}
-
-/// Socket buffer sizes for data sockets (0: leave autotuning on). Best effort: the kernel caps
-/// the value at `net.core.{r,w}mem_max`.
-fn tune_bufs(fd: RawFd, sockbuf: usize) {
-    if sockbuf > 0 {
-        let v = sockbuf.min(i32::MAX as usize) as libc::c_int;
-        let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v);
-        let _ = setopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
-    }
 }
 
 fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -260,47 +207,6 @@ fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListene
     Ok(TcpListener::from(fd))
 }
 
-pub(crate) struct Hello {
-    pub kind: u8,
-    pub index: u8,
-    pub nsocks: u8,
-    pub flags: u8,
-    pub chunk_size: u32,
-    pub token: u64,
-    pub conn_id: u64,
-}
-
-impl Hello {
-    fn encode(&self) -> [u8; HELLO_LEN] {
-        let mut b = [0u8; HELLO_LEN];
-        b[0..4].copy_from_slice(&HELLO_MAGIC);
-        b[4..6].copy_from_slice(&HELLO_VERSION.to_le_bytes());
-        b[6] = self.kind;
-        b[7] = self.index;
-        b[8] = self.nsocks;
-        b[9] = self.flags;
-        b[12..16].copy_from_slice(&self.chunk_size.to_le_bytes());
-        b[16..24].copy_from_slice(&self.token.to_le_bytes());
-        b[24..32].copy_from_slice(&self.conn_id.to_le_bytes());
-        b
-    }
-
-    pub(crate) fn decode(b: &[u8; HELLO_LEN]) -> Option<Self> {
-        if b[0..4] != HELLO_MAGIC || u16::from_le_bytes([b[4], b[5]]) != HELLO_VERSION {
-            return None;
-        }
-        Some(Self {
-            kind: b[6],
-            index: b[7],
-            nsocks: b[8],
-            flags: b[9],
-            chunk_size: u32::from_le_bytes(b[12..16].try_into().ok()?),
-            token: u64::from_le_bytes(b[16..24].try_into().ok()?),
-            conn_id: u64::from_le_bytes(b[24..32].try_into().ok()?),
-        })
-    }
-}
-
 // ------------------------------------------------------------------------------------------------
 // connect
 // ------------------------------------------------------------------------------------------------
@@ -402,7 +308,6 @@ pub fn connect(handle: &mut NetHandle, cfg: &Config, local: Option<SocketAddr>) 
 /// A listening endpoint; hands out receive comms.
 pub struct ListenComm {
     shared: Arc<ListenShared>,
-    thread: Option<JoinHandle<()>>,
     cfg: Config,
     /// When `accept` was first called (the setup cost model counts from there).
     first_accept: OnceLock<Instant>,
@@ -433,14 +338,9 @@ impl ListenComm {
         let mut handle = [0u8; nccl_net_abi::NET_HANDLE_MAXSIZE];
         info.encode(&mut handle);
         let shared = Arc::new(ListenShared::new(listener, info));
-        let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("tcpxemu-accept".to_owned())
-            .spawn(move || accept_loop(&s))
-            .map_err(|e| NetError::system(format!("spawning accept thread: {e}")))?;
+        accept::register(Arc::clone(&shared))?;
         let comm = Box::new(ListenComm {
             shared,
-            thread: Some(thread),
             cfg: cfg.clone(),
             first_accept: OnceLock::new(),
             accepted: AtomicBool::new(false),
@@ -457,6 +357,9 @@ impl ListenComm {
     /// Non-blocking accept: `Ok(None)` until a complete connection has arrived (and the setup
     /// cost model's time has passed). Strict mode refuses a call after one returned a comm.
     pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
+        if let Some(e) = crate::fault::accept_refused(self.cfg.fault) {
+            return Err(e);
+        }
         if self.cfg.strict && self.accepted.load(Ordering::Acquire) {
             return Err(contracts::second_accept());
         }
@@ -532,13 +435,12 @@ impl std::fmt::Debug for ListenComm {
 }
 
 impl Drop for ListenComm {
+    /// Refuses new connections at once (the listening socket is shut down) and has the acceptor
+    /// thread drop this listen comm and the sockets it gathered for it.
     fn drop(&mut self) {
         self.shared.closing.store(true, Ordering::Release);
-        // Wakes the acceptor out of accept(2) (Linux returns EINVAL on a shut-down listener).
         // SAFETY: shutdown on our own descriptor.
         unsafe { libc::shutdown(self.shared.listener.as_raw_fd(), libc::SHUT_RDWR) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        accept::wake();
     }
 }

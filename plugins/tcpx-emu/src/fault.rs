@@ -18,6 +18,9 @@
 //!   (the previous iteration's bytes) while the receive completes normally.
 //! * `drop`: receive `AFTER` never completes (its bytes are consumed, so the peer's send
 //!   completes and the peer keeps going); FIFO `test` then holds every later receive too.
+//! * `accept`: every `accept` fails at once (a system error, as a process out of threads or
+//!   descriptors sees): a rank that fails at setup, for the benchmark's tests of the record a
+//!   failure leaves (with `TCPXEMU_FAULT_RANK`, one rank of the job).
 //!
 //! `TCPXEMU_FAULT_RANK` restricts the fault to one process of an MPI job; see [`crate::config`].
 
@@ -35,6 +38,7 @@ pub enum FaultKind {
     ShortLie,
     Stale,
     Drop,
+    Accept,
 }
 
 /// An armed fault: `kind` hits every request with sequence number `>= after` on each comm.
@@ -60,6 +64,7 @@ impl FaultKind {
             "short-lie" => Some(Self::ShortLie),
             "stale" => Some(Self::Stale),
             "drop" => Some(Self::Drop),
+            "accept" => Some(Self::Accept),
             _ => None,
         }
     }
@@ -75,6 +80,12 @@ impl Fault {
     pub fn shortens(fault: Option<Fault>, seq: u64) -> bool {
         Self::hits(fault, FaultKind::Short, seq) || Self::hits(fault, FaultKind::ShortLie, seq)
     }
+}
+
+/// What `accept` returns under the `accept` fault, if armed.
+pub fn accept_refused(fault: Option<Fault>) -> Option<crate::error::NetError> {
+    Fault::hits(fault, FaultKind::Accept, 0)
+        .then(|| crate::error::NetError::system("accept: TCPXEMU_FAULT=accept (injected failure)"))
 }
 
 /// Offset of the byte `corrupt` flips in a request of `size` (> 0) bytes.

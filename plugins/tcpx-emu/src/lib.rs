@@ -13,12 +13,16 @@
 //!   (`TCPXEMU_STRICT=1`).
 //! * [`device`]: interfaces and their properties.
 //! * [`handle`]: the 128-byte handle format.
-//! * [`conn`]: listen / asynchronous connect / asynchronous accept.
+//! * [`conn`]: listen / asynchronous connect; [`accept`]: the listener's acceptor thread;
+//!   [`wire`]: the hello and socket options both sides share.
 //! * [`comm`]: request ring, matching, completion (the TCPX rules live here).
-//! * [`worker`]: per-data-socket helper threads.
+//! * [`worker`]: per-data-socket helper threads, or the shared event loops.
+//! * [`threads`]: which of the two a comm takes (`TCPXEMU_THREADS`), and the threads a process
+//!   runs as a result ([`threads::helper_threads`]).
 //! * [`scramble`]: device unpack, CPU part: where received pages land in the bounce buffer and
 //!   the `loadMeta` descriptors (unit-tested without a GPU).
-//! * [`gpu`]: device unpack, CUDA part: per-comm bounce buffer, `netUnpackMeta` ring, staging.
+//! * [`gpu`]: device unpack, CUDA part: `netUnpackMeta` ring, and from a comm's first CUDA
+//!   registration its bounce region and staging.
 //! * [`fault`]: `TCPXEMU_FAULT` injection.
 //! * [`log`], [`error`]: NCCL logger and the error type.
 //! * [`abi`]: the `extern "C"` adapters and the exported tables.
@@ -45,6 +49,8 @@ pub mod gpu;
 pub mod handle;
 pub mod log;
 pub mod scramble;
+pub mod threads;
+pub mod wire;
 pub mod worker;
 
 // The unit tests run in package tcpx-emu only (they use every table).
@@ -451,15 +457,13 @@ unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *m
                     };
                     info!(
                         NCCL_INIT | NCCL_NET,
-                        "accept from {}: device-unpack handle netDeviceType UNPACK v{NCCL_NET_DEVICE_UNPACK_VERSION} on GPU {}: unpackNetDeviceHandle {:#x} {{meta {:#x} (host-mapped), bounce_buf {:#x} (the GPU's {} MiB pool; this comm's region {}..{} MiB), head -1}}",
+                        "accept from {}: device-unpack handle netDeviceType UNPACK v{NCCL_NET_DEVICE_UNPACK_VERSION} on GPU {}: unpackNetDeviceHandle {:#x} {{meta {:#x} (host-mapped), bounce_buf {:#x}{}, head -1}}; this comm's bounce region is reserved at its first CUDA registration",
                         comm.peer(),
                         u.gpu,
                         u.handle,
                         u.meta,
                         u.bounce,
-                        u.pool_len >> 20,
-                        u.region_off >> 20,
-                        (u.region_off + u.region_len) >> 20
+                        if u.bounce == 0 { " (the GPU's pool is made by its first CUDA receive comm)" } else { " (the GPU's pool)" }
                     );
                 }
                 None => info!(
@@ -474,7 +478,15 @@ unsafe fn core_accept(lc: *mut c_void, rc: *mut *mut c_void, dev_handle: *mut *m
     Ok(())
 }
 
-unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: *mut *mut c_void) -> NetResult<()> {
+/// `regMr`. A CUDA registration on a send or receive comm (`comm` non-NULL) makes that comm's
+/// CUDA-only resources ([`Comm::register_cuda`]); host registrations cost nothing.
+unsafe fn core_reg_mr(
+    comm: *mut c_void,
+    data: *mut c_void,
+    size: usize,
+    ptr_type: c_int,
+    mhandle: *mut *mut c_void,
+) -> NetResult<()> {
     let mh = unsafe { out(mhandle, "mhandle") }?;
     *mh = std::ptr::null_mut();
     if ptr_type == NCCL_PTR_CUDA && strict() {
@@ -487,6 +499,10 @@ unsafe fn core_reg_mr(data: *mut c_void, size: usize, ptr_type: c_int, mhandle: 
             ptr_type_name(ptr_type),
             if unpack_mode() { "unpack" } else { "host" }
         )));
+    }
+    if cuda_ok && !comm.is_null() {
+        // SAFETY: NCCL passes the send or receive comm the memory is registered for.
+        unsafe { comm_ref(comm) }?.register_cuda()?;
     }
     *mh = Box::into_raw(Box::new(MemRegion {
         ptr: data as usize,
@@ -504,6 +520,7 @@ pub static DMABUF_REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
 /// staging, so it needs only the address; it checks that `fd` really is a DMA-BUF (a caller that
 /// passed any other descriptor would fail on a real GPUDirect plugin), then registers as `regMr`.
 unsafe fn core_reg_mr_dma_buf(
+    comm: *mut c_void,
     data: *mut c_void,
     size: usize,
     ptr_type: c_int,
@@ -536,7 +553,7 @@ unsafe fn core_reg_mr_dma_buf(
         )));
     }
     // SAFETY: forwarded contract.
-    unsafe { core_reg_mr(data, size, ptr_type, mhandle) }?;
+    unsafe { core_reg_mr(comm, data, size, ptr_type, mhandle) }?;
     if DMABUF_REGISTRATIONS.fetch_add(1, Ordering::Relaxed) == 0 {
         info!(
             NCCL_NET,

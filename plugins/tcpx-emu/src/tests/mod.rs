@@ -4,16 +4,20 @@
 //! an init without it); other environments run in child processes ([`process`]).
 //!
 //! * [`transfer`]: data movement, limits, errors, closing.
+//! * [`bounce`]: unpack mode's bounce space, reserved at the first CUDA registration (GPU only).
 //! * [`faults`]: `TCPXEMU_FAULT` modes, each shown to happen.
 //! * [`ffi`]: the exported tables.
 //! * [`strict`]: one test per TCPX contract refusal, and the lenient escape.
 //! * [`process`]: child processes (a killed peer; other environments).
 //! * [`setup`]: strangers connecting to a listener.
+//! * [`shared`]: the shared helper-thread model (event loops).
 
+mod bounce;
 mod faults;
 mod ffi;
 mod process;
 mod setup;
+mod shared;
 mod strict;
 mod transfer;
 

@@ -149,13 +149,15 @@ fn contract_4_cuda_registrations_must_be_whole_aligned_pages() {
     let mut mh = std::ptr::null_mut();
     for (ptr, len) in [(aligned.wrapping_add(8), 4096), (aligned, 4095), (aligned, 0)] {
         // SAFETY: a valid out-pointer; the memory is never touched.
-        let e = unsafe { crate::core_reg_mr(ptr.cast(), len, NCCL_PTR_CUDA, &raw mut mh) }.expect_err("refused");
+        let e = unsafe { crate::core_reg_mr(std::ptr::null_mut(), ptr.cast(), len, NCCL_PTR_CUDA, &raw mut mh) }
+            .expect_err("refused");
         assert_names(&e, contracts::CUDA_REG_ALIGNMENT);
         assert!(mh.is_null());
     }
     // Aligned whole pages pass the contract (and host mode then refuses CUDA memory).
     // SAFETY: as above.
-    let e = unsafe { crate::core_reg_mr(aligned.cast(), 8192, NCCL_PTR_CUDA, &raw mut mh) }.expect_err("host");
+    let e = unsafe { crate::core_reg_mr(std::ptr::null_mut(), aligned.cast(), 8192, NCCL_PTR_CUDA, &raw mut mh) }
+        .expect_err("host");
     assert!(!e.msg.starts_with("TCPX contract"), "{}", e.msg);
 }
 

@@ -1,10 +1,22 @@
-//! Socket helper threads: one per data socket, moving whole chunks with blocking system calls.
+//! Who moves a comm's chunks: one helper thread per data socket, moving whole chunks with
+//! blocking system calls (this file; `TCPXEMU_THREADS=per-socket`), or the process's shared
+//! event loops ([`evloop`]; `TCPXEMU_THREADS=shared`). `auto`, the default, picks per comm at
+//! its first transfer ([`crate::threads`]: per-socket while the process has at most
+//! `TCPXEMU_THREAD_SOCKETS` data sockets open, or when the comm needs it: CUDA memory, zero-copy,
+//! the `stall`/`slow` faults). Both models share everything below except the system calls: the
+//! striping, the job ring with one cursor per socket, the `pending` counters and the error path.
+//!
+//! Thread count per process: per-socket comms, one helper per data socket (from the comm's
+//! first transfer to its close); shared comms, `TCPXEMU_SHARED_THREADS` loops in all (started by
+//! the first shared comm, kept for the process). [`crate::threads::helper_threads`] gives the
+//! formula.
 //!
 //! TCPX runs `NCCL_SOCKET_NTHREADS` helpers that each multiplex `NCCL_NSOCKS_PERTHREAD` sockets.
 //! tcpx-emu uses one thread per data socket instead: a blocking `send`/`recv(MSG_WAITALL)` of a
 //! whole chunk straight from/into the caller's buffer is the cheapest way to move host memory over
 //! kernel TCP (one system call per chunk, no staging copy, no spinning), and with at most 8 sockets
-//! per comm the thread count stays small.
+//! per comm a comm's thread count stays small
+//! (a process with hundreds of comms is what the shared model is for).
 //!
 //! Striping: every request is cut into `chunk_size` pieces; chunk `j` of a request whose first
 //! chunk has the comm-wide running number `first_chunk` goes to socket
@@ -55,6 +67,7 @@ use crate::error::NetError;
 use crate::fault::{Fault, FaultKind, SLOW_CHUNK_DELAY};
 
 mod chunks;
+pub mod evloop;
 mod io;
 mod pipes;
 mod ring;
@@ -149,18 +162,9 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
     let mut next = 0u64;
     let mut fetch = |block: bool| sh.fetch_job(&mut next, block);
     let stall = |seq: u64| sh.dir == Dir::Send && Fault::hits(sh.fault, FaultKind::Stall, seq);
-    // The lane is this thread's alone: hold it for the thread's life.
-    let mut lane = sh
-        .gpu
-        .as_ref()
-        .map(|g| g.lanes[idx].lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    let mut gl = lane.as_deref_mut().map(|lane| GpuLane {
-        shared: sh,
-        lane,
-        fd,
-        iov: Vec::with_capacity(1024),
-        copy_wait_ns: 0,
-    });
+    // The GPU lane, from the first CUDA chunk on (the comm's CUDA resources exist by then: they
+    // are made before a CUDA request is posted).
+    let mut gl: Option<GpuLane> = None;
     let zerocopy = if sh.dir == Dir::Send {
         sh.zerocopy
     } else {
@@ -206,6 +210,16 @@ pub fn run(shared: Arc<Shared>, idx: usize) {
             }
             Step::Empty | Step::Closed => break,
         };
+        if c.job.cuda && gl.is_none() {
+            gl = sh.gpu.as_ref().and_then(|g| g.cuda()).map(|r| GpuLane {
+                shared: sh,
+                // The lane is this thread's alone: hold it for the thread's life.
+                lane: r.lanes[idx].lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                fd,
+                iov: Vec::with_capacity(1024),
+                copy_wait_ns: 0,
+            });
+        }
         let t = Instant::now();
         first.get_or_insert(t);
         let res: Result<(), ChunkError> = match (sh.dir, c.job.cuda, gl.as_mut()) {

@@ -1,6 +1,7 @@
 //! Staging pipes of unpack mode: double-buffered copies between the device and pinned staging,
 //! overlapped with socket I/O ([`RecvPipe`], [`SendPipe`]), and their CUDA implementation.
 
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use super::io::{gpu_io, recv_iov_all, send_all};
@@ -153,7 +154,8 @@ fn mismatch(staged: &Chunk, c: &Chunk) -> ChunkError {
 /// A helper thread's GPU resources, for [`RecvOps`] / [`SendOps`].
 pub(super) struct GpuLane<'a> {
     pub(super) shared: &'a Shared,
-    pub(super) lane: &'a mut Lane,
+    /// Locked for the thread's life from its first CUDA chunk on (the lane is its alone).
+    pub(super) lane: MutexGuard<'a, Lane>,
     pub(super) fd: i32,
     /// recvmsg's scatter list (one entry per run of a chunk), reused: no allocation per chunk.
     pub(super) iov: Vec<libc::iovec>,
@@ -219,7 +221,7 @@ impl RecvOps for GpuLane<'_> {
     /// One `recvmsg` scatters the chunk's runs into staging buffer `b` at their window
     /// positions; one async copy moves the window to the slot's bounce region.
     fn recv_copy(&mut self, b: usize, c: &Chunk) -> std::io::Result<()> {
-        let Some(ru) = self.shared.gpu.as_ref().and_then(|g| g.recv.as_ref()) else {
+        let Some(slot_dst) = self.shared.gpu.as_ref().and_then(|g| g.bounce_slot(c.slot())) else {
             return Err(std::io::Error::other("CUDA receive on a comm without a bounce buffer"));
         };
         let (seq, j, len) = (c.job.seq, c.j as usize, c.len);
@@ -253,7 +255,7 @@ impl RecvOps for GpuLane<'_> {
         // pipeline's invariant).
         unsafe { recv_iov_all(self.fd, &mut self.iov) }?;
         chunk_read(self.shared, self.fd)?;
-        let dst = ru.bounce_base() + (ru.slot_off(slot) + window) as u64;
+        let dst = slot_dst + window as u64;
         // SAFETY: the window lies inside the slot's region of the live bounce buffer; staging
         // buffer `b` is not written again until its event (recorded next) has completed.
         unsafe { self.lane.stream.memcpy_htod_async(dst, base, copy) }

@@ -3,8 +3,9 @@
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
+use super::evloop::Looped;
 use super::{Dir, Timing, MAX_REQUESTS};
 use crate::config::ZeroCopy;
 use crate::error::NetError;
@@ -58,6 +59,9 @@ pub struct Shared {
     failed: AtomicBool,
     error: Mutex<Option<NetError>>,
     pub timing: Timing,
+    /// Set when the comm's sockets went to the shared event loops (`TCPXEMU_THREADS`): then
+    /// publishing kicks the loops instead of waking helper threads.
+    pub looped: OnceLock<Looped>,
 }
 
 impl Shared {
@@ -96,6 +100,7 @@ impl Shared {
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             timing: Timing::default(),
+            looped: OnceLock::new(),
         }
     }
 
@@ -130,6 +135,9 @@ impl Shared {
         };
         if wake {
             self.cv.notify_all();
+        }
+        if let Some(l) = self.looped.get() {
+            l.kick();
         }
     }
 

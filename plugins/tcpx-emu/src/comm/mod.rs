@@ -1,7 +1,8 @@
 //! Send and receive comms: the request ring, matching, completion, and TCPX's rules.
 //!
-//! A comm is one direction of one connection: a ctrl socket plus `nsocks` data sockets, each data
-//! socket with its helper thread ([`crate::worker`]).
+//! A comm is one direction of one connection: a ctrl socket plus `nsocks` data sockets, served
+//! from the comm's first transfer on by one helper thread each or by the process's shared event
+//! loops ([`crate::worker`], [`crate::threads`]).
 //!
 //! Per request the sender writes one 16-byte control message on the ctrl socket:
 //! `{ magic u32 = "TXCM", seq u32 (low bits of the request number), size u64 }`, little-endian.
@@ -35,8 +36,14 @@ use crate::error::{NetError, NetResult};
 use crate::fault::{abort_socket, corrupt_offset, short_len, Fault, FaultKind, CORRUPT_XOR};
 use crate::gpu::CommGpu;
 use crate::scramble::{MAX_DESCRIPTORS, MAX_RECV};
-use crate::worker::{self, send_all, Dir, Job, Shared, MAX_REQUESTS};
+use crate::threads::{Census, Model, ThreadOpts};
+use crate::worker::{evloop, send_all, Dir, Job, Shared, MAX_REQUESTS};
 use tcpx_gpu::unpack::Rng;
+
+mod serve;
+mod stats;
+
+use stats::{PostStats, UnpackStats};
 
 const CTRL_MAGIC: [u8; 4] = *b"TXCM";
 const CTRL_LEN: usize = 16;
@@ -95,6 +102,8 @@ pub struct CommOpts {
     pub strict: bool,
     /// MTU that sizes a devmem fragment (contract #2).
     pub mtu: u32,
+    /// Helper-thread model (`TCPXEMU_THREADS` and its two numbers).
+    pub threads: ThreadOpts,
 }
 
 impl Default for CommOpts {
@@ -105,6 +114,7 @@ impl Default for CommOpts {
             unpack: None,
             strict: true,
             mtu: crate::device::DEFAULT_MTU,
+            threads: ThreadOpts::default(),
         }
     }
 }
@@ -116,60 +126,14 @@ pub struct UnpackInfo {
     pub handle: u64,
     /// Device address of the host-mapped `netUnpackMeta` ring.
     pub meta: u64,
-    /// `bounce_buf`: the base of the GPU's bounce pool, shared by its receive comms.
+    /// `bounce_buf`: the base of the GPU's bounce pool, shared by its receive comms; 0 while no
+    /// comm of this GPU has registered CUDA memory (the pool is made then, see [`crate::gpu`]).
     pub bounce: u64,
-    pub pool_len: usize,
-    /// This comm's region of the pool (`src_off` values fall inside it).
-    pub region_off: usize,
-    pub region_len: usize,
+    /// This comm's region of the pool (`src_off` values fall inside it): `(pool bytes, region
+    /// offset, region bytes)`, once the comm's first CUDA registration reserved it.
+    pub region: Option<(usize, usize, usize)>,
     /// CUDA ordinal of the comm's GPU.
     pub gpu: usize,
-}
-
-/// Counters of an unpack-mode receive comm, logged when it closes.
-#[derive(Debug, Clone, Copy, Default)]
-struct UnpackStats {
-    cuda_recvs: u64,
-    cuda_bytes: u64,
-    descriptors: u64,
-    host_recvs: u64,
-}
-
-/// What the caller posted: bytes and, per post, how many requests it then had outstanding.
-/// Logged at close, so a log shows how a client (NCCL, tcpx-perf) drives the comm.
-#[derive(Clone, Copy)]
-struct PostStats {
-    bytes: u64,
-    /// `[k]`: posts that left k requests outstanding (1..=16).
-    by_outstanding: [u64; MAX_REQUESTS + 1],
-}
-
-impl PostStats {
-    fn note(c: &mut Caller, size: usize) {
-        c.post_stats.bytes += size as u64;
-        let outstanding = (c.posted - c.consumed) as usize;
-        c.post_stats.by_outstanding[outstanding.min(MAX_REQUESTS)] += 1;
-    }
-
-    /// `N posts, B bytes (mean M B), outstanding after post k:count ..., mean X`.
-    fn summary(&self, posts: u64) -> String {
-        let hist: Vec<String> = (1..=MAX_REQUESTS)
-            .filter(|&k| self.by_outstanding[k] > 0)
-            .map(|k| format!("{k}:{}", self.by_outstanding[k]))
-            .collect();
-        let weighted: u64 = (1..=MAX_REQUESTS).map(|k| k as u64 * self.by_outstanding[k]).sum();
-        format!(
-            "{posts} posts, {} bytes (mean {} B), outstanding after each post {} (mean {:.1})",
-            self.bytes,
-            self.bytes / posts.max(1),
-            if hist.is_empty() {
-                "-".to_owned()
-            } else {
-                hist.join(" ")
-            },
-            weighted as f64 / posts.max(1) as f64
-        )
-    }
 }
 
 struct Caller {
@@ -195,6 +159,10 @@ struct Caller {
     post_stats: PostStats,
     /// `stale` fault: per receive slot, where the bytes land instead of the caller's buffer.
     scratch: Vec<Vec<u8>>,
+    /// The thread model, chosen at the first transfer ([`Comm::start`]).
+    model: Option<Model>,
+    /// Per-socket model: the helper threads.
+    workers: Vec<JoinHandle<()>>,
 }
 
 /// A send or receive comm.
@@ -203,15 +171,18 @@ pub struct Comm {
     ctrl: TcpStream,
     shared: Arc<Shared>,
     caller: Mutex<Caller>,
-    workers: Vec<JoinHandle<()>>,
     report_sizes: bool,
     max_run: usize,
     strict: bool,
     mtu: u32,
+    threads: ThreadOpts,
+    /// The comm's place in the process counts ([`crate::threads`]).
+    _census: Census,
 }
 
 impl Comm {
-    /// Builds a comm over an established connection and starts its helper threads.
+    /// Builds a comm over an established connection; its sockets get their helper threads or
+    /// event loop at the first transfer.
     pub fn new(dir: Dir, conn: Connected, opts: CommOpts) -> NetResult<Box<Comm>> {
         let CommOpts {
             report_sizes,
@@ -219,6 +190,7 @@ impl Comm {
             unpack,
             strict,
             mtu,
+            threads,
         } = opts;
         // GPU resources come first, on the calling thread (its current CUDA context).
         let gpu = match unpack {
@@ -231,6 +203,7 @@ impl Comm {
             None => None,
         };
         let seed = unpack.map_or(0, |u| u.seed);
+        let census = Census::new(conn.data.len());
         let shared = Arc::new(Shared::new(
             dir,
             conn.peer,
@@ -240,7 +213,7 @@ impl Comm {
             fault,
             gpu,
         ));
-        let mut comm = Box::new(Comm {
+        let comm = Box::new(Comm {
             dir,
             ctrl: conn.ctrl,
             shared: Arc::clone(&shared),
@@ -263,34 +236,20 @@ impl Comm {
                     by_outstanding: [0; MAX_REQUESTS + 1],
                 },
                 scratch: Vec::new(),
+                model: None,
+                workers: Vec::new(),
             }),
-            workers: Vec::new(),
             report_sizes,
             max_run: unpack.map_or(1, |u| u.max_run),
             strict,
             mtu,
+            threads,
+            _census: census,
         });
         if (&raw const *comm as usize) & !ADDR_MASK != 0 {
             return Err(NetError::internal(
                 "comm allocated above 2^48: request tagging unsupported on this address space",
             ));
-        }
-        let tag = match dir {
-            Dir::Send => "tx",
-            Dir::Recv => "rx",
-        };
-        for idx in 0..shared.socks.len() {
-            let s = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("tcpxemu-{tag}{idx}"))
-                .spawn(move || worker::run(s, idx));
-            match spawned {
-                Ok(h) => comm.workers.push(h),
-                Err(e) => {
-                    // Dropping `comm` stops the workers already started.
-                    return Err(NetError::system(format!("spawning helper thread: {e}")));
-                }
-            }
         }
         Ok(comm)
     }
@@ -305,6 +264,11 @@ impl Comm {
         self.shared.socks.len()
     }
 
+    /// The helper-thread model the comm took at its first transfer (None before).
+    pub fn thread_model(&self) -> Option<Model> {
+        self.lock().model
+    }
+
     /// Whether the comm has GPU resources (unpack mode).
     pub fn is_unpack(&self) -> bool {
         self.shared.gpu.is_some()
@@ -314,13 +278,12 @@ impl Comm {
     pub fn unpack_handle(&self) -> Option<UnpackInfo> {
         let g = self.shared.gpu.as_ref()?;
         let r = g.recv.as_ref()?;
+        let region = g.cuda().and_then(|c| c.region.as_ref());
         Some(UnpackInfo {
             handle: r.handle_ptr(),
             meta: r.meta_dev,
-            bounce: r.bounce_base(),
-            pool_len: r.pool.buf.len(),
-            region_off: r.region_off,
-            region_len: r.region_len,
+            bounce: region.map_or(0, crate::gpu::Region::bounce_base),
+            region: region.map(|x| (x.pool.buf.len(), x.off, x.len)),
             gpu: g.dev.ordinal(),
         })
     }
@@ -425,6 +388,11 @@ impl Comm {
         }
         let mut c = self.lock();
         let seq = self.admit(&mut c)?;
+        self.start(&mut c, cuda)?;
+        if cuda {
+            // A caller that never registered its buffer: the resources come now.
+            self.cuda_ready()?;
+        }
         let slot = seq as usize % MAX_REQUESTS;
         c.reqs[slot] = ReqInfo {
             ptr: ptr as usize,
@@ -520,6 +488,11 @@ impl Comm {
         }
         let mut c = self.lock();
         let seq = self.admit(&mut c)?;
+        self.start(&mut c, cuda)?;
+        if cuda {
+            // A caller that never registered its buffer: the resources come now.
+            self.cuda_ready()?;
+        }
         let slot = seq as usize % MAX_REQUESTS;
         c.reqs[slot] = ReqInfo {
             ptr: ptr as usize,
@@ -631,12 +604,13 @@ impl Comm {
     /// Plans where the pages of CUDA receive `slot` land and writes its descriptors into the
     /// slot's (free) `netUnpackMeta` entry; the count is published when `test` reports it done.
     fn plan_unpack(&self, c: &mut Caller, slot: usize, size: usize) -> NetResult<()> {
-        let ru = self
-            .shared
-            .gpu
-            .as_ref()
-            .and_then(|g| g.recv.as_ref())
-            .ok_or_else(|| NetError::internal("CUDA receive without a bounce buffer"))?;
+        let g = self.shared.gpu.as_ref();
+        let (Some(ru), Some(region)) = (
+            g.and_then(|g| g.recv.as_ref()),
+            g.and_then(|g| g.cuda()).and_then(|c| c.region.as_ref()),
+        ) else {
+            return Err(NetError::internal("CUDA receive without a bounce buffer"));
+        };
         let mut plan = self.shared.plans[slot]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -645,7 +619,7 @@ impl Comm {
         // SAFETY: the slot is free (its previous receive was consumed: at most 16 outstanding)
         // and only this thread writes descriptors.
         let metas = unsafe { ru.slot_metas(slot) };
-        let slot_off = u32::try_from(ru.slot_off(slot))
+        let slot_off = u32::try_from(region.slot_off(slot))
             .map_err(|_| NetError::internal("bounce slot beyond 4 GiB: src_off is 32-bit"))?;
         let n = plan
             .descriptors(slot_off, metas, &mut c.rng)
@@ -784,9 +758,16 @@ impl Drop for Comm {
         self.shared.begin_close();
         // SAFETY: shutdown on our own descriptor.
         unsafe { libc::shutdown(self.ctrl.as_raw_fd(), libc::SHUT_RDWR) };
-        let threads = self.workers.len();
-        for h in self.workers.drain(..) {
+        let (workers, model) = {
+            let mut c = self.lock();
+            (std::mem::take(&mut c.workers), c.model)
+        };
+        let threads = workers.len();
+        for h in workers {
             let _ = h.join();
+        }
+        if let Err(e) = evloop::detach(&self.shared) {
+            crate::warn!(nccl_net_abi::NCCL_NET, "{}", e.msg);
         }
         let posts = {
             let c = self.lock();
@@ -798,7 +779,14 @@ impl Drop for Comm {
             if self.dir == Dir::Recv { "recv" } else { "send" },
             if self.dir == Dir::Recv { "from" } else { "to" },
             self.peer(),
-            self.shared.timing.summary(threads)
+            if model == Some(Model::Shared) {
+                format!(
+                    "{} bytes moved by the shared event loops",
+                    self.shared.timing.bytes.load(Ordering::Relaxed)
+                )
+            } else {
+                self.shared.timing.summary(threads)
+            }
         );
     }
 }

@@ -1,0 +1,119 @@
+//! One job per result directory (`--out`): two real `mpirun` jobs started together on one
+//! directory, one refused naming the other, the directory holding one run; a claim left by a job
+//! that is gone is taken over. Real ranks, real tcpx-emu sockets, real file locks.
+
+mod common;
+use common::{mpirun_command, show, spawn_piped, summary, wait_within};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
+/// The claim file (`tcpx_perf::export::claim::CLAIM_FILE`).
+const CLAIM_FILE: &str = ".tcpx-perf-claim";
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tcpx-perf-claim-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn job(args: &str, out: &Path) -> Command {
+    let mut cmd = mpirun_command();
+    cmd.args(["-np", "2", BIN])
+        .args(args.split_whitespace())
+        .arg("--out")
+        .arg(out);
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    cmd
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Two jobs on one `--out`, started together (each slowed by tcpx-emu's `slow` fault so that
+/// they overlap): exactly one runs and exits 0; the other exits 1 with one line naming the
+/// winner as its claim file does (host, pid, start time) and writes nothing; the directory holds
+/// the winner's run alone (its `-n`, every size once, complete).
+#[test]
+fn two_jobs_on_one_out_one_is_refused_naming_the_other() {
+    let out = scratch("two");
+    let sweep = "--pattern sendrecv -b 64K -e 1M -w 1 --progress never -T 30";
+    // About 4 s each: the loser's setup ends long before the winner's sweep.
+    let iters = [300, 301];
+    let mut jobs: Vec<_> = iters
+        .iter()
+        .map(|n| {
+            let mut c = job(&format!("{sweep} -n {n}"), &out);
+            c.env("TCPXEMU_FAULT", "slow");
+            spawn_piped(&mut c, "mpirun")
+        })
+        .collect();
+    let b = wait_within(jobs.pop().unwrap(), Duration::from_secs(60), "second job");
+    let a = wait_within(jobs.pop().unwrap(), Duration::from_secs(60), "first job");
+    let both = format!("first job:\n{}\nsecond job:\n{}", show(&a), show(&b));
+    let codes = (a.status.code(), b.status.code());
+    let (won, lost, n) = match codes {
+        (Some(0), Some(1)) => (&a, &b, iters[0]),
+        (Some(1), Some(0)) => (&b, &a, iters[1]),
+        _ => panic!("one job must run (0) and one be refused (1), not {codes:?}\n{both}"),
+    };
+    let holder = std::fs::read_to_string(out.join(CLAIM_FILE)).expect("the claim file stays");
+    let holder = holder.trim();
+    assert!(
+        holder.starts_with("host ") && holder.contains(", pid ") && holder.contains(", started "),
+        "{holder}"
+    );
+    let refusal = format!(
+        "tcpx-perf: rank 0: error: result directory {} is in use by another job ({holder}): wait for it to end, or choose another --out",
+        out.display()
+    );
+    let said: Vec<String> = stderr(lost)
+        .lines()
+        .filter(|l| l.starts_with("tcpx-perf"))
+        .map(String::from)
+        .collect();
+    assert_eq!(said, [refusal], "one line naming the holder\n{both}");
+    assert!(
+        !String::from_utf8_lossy(&lost.stdout).contains("# Results written to"),
+        "{both}"
+    );
+    assert!(
+        String::from_utf8_lossy(&won.stdout).contains("# Results written to"),
+        "{both}"
+    );
+    let s = summary(&out);
+    assert_eq!(s["complete"], true, "{both}");
+    assert_eq!(s["iters"], n, "the directory holds the winner's run\n{both}");
+    let rows = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    assert_eq!(rows.lines().count(), 1 + 5, "5 sizes, each once\n{both}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A claim whose job is gone (its file unlocked: a `kill -9`, a crash) is taken over: the run
+/// goes ahead, the header says whose claim it took, and the claim file now names this job.
+#[test]
+fn a_stale_claim_is_taken_over() {
+    let out = scratch("stale");
+    std::fs::create_dir_all(&out).unwrap();
+    let gone = "host elsewhere, pid 999999, started 2026-01-01T00:00:00Z";
+    std::fs::write(out.join(CLAIM_FILE), format!("{gone}\n")).unwrap();
+    let mut c = job("--pattern sendrecv -b 1M -e 1M -n 2 -w 1", &out);
+    let o = wait_within(spawn_piped(&mut c, "mpirun"), Duration::from_secs(60), "mpirun");
+    assert!(o.status.success(), "{}", show(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "# note: {} held a claim of a job that is gone ({gone}); this job took it over",
+            out.display()
+        )),
+        "{}",
+        show(&o)
+    );
+    let now = std::fs::read_to_string(out.join(CLAIM_FILE)).unwrap();
+    assert!(!now.contains("999999") && now.contains(", pid "), "{now}");
+    assert_eq!(summary(&out)["complete"], true);
+    let _ = std::fs::remove_dir_all(&out);
+}
