@@ -124,7 +124,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     let helpers = match PluginModel::from_env(input.plugin_name, &env) {
         Ok(plugin) => {
             findings.extend(resource_findings(input, &plugin, node, &nic_of_gpu, &names));
-            plugin.helper_threads(comms)
+            plugin.helper_threads(comms, input.memory == Memory::Cuda)
         }
         // A socket count TCPX refuses: tcpx_settings' error finding says so for TCPX-like plugins.
         Err(_) if crate::contracts::is_tcpx_like(input.plugin_name) => mine,

@@ -172,7 +172,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         max_peers: settings.sweep.max_peers,
         maxbytes: plan.size,
         memory,
-        helper_threads: plugin.thread_mode(per_process.comms),
+        helper_threads: plugin.thread_mode(per_process.comms, memory == Memory::Cuda),
         plugin,
         fits: verdicts.iter().all(|v| v.level != Level::Error),
         per_process,

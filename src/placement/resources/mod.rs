@@ -167,12 +167,13 @@ impl<'a> Model<'a> {
             rank,
             ..ProcessNeed::default()
         };
-        let (mut setup_pool, mut pinned) = (0, 0);
+        let (mut setup_pool, mut pinned, mut connects) = (0, 0, 0);
         for e in job.topo.endpoints_of(rank) {
             let (send, recv) = (self.sends[e] * job.channels, self.recvs[e] * job.channels);
             need.endpoints += 1;
             need.comms += send + recv;
             need.listens += recv;
+            connects += send;
             setup_pool += job.setup_threads.clamp(1, (send + recv).max(1));
             pinned += send as u64 * p.pinned_per_comm(cuda, false) + recv as u64 * p.pinned_per_comm(cuda, true);
             if job.memory == Memory::CudaStaged {
@@ -191,21 +192,21 @@ impl<'a> Model<'a> {
         }
         need.sockets = need.comms * (p.data_sockets + 1);
         need.files = fds_needed(need.comms, need.listens * p.listen_sockets(), p.data_sockets);
-        need.helper_threads = p.helper_threads(need.comms);
+        need.helper_threads = p.helper_threads(need.comms, job.memory == Memory::Cuda);
         let copiers = if job.memory == Memory::Host && job.local_copies {
             COPIER_THREADS * need.endpoints
         } else {
             0
         };
-        // Setup: the pool, one plugin thread per comm in flight (connect / accept / TCPX's
-        // detached setup thread), and tcpx-emu's helpers (started with each comm). Sweep: the
-        // helpers (TCPX starts its own on the first chunk) and the copiers.
+        // Setup: the pool, the plugin's setup threads with every connect and accept under way at
+        // once, and tcpx-emu's helpers. Sweep: the helpers (TCPX starts its own on the first
+        // chunk) and the copiers. An upper bound where the two phases overlap.
         let emu_helpers = if p.kind == plugin::Kind::TcpxEmu {
             need.helper_threads
         } else {
             0
         };
-        let setup = setup_pool + need.comms + emu_helpers;
+        let setup = setup_pool + p.setup_threads(connects, need.listens) + emu_helpers;
         let sweep = copiers + need.helper_threads;
         need.threads = BASE_THREADS + need.endpoints + setup.max(sweep);
         let host_buffers = if job.memory == Memory::Host {

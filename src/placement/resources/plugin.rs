@@ -7,12 +7,14 @@
 //! setup runs on one detached pthread per pending connect/accept; the data path on
 //! `NCCL_SOCKET_NTHREADS` persistent helper threads per comm (created on the first chunk); an
 //! accepted CUDA receive comm maps a `netUnpackMeta` ring with `cuMemHostAlloc` (512 KiB), while
-//! its bounce buffer is RxDM's, not the process's. **tcpx-emu** (`plugins/tcpx-emu`): one listen
-//! socket per listen comm (ctrl and data sockets all dial it) with an accept thread; one connect
-//! thread per pending connect; helper threads as `TCPXEMU_THREADS` says
-//! ([`PluginModel::helper_threads`]); in unpack mode (CUDA memory) every helper of a comm owns two
-//! pinned staging buffers of `min(chunk, 4 MiB)`, and every CUDA receive comm takes a region of
-//! 16 slots from its GPU's bounce pool (`TCPXEMU_BOUNCE_POOL_MB`, 2048 MiB, one per GPU).
+//! its bounce buffer is RxDM's, not the process's. **tcpx-emu** (`plugins/tcpx-emu`, its
+//! `threads.rs` module docs): one listen socket per listen comm (ctrl and data sockets all dial
+//! it), one acceptor thread per process serving them all, one thread per connect under way;
+//! helper threads as `TCPXEMU_THREADS` says ([`PluginModel::helper_threads`]; CUDA comms and
+//! `TCPXEMU_ZEROCOPY=all` sends always take one per data socket); in unpack mode (CUDA memory)
+//! every helper of a comm owns two pinned staging buffers of `min(chunk, 4 MiB)`, and every CUDA
+//! receive comm takes a region of 16 slots from its GPU's bounce pool (`TCPXEMU_BOUNCE_POOL_MB`,
+//! 2048 MiB, one per GPU).
 
 use serde::Serialize;
 
@@ -97,6 +99,8 @@ pub struct PluginModel {
     pub emu_threads: EmuThreads,
     pub emu_shared_threads: usize,
     pub emu_thread_sockets: usize,
+    /// `TCPXEMU_ZEROCOPY=all`: host sends wait for acknowledgements, which needs per-socket threads.
+    pub emu_zerocopy_all: bool,
     /// `NCCL_DYNAMIC_CHUNK_SIZE`.
     pub chunk: u64,
     /// tcpx-emu's bounce pool per GPU.
@@ -132,8 +136,18 @@ impl PluginModel {
             data_sockets: data_sockets(env)?,
             socket_threads: number("NCCL_SOCKET_NTHREADS", 1) as usize,
             emu_threads,
-            emu_shared_threads: number("TCPXEMU_SHARED_THREADS", EMU_SHARED_THREADS as u64) as usize,
-            emu_thread_sockets: number("TCPXEMU_THREAD_SOCKETS", EMU_THREAD_SOCKETS as u64) as usize,
+            emu_shared_threads: number("TCPXEMU_SHARED_THREADS", EMU_SHARED_THREADS as u64).min(64) as usize,
+            // 0 is valid here: every comm shared under auto.
+            emu_thread_sockets: env("TCPXEMU_THREAD_SOCKETS")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&n| n <= 1_000_000)
+                .unwrap_or(EMU_THREAD_SOCKETS),
+            emu_zerocopy_all: matches!(
+                env("TCPXEMU_ZEROCOPY")
+                    .map(|v| v.trim().to_ascii_lowercase())
+                    .as_deref(),
+                Some("all" | "1")
+            ),
             chunk: number("NCCL_DYNAMIC_CHUNK_SIZE", DEFAULT_CHUNK),
             bounce_pool: if (64..=4095).contains(&pool_mb) {
                 pool_mb
@@ -154,27 +168,29 @@ impl PluginModel {
 
     /// Helper threads the data path of a process with `comms` comms keeps: TCPX
     /// `NCCL_SOCKET_NTHREADS` per comm (plugin-abi.md §3.4); tcpx-emu one per data socket, a
-    /// fixed pool per process, or (auto) per socket up to `TCPXEMU_THREAD_SOCKETS` sockets.
-    pub fn helper_threads(&self, comms: usize) -> usize {
+    /// fixed pool per process, or (auto) per socket up to `TCPXEMU_THREAD_SOCKETS` sockets, and
+    /// always per socket for `cuda` comms (tcpx-emu `threads::choose`).
+    pub fn helper_threads(&self, comms: usize, cuda: bool) -> usize {
         match self.kind {
             Kind::Tcpx => comms * self.socket_threads,
             Kind::TcpxEmu if comms == 0 => 0,
-            Kind::TcpxEmu if self.emu_per_socket(comms) => comms * self.data_sockets,
+            Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => comms * self.data_sockets,
             Kind::TcpxEmu => self.emu_shared_threads,
         }
     }
 
     /// Whether tcpx-emu gives each data socket its own thread in a process with `comms` comms.
-    fn emu_per_socket(&self, comms: usize) -> bool {
-        match self.emu_threads {
-            EmuThreads::PerSocket => true,
-            EmuThreads::Shared => false,
-            EmuThreads::Auto => comms * self.data_sockets <= self.emu_thread_sockets,
-        }
+    fn emu_per_socket(&self, comms: usize, cuda: bool) -> bool {
+        cuda || self.emu_zerocopy_all
+            || match self.emu_threads {
+                EmuThreads::PerSocket => true,
+                EmuThreads::Shared => false,
+                EmuThreads::Auto => comms * self.data_sockets <= self.emu_thread_sockets,
+            }
     }
 
     /// How `helper_threads` was decided, for the report.
-    pub fn thread_mode(&self, comms: usize) -> String {
+    pub fn thread_mode(&self, comms: usize, cuda: bool) -> String {
         let auto = if self.emu_threads == EmuThreads::Auto {
             format!(" (auto, {} sockets at most)", self.emu_thread_sockets)
         } else {
@@ -182,8 +198,19 @@ impl PluginModel {
         };
         match self.kind {
             Kind::Tcpx => format!("{} per comm (NCCL_SOCKET_NTHREADS)", self.socket_threads),
-            Kind::TcpxEmu if self.emu_per_socket(comms) => format!("per-socket{auto}"),
+            Kind::TcpxEmu if cuda => "per-socket (CUDA comms)".into(),
+            Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => format!("per-socket{auto}"),
             Kind::TcpxEmu => format!("shared: {}{auto}", self.emu_shared_threads),
+        }
+    }
+
+    /// Threads the plugin runs while `connects` connects and `accepts` accepts are under way at
+    /// once: TCPX one detached thread each (plugin-abi.md §3.4); tcpx-emu one per connect and a
+    /// single acceptor for the process.
+    pub fn setup_threads(&self, connects: usize, accepts: usize) -> usize {
+        match self.kind {
+            Kind::Tcpx => connects + accepts,
+            Kind::TcpxEmu => connects + usize::from(accepts > 0),
         }
     }
 
@@ -240,21 +267,31 @@ mod tests {
     #[test]
     fn emu_helper_threads_follow_tcpxemu_threads() {
         let auto = model("tcpx-emu", &[("NCCL_NSOCKS_PERTHREAD", "4")]);
-        assert_eq!(auto.helper_threads(16), 64, "64 sockets: still one thread each");
-        assert_eq!(auto.helper_threads(17), EMU_SHARED_THREADS, "past 64 sockets: shared");
-        assert_eq!(auto.helper_threads(0), 0);
+        assert_eq!(auto.helper_threads(16, false), 64, "64 sockets: still one thread each");
+        assert_eq!(
+            auto.helper_threads(17, false),
+            EMU_SHARED_THREADS,
+            "past 64 sockets: shared"
+        );
+        assert_eq!(auto.helper_threads(0, false), 0);
+        assert_eq!(auto.helper_threads(17, true), 68, "CUDA comms keep a thread per socket");
+        assert_eq!(
+            (auto.setup_threads(5, 7), auto.setup_threads(5, 0)),
+            (6, 5),
+            "one acceptor"
+        );
         let per = model(
             "tcpx-emu",
             &[("TCPXEMU_THREADS", "per-socket"), ("NCCL_NSOCKS_PERTHREAD", "2")],
         );
-        assert_eq!(per.helper_threads(1000), 2000);
+        assert_eq!(per.helper_threads(1000, false), 2000);
         let shared = model(
             "tcpx-emu",
             &[("TCPXEMU_THREADS", "shared"), ("TCPXEMU_SHARED_THREADS", "6")],
         );
-        assert_eq!(shared.helper_threads(3), 6);
+        assert_eq!(shared.helper_threads(3, false), 6);
         let small = model("tcpx-emu", &[("TCPXEMU_THREAD_SOCKETS", "8")]);
-        assert_eq!((small.helper_threads(8), small.helper_threads(9)), (8, 4));
+        assert_eq!((small.helper_threads(8, false), small.helper_threads(9, false)), (8, 4));
     }
 
     #[test]
@@ -263,8 +300,12 @@ mod tests {
             "GPUDirectTCPX_v7",
             &[("NCCL_NSOCKS_PERTHREAD", "2"), ("NCCL_SOCKET_NTHREADS", "2")],
         );
-        assert_eq!((t.kind, t.data_sockets, t.helper_threads(10)), (Kind::Tcpx, 4, 20));
+        assert_eq!(
+            (t.kind, t.data_sockets, t.helper_threads(10, true)),
+            (Kind::Tcpx, 4, 20)
+        );
         assert_eq!(t.listen_sockets(), 2);
+        assert_eq!(t.setup_threads(5, 7), 12, "a detached thread per connect and accept");
         assert_eq!(t.bounce_region(), 0, "RxDM owns TCPX's bounce buffer");
     }
 
