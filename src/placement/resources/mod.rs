@@ -198,15 +198,10 @@ impl<'a> Model<'a> {
         } else {
             0
         };
-        // Setup: the pool, the plugin's setup threads with every connect and accept under way at
-        // once, and tcpx-emu's helpers. Sweep: the helpers (TCPX starts its own on the first
-        // chunk) and the copiers. An upper bound where the two phases overlap.
-        let emu_helpers = if p.kind == plugin::Kind::TcpxEmu {
-            need.helper_threads
-        } else {
-            0
-        };
-        let setup = setup_pool + p.setup_threads(connects, need.listens) + emu_helpers;
+        // Setup: the pool and the plugin's setup threads with every connect and accept under way
+        // at once. Sweep: the helpers (both plugins start them at a comm's first transfer:
+        // tcpx-emu `threads.rs`, plugin-abi.md §3.4) and the copiers.
+        let setup = setup_pool + p.setup_threads(connects, need.listens);
         let sweep = copiers + need.helper_threads;
         need.threads = BASE_THREADS + need.endpoints + setup.max(sweep);
         let host_buffers = if job.memory == Memory::Host {

@@ -68,9 +68,8 @@ fn fullmesh_on_one_node_counts_comms_files_threads_and_ports() {
         assert_eq!((p.comms, p.listens, p.sockets), (12, 6, 60));
         assert_eq!(p.files, 60 + 6 + 256, "tcpx-emu: one listening socket per listen comm");
         assert_eq!(p.helper_threads, 48, "48 sockets <= 64: one thread each");
-        // Setup: 12 pool threads + 6 connect threads + 1 acceptor + 48 helpers; sweep 4
-        // copiers + 48.
-        assert_eq!(p.threads, BASE_THREADS + 1 + 67);
+        // Setup: 12 pool threads + 6 connect threads + 1 acceptor; sweep: 4 copiers + 48 helpers.
+        assert_eq!(p.threads, BASE_THREADS + 1 + 52);
         assert_eq!(p.host_bytes, 8 << 20, "fullmesh's two halves of -e");
         assert_eq!(n.threads, 4 * p.threads);
         assert_eq!(n.ports.len(), 1);
