@@ -208,7 +208,9 @@ fn peaks_while(mut child: std::process::Child, limit: Duration) -> (Output, Hash
 
 #[test]
 fn the_model_bounds_what_a_real_run_holds() {
-    let flags = "--pattern fullmesh --scope all --mem host -b 256K -e 256K";
+    // 1 MiB per peer: two 512K requests, so both channels carry data and every comm starts its
+    // helpers (they start at a comm's first transfer).
+    let flags = "--pattern fullmesh --scope all --mem host -b 4M -e 4M";
     let env = [("NCCL_NSOCKS_PERTHREAD", "4")];
     let file = scratch("model.json");
     let o = plan(
@@ -229,7 +231,7 @@ fn the_model_bounds_what_a_real_run_holds() {
 
     let out = scratch("run");
     let mut cmd = mpirun_command();
-    cmd.args(["-np", "4", BIN, "-n", "400", "-w", "0", "--out"])
+    cmd.args(["-np", "4", BIN, "-n", "200", "-w", "0", "--out"])
         .arg(&out)
         .args(flags.split_whitespace())
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -242,7 +244,7 @@ fn the_model_bounds_what_a_real_run_holds() {
     let (o, peaks) = peaks_while(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert_eq!(peaks.len(), 4, "four ranks seen: {peaks:?}");
-    // Each rank's own count at the end of setup, in summary.json, within the same bounds.
+    // Each rank's own count at the end of setup, in summary.json.
     let setup = common::summary(&out)["placement"]["setup"].clone();
     let _ = std::fs::remove_dir_all(&out);
     let own = |k: &str| -> Vec<usize> {
@@ -255,12 +257,14 @@ fn the_model_bounds_what_a_real_run_holds() {
     };
     let (own_threads, own_fds) = (own("threads_after_setup"), own("fds_after_setup"));
     assert_eq!((own_threads.len(), own_fds.len()), (4, 4), "{setup}");
-    let seen = own_threads
-        .into_iter()
-        .zip(own_fds)
-        .enumerate()
-        .map(|(rank, tf)| (rank as u32, tf));
-    for (pid, (threads, fds)) in peaks.into_iter().chain(seen) {
+    for (rank, (threads, fds)) in own_threads.into_iter().zip(own_fds).enumerate() {
+        // Before the first transfer: every socket open, helpers not started yet.
+        assert!(
+            (model("sockets")..=model("files")).contains(&fds) && threads <= model("threads"),
+            "rank {rank} after setup: {threads} threads, {fds} fds"
+        );
+    }
+    for (pid, (threads, fds)) in peaks {
         // Every connected comm's sockets were open at once, within the model's file count.
         assert!(
             (model("sockets")..=model("files")).contains(&fds),

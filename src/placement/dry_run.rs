@@ -66,7 +66,8 @@ pub struct SetupReport {
     /// The most setup threads one endpoint used.
     pub max_setup_threads: usize,
     /// Threads each rank (by index) had once its comms were set up (`/proc/self/task`): the
-    /// plugin's helpers included, the setup pool gone. Beside the resource model's figures.
+    /// setup pool gone, and helpers that start at a comm's first transfer (TCPX's, tcpx-emu's)
+    /// not yet. Beside the resource model's figures.
     pub threads_after_setup: Vec<u64>,
     /// Open files each rank had then (`/proc/self/fd`): every comm's sockets, the listeners
     /// closed; the most the run holds.
