@@ -58,7 +58,8 @@ case $RIG in
 esac
 
 # The rig's shape and what it made, from its state file (load_state): MADE holds lines
-# "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", in the order they were made.
+# "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", "sysctl KEY OLD:NEW", in the
+# order they were made.
 NODES=0 NICS=0 RATE=off MTU=1500
 MADE=()
 # Where iproute2 keeps named namespaces (its NETNS_RUN_DIR).
@@ -130,6 +131,10 @@ remove_made() {
         ;;
       link)
         if [ -n "$id" ] && [ "$(link_id "$name")" = "$id" ]; then "$IP" link del "$name" 2>/dev/null || true; fi
+        ;;
+      sysctl)
+        # id is "OLD:NEW": put OLD back only while the value is still the one the rig set.
+        if [ "$(cat "/proc/sys/$name" 2>/dev/null)" = "${id#*:}" ]; then echo "${id%%:*}" >"/proc/sys/$name" 2>/dev/null || true; fi
         ;;
     esac
   done
@@ -227,6 +232,25 @@ rate_bits() {
   esac
 }
 
+# The kernel's ARP table is one for every namespace, with one set of limits (gc_thresh1..3,
+# default 128/512/1024 entries, settable in the root namespace only). Each node holds an entry
+# per peer on every rail and on the management bridge: 16 nodes x 4 NICs need about 1200, and
+# past gc_thresh3 new neighbours cannot be resolved, so connects fail with "No route to host"
+# (seen at 16 x 8 x 4 on the GPU host). Raise what is too low, record the old value, and let
+# `down` put it back.
+raise_neigh_limits() {
+  local need=$(($1 * (($1 - 1) * $2 + $1 + 1))) key old want
+  for key in 1:gc_thresh1 2:gc_thresh2 3:gc_thresh3; do
+    want=$((need * ${key%%:*}))
+    key=net/ipv4/neigh/default/${key#*:}
+    old=$(cat "/proc/sys/$key" 2>/dev/null) || continue
+    if [ "$old" -lt "$want" ]; then
+      echo "$want" >"/proc/sys/$key" || die "up: $need ARP entries needed; cannot raise /proc/sys/$key from $old to $want"
+      record sysctl "$key" "$old:$want"
+    fi
+  done
+}
+
 cmd_up() {
   local nodes=2 nics=2 rate=off mtu=1500
   while [ $# -gt 0 ]; do
@@ -267,6 +291,7 @@ cmd_up() {
   printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\n' "$nodes" "$nics" "$rate" "$mtu" >"$state"
   # Any failure from here on (set -e, die) removes what was made, and only that.
   trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
+  raise_neigh_limits "$nodes" "$nics"
   "$IP" link add "$mgmt_bridge" type bridge
   record_link "$mgmt_bridge"
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running tcpx-perf needs on a fresh Debian/Ubuntu machine:
 # Open MPI (mpirun, and headers for rsmpi), libclang (rsmpi's bindgen), pkg-config, a C
-# compiler, iproute2 and shellcheck (launch/cluster.sh and its tests), and Rust if it is
-# missing. Safe to run again; prints what it installed.
+# compiler, iproute2 and shellcheck (launch/cluster.sh and its tests), with SETUP_SLURM=1 Slurm
+# and MUNGE (tests/slurm.rs), and Rust if it is missing. Safe to run again; prints what it installed.
 #
 # A package counts as installed only when dpkg says "install ok installed": `dpkg -s` also
 # answers 0 for a removed package whose configuration files remain, which would leave the
@@ -12,7 +12,12 @@ set -euo pipefail
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
 need=()
-for pkg in openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl iproute2 shellcheck; do
+pkgs=(openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl iproute2 shellcheck)
+# SETUP_SLURM=1 (launch/test.sh, so CI): Slurm 22.05 and MUNGE for tests/slurm.rs and
+# launch/slurm/local-slurm.sh (slurmd brings slurm-wlm-basic-plugins, whose mpi_pmix.so is
+# srun --mpi=pmix). Required, not best effort: CI fails when the Slurm tests cannot run.
+if [ "${SETUP_SLURM:-0}" = 1 ]; then pkgs+=(slurmctld slurmd slurm-client munge); fi
+for pkg in "${pkgs[@]}"; do
   installed "$pkg" || need+=("$pkg")
 done
 
@@ -64,6 +69,16 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c "import signal_processing_
   echo "setup: installing signal-processing-algorithms from PyPI (best effort)"
   timeout 300 python3 -m pip install -q --disable-pip-version-check signal-processing-algorithms >/dev/null 2>&1 \
     || echo "setup: signal-processing-algorithms not installed: the detector's reference comparison will skip"
+fi
+
+# The GKE manifests' validator (launch/k8s/validate.py, tests/k8s.rs), with the Kubernetes API
+# schemas inside: validation then needs no cluster and no network. Pinned, so that every machine
+# checks against the same schemas. Debian's python3 refuses pip outside a venv (PEP 668) unless told.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c "import kubernetes_validate" 2>/dev/null; then
+  echo "setup: installing kubernetes-validate 1.37.0 from PyPI"
+  pip_install=(timeout 300 python3 -m pip install -q --disable-pip-version-check kubernetes-validate==1.37.0)
+  "${pip_install[@]}" >/dev/null 2>&1 || "${pip_install[@]}" --break-system-packages >/dev/null 2>&1 \
+    || echo "setup: kubernetes-validate not installed: tests/k8s.rs will fail (python3 -m pip install kubernetes-validate==1.37.0)" >&2
 fi
 
 export PATH="$HOME/.cargo/bin:$PATH"

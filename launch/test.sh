@@ -3,7 +3,8 @@
 # unit tests, plugin tests over real sockets, and MPI runs of every pattern on tcpx-emu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash launch/setup.sh
+# With Slurm: tests/slurm.rs starts a local one (launch/slurm/local-slurm.sh).
+SETUP_SLURM=1 bash launch/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 bash launch/build.sh
 # Lints first (fast: a check build over the dependencies already built): formatting, and clippy

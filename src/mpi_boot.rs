@@ -27,6 +27,9 @@ impl Mpi {
     /// Initialises MPI. Fails with a clear message when the library cannot give the threading
     /// level the engine needs.
     pub fn init() -> Result<Mpi, String> {
+        if let Some(e) = srun_without_pmi(|v| std::env::var_os(v).is_some()) {
+            return Err(e);
+        }
         let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Funneled)
             .ok_or("MPI is already initialised or failed to initialise")?;
         if level < mpi::Threading::Funneled {
@@ -206,6 +209,21 @@ impl Mpi {
     }
 }
 
+/// A task that `srun` started without an MPI plugin (`--mpi=none`, Slurm's default `MpiDefault`)
+/// has no process-management server to join: Open MPI then aborts in `MPI_Init` with a page
+/// that blames Slurm's build. Said instead, before MPI starts, as the launch line to fix.
+/// `set(name)`: whether the environment variable is set. A step's task has `SLURM_STEP_ID`;
+/// PMIx sets `PMIX_RANK`, PMI-2 `PMI_RANK`, and ranks under `mpirun` (also inside a Slurm job)
+/// have `OMPI_COMM_WORLD_RANK`.
+fn srun_without_pmi(set: impl Fn(&str) -> bool) -> Option<String> {
+    let wired = ["PMIX_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK"].iter().any(|v| set(v));
+    (set("SLURM_STEP_ID") && !wired).then(|| {
+        "srun started this task without an MPI plugin, so its ranks cannot find each other: \
+         run srun --mpi=pmix (or set MpiDefault=pmix in slurm.conf)"
+            .to_string()
+    })
+}
+
 /// FNV-1a: a stable 64-bit hash (the same on every rank and build, unlike `DefaultHasher`).
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -287,6 +305,21 @@ impl Collectives for Mpi {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn srun_without_an_mpi_plugin_is_named() {
+        let with = |names: &'static [&'static str]| super::srun_without_pmi(move |v| names.contains(&v));
+        let said = with(&["SLURM_STEP_ID", "SLURM_PROCID"]).expect("srun --mpi=none is refused");
+        assert!(said.contains("srun --mpi=pmix"), "{said}");
+        assert_eq!(with(&["SLURM_STEP_ID", "PMIX_RANK"]), None, "srun --mpi=pmix");
+        assert_eq!(with(&["SLURM_STEP_ID", "PMI_RANK"]), None, "srun --mpi=pmi2");
+        assert_eq!(
+            with(&["SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK"]),
+            None,
+            "mpirun in a batch job"
+        );
+        assert_eq!(with(&[]), None, "no launcher: a singleton");
+    }
+
     #[test]
     fn fnv_is_stable() {
         assert_eq!(super::fnv1a(b""), 0xcbf2_9ce4_8422_2325);

@@ -247,13 +247,22 @@ pub struct PairResult {
 }
 
 /// Whether an environment variable may be recorded. An allow-list, never the whole
-/// environment: launch environments carry tokens and credentials.
+/// environment: launch environments carry tokens and credentials. The Slurm variables name the
+/// job and step a run came from (for `sacct`, and to tell runs of one reservation apart); only
+/// those every rank shares, so rank 0's record speaks for the job.
 fn env_allowed(name: &str) -> bool {
     const PREFIXES: [&str; 3] = ["NCCL_", "TCPXEMU_", "UCCL_"];
-    const EXACT: [&str; 3] = [
+    const EXACT: [&str; 10] = [
         "CUDA_VISIBLE_DEVICES",
         "OMPI_COMM_WORLD_SIZE",
         "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "SLURM_CLUSTER_NAME",
+        "SLURM_JOB_ID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_JOB_PARTITION",
+        "SLURM_NTASKS",
+        "SLURM_STEP_ID",
     ];
     PREFIXES.iter().any(|p| name.starts_with(p)) || EXACT.contains(&name)
 }
@@ -270,7 +279,7 @@ where
 
 /// The allow-listed part of this process's environment, sorted by name: `NCCL_*`,
 /// `TCPXEMU_*`, `UCCL_*`, `CUDA_VISIBLE_DEVICES`, `OMPI_COMM_WORLD_SIZE`,
-/// `OMPI_COMM_WORLD_LOCAL_SIZE`. Non-UTF-8 names are skipped, values rendered lossily.
+/// `OMPI_COMM_WORLD_LOCAL_SIZE` and the Slurm job's identity (`SLURM_JOB_ID`, ...). Non-UTF-8 names are skipped, values rendered lossily.
 pub fn allowed_env() -> Vec<(String, String)> {
     filter_env(
         std::env::vars_os().filter_map(|(k, v)| k.into_string().ok().map(|k| (k, v.to_string_lossy().into_owned()))),
@@ -425,6 +434,9 @@ mod tests {
             ("OMPI_COMM_WORLD_SIZE", "4"),
             ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
             ("OMPI_MCA_orte_hnp_uri", "secret"),
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_JOB_ACCOUNT", "team"),
             ("UCCL_X", "1"),
             ("HOME", "/root"),
             ("nccl_debug", "lower"),
@@ -438,6 +450,7 @@ mod tests {
                 "NCCL_DEBUG",
                 "OMPI_COMM_WORLD_LOCAL_SIZE",
                 "OMPI_COMM_WORLD_SIZE",
+                "SLURM_JOB_ID",
                 "TCPXEMU_LOSS",
                 "UCCL_X"
             ]

@@ -365,13 +365,19 @@ fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
-    assert_eq!((summary["nodes"].as_u64(), summary["ranks"].as_u64()), (Some(8), Some(16)));
+    assert_eq!(
+        (summary["nodes"].as_u64(), summary["ranks"].as_u64()),
+        (Some(8), Some(16))
+    );
     assert_eq!(summary["complete"], true);
     let found = slow_nic_findings(&summary);
     assert_eq!(found.len(), 1, "one slow NIC: {found:?}");
     let text = found[0]["text"].as_str().unwrap();
     assert!(text.starts_with("node5 eth2 is slow sending"), "{text}");
-    for line in stdout.lines().filter(|l| l.starts_with("# warning") || l.starts_with("# error")) {
+    for line in stdout
+        .lines()
+        .filter(|l| l.starts_with("# warning") || l.starts_with("# error"))
+    {
         assert!(line.chars().count() <= 220, "{} chars: {line}", line.chars().count());
     }
     let rows = csv_rows(&out.join("results.csv"));

@@ -89,6 +89,7 @@ run_shape() {
   touch "$dir/stop"
   wait "$sampler"
   bash launch/cluster.sh down >/dev/null 2>&1
+  [ "$rc" -ne 0 ] && grep -v '^\[plugin\]' "$dir/log" | grep -m3 -iE 'error|failed' | cut -c1-400 | sed 's/^/   log: /'
   echo "== $name: exit $rc in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s; $(cat "$dir/peaks.txt")"
   python3 - "$dir/run" "$nodes" "$nics" "$RATE" <<'PY'
 import csv, json, re, statistics, sys

@@ -68,7 +68,8 @@ ENVIRONMENT:
   NCCL_MIN_ZCOPY_SIZE       TCPX's settings: compared across nodes by the preflight;
                             _TX_BINDINGS/_RX_BINDINGS also shape --cpu-bind auto
   NCCL_*, TCPXEMU_*, UCCL_*, CUDA_VISIBLE_DEVICES, OMPI_COMM_WORLD_SIZE,
-  OMPI_COMM_WORLD_LOCAL_SIZE
+  OMPI_COMM_WORLD_LOCAL_SIZE, SLURM_JOB_ID, SLURM_STEP_ID, SLURM_JOB_NODELIST,
+  SLURM_JOB_NUM_NODES, SLURM_NTASKS, SLURM_JOB_PARTITION, SLURM_CLUSTER_NAME
                             recorded in summary.json (an allow-list: nothing else is recorded);
                             --baseline nccl sets NCCL_NET_PLUGIN, NCCL_NET and the P2P/SHM/NVLS
                             switches for NCCL (settings replaced are listed in the header)

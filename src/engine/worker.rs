@@ -455,9 +455,18 @@ impl Worker {
             }
         }
         if timed {
+            let flows = &self.plan.as_ref().expect("prepared").flows;
             for (flow, done) in state.flow_done.iter().enumerate() {
                 if let Some(t) = done {
-                    self.flow_time_sum[flow] += t.saturating_duration_since(start).as_secs_f64();
+                    // From the start of the flow's round on this endpoint: with --max-peers
+                    // rounds, the time spent on earlier rounds is not this flow's.
+                    let from = state
+                        .round_start
+                        .get(flows[flow].round as usize)
+                        .copied()
+                        .flatten()
+                        .unwrap_or(start);
+                    self.flow_time_sum[flow] += t.saturating_duration_since(from).as_secs_f64();
                 }
             }
         }

@@ -184,6 +184,10 @@ fn drive(
     let mut backoff = Backoff::new(ctx.poll);
     loop {
         let round = state.current_round();
+        if let Some(begun) = state.round_start.get_mut(round as usize) {
+            // The completion that ended the previous round (or the start) begins this one.
+            begun.get_or_insert(clock.last);
+        }
         let completed = match gpu.as_deref_mut() {
             Some(g) => g.completed()?,
             None => 0,

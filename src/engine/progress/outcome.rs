@@ -181,6 +181,10 @@ pub struct IterationState {
     pub received: Vec<bool>,
     pub flow_done: Vec<Option<Instant>>,
     pub round_left: Vec<u32>,
+    /// When each `--max-peers` round became this endpoint's current one (round 0: the start):
+    /// a flow's time runs from its round's start, so waiting for earlier rounds (slowed by
+    /// another NIC) does not make it look slow.
+    pub round_start: Vec<Option<Instant>>,
     pub send_peers: PeerGauge,
     pub recv_peers: PeerGauge,
     /// The fastest iteration of this size so far (warm-up included), for the adaptive wait.
@@ -193,6 +197,7 @@ impl IterationState {
             received: vec![false; schedule.recv_slots],
             flow_done: vec![None; flows],
             round_left: schedule.ops_per_round.clone(),
+            round_start: vec![None; schedule.ops_per_round.len()],
             send_peers: PeerGauge::new(send_peers),
             recv_peers: PeerGauge::new(recv_peers),
             fastest: None,
@@ -203,6 +208,7 @@ impl IterationState {
         self.received.fill(false);
         self.flow_done.fill(None);
         self.round_left.copy_from_slice(&schedule.ops_per_round);
+        self.round_start.fill(None);
         self.send_peers.reset();
         self.recv_peers.reset();
     }
