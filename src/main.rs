@@ -30,6 +30,10 @@ fn main() {
     if cli.print_man || cli.completions.is_some() {
         std::process::exit(tcpx_perf::cli::docs::print(&cli));
     }
+    // `--plan`: a job imagined on this machine; MPI is never started (no mpirun needed).
+    if cli.plan.is_some() {
+        std::process::exit(tcpx_perf::run::plan(&cli));
+    }
     // A signal that arrived first decides the status (128 + signal), from the signal thread.
     tcpx_perf::signals::exit(tcpx_perf::run::run(cli));
 }

@@ -15,6 +15,7 @@ use nccl_net::abi::NCCL_NET_MAX_REQUESTS;
 use tcpx_units::{format_size, parse_size, TimeReduction};
 
 use crate::engine::backoff::PollMode;
+use crate::placement::resources::PlanShape;
 use crate::placement::{CpuBind, NetDevSpec};
 
 /// `--pattern` and `--dir` parse straight into the plan's types (one definition, no
@@ -74,6 +75,9 @@ ENVIRONMENT:
                             switches for NCCL (settings replaced are listed in the header)
   OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK, SLURM_PROCID
                             this process's rank before MPI starts (who prints usage errors)
+  TCPXEMU_THREADS, TCPXEMU_SHARED_THREADS, TCPXEMU_THREAD_SOCKETS, TCPXEMU_BOUNCE_POOL_MB
+                            tcpx-emu's helper threads (per-socket, shared, auto) and bounce
+                            pool, as the resource preflight and --plan count them
   TCPX_PERF_SYSFS_ROOT      read sysfs from this directory instead of /sys (tests, dry runs)
   TCPX_PERF_GPU_PCI         the GPUs' PCI bus ids, comma-separated in CUDA order, where CUDA
                             cannot say (placement without a GPU)
@@ -87,7 +91,8 @@ EXIT STATUS:
   data (#wrong > 0); 3 timeout (-T); 7 average busbw below NCCL_TESTS_MIN_BW (nccl-tests' status
   for a failed check); 64 usage error (a flag or value tcpx-perf does not accept; one line from
   rank 0); 130/143 SIGINT/SIGTERM on a rank (summary.json: status interrupted; mpirun, itself
-  signalled, exits 1).";
+  signalled, exits 1). --plan: 0 the shape fits this machine's limits, 1 it crosses one, 64 a
+  bad shape.";
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
@@ -263,6 +268,20 @@ pub struct Cli {
     /// 1 before any data moves
     #[arg(long)]
     pub force: bool,
+
+    /// Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin
+    ///
+    /// One rank per GPU (-g 1; -g and --ranks-per-node change that), the usual flags for the
+    /// pattern, scope, channels, -e, --mem and --plugin (tcpx, or a path naming GPUDirectTCPX,
+    /// plans TCPX; the default tcpx-emu). Prints what each process and node needs (comms, files,
+    /// threads, ports, memory) and which of this machine's limits it would cross: exit 0 when
+    /// it fits, 1 when it crosses one.
+    #[arg(long, value_name = "NODESxGPUSxNICS", value_parser = parse_plan_shape)]
+    pub plan: Option<PlanShape>,
+
+    /// With --plan: also write the plan (needs, limits, verdicts) as JSON to FILE
+    #[arg(long = "plan-json", value_name = "FILE")]
+    pub plan_json: Option<PathBuf>,
 
     /// Result directory; default: results/<UTC timestamp>-<pattern>
     #[arg(long, conflicts_with = "no_out")]
@@ -491,6 +510,9 @@ impl Cli {
                 self.pattern
             ));
         }
+        if self.plan_json.is_some() && self.plan.is_none() {
+            return Err("--plan-json only applies with --plan: add --plan NODESxGPUSxNICS or drop --plan-json".into());
+        }
         if self.nccl_lib.is_some() && self.baseline.is_none() {
             return Err("--nccl-lib only applies with --baseline nccl: add --baseline nccl or drop --nccl-lib".into());
         }
@@ -512,7 +534,7 @@ fn serialize_reduction<S: serde::Serializer>(how: &TimeReduction, s: S) -> Resul
     s.serialize_str(how.as_str())
 }
 pub use values::*;
-use values::{parse_cpu_bind, parse_net_dev};
+use values::{parse_cpu_bind, parse_net_dev, parse_plan_shape};
 
 #[cfg(test)]
 mod tests;

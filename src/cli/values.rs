@@ -220,3 +220,7 @@ pub(super) fn parse_net_dev(s: &str) -> Result<NetDevSpec, String> {
 pub(super) fn parse_cpu_bind(s: &str) -> Result<CpuBind, String> {
     s.parse()
 }
+
+pub(super) fn parse_plan_shape(s: &str) -> Result<crate::placement::resources::PlanShape, String> {
+    s.parse()
+}

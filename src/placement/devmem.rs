@@ -2,7 +2,7 @@
 //! devmem packets (`ethtool -S ethX` `rx_devmem_pkts`, the ground truth that TCPX's GPU receive
 //! path is active, tcpx-contracts.md #15). The counters are read by [`crate::wire`].
 
-use super::preflight::Finding;
+use super::finding::Finding;
 
 /// A NIC's devmem packet count now: `Err` when the interface has no counters here, `Ok(None)`
 /// when its driver has no devmem counter.
@@ -51,7 +51,7 @@ pub fn devmem_findings(traffic: &[NicTraffic]) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::preflight::Level;
+    use super::super::finding::Level;
     use super::*;
 
     fn traffic(nic: &str, bytes: u64, delta: Option<u64>) -> NicTraffic {

@@ -65,6 +65,13 @@ pub struct SetupReport {
     pub sockets_per_node: BTreeMap<String, usize>,
     /// The most setup threads one endpoint used.
     pub max_setup_threads: usize,
+    /// Threads each rank (by index) had once its comms were set up (`/proc/self/task`): the
+    /// setup pool gone, and helpers that start at a comm's first transfer (TCPX's, tcpx-emu's)
+    /// not yet. Beside the resource model's figures.
+    pub threads_after_setup: Vec<u64>,
+    /// Open files each rank had then (`/proc/self/fd`): every comm's sockets, the listeners
+    /// closed; the most the run holds.
+    pub fds_after_setup: Vec<u64>,
 }
 
 impl SetupReport {

@@ -12,10 +12,12 @@
 pub mod cpus;
 pub mod devmem;
 pub mod dry_run;
+pub mod finding;
 pub mod fixture;
 pub mod pci;
 pub mod preflight;
 pub mod rank;
+pub mod resources;
 pub mod sysfs;
 
 use cpus::CpuSet;

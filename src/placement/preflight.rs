@@ -3,85 +3,25 @@
 //! Each check yields findings (error / warning / ok, one line each). The checks here are local
 //! to a rank and cheap (environment, sysfs, a few `stat`s and ioctls): every run does them and
 //! prints what is not ok in the header; `--dry-run` prints all of them. Checks that compare
-//! ranks (same plugin, same TCPX settings everywhere) are in [`super::dry_run`].
+//! ranks (same plugin, same TCPX settings everywhere) are in [`super::dry_run`]; the job's needs
+//! (files, threads, ports, memory) against the node's limits in [`super::resources`].
 
 use super::pci::Distance;
 use super::{Gpu, Nic};
-use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    Error,
-    Warning,
-    Ok,
-}
+/// Findings have their own module (devmem's post-run check makes them too); named here as well,
+/// where the rest of the crate has always found them.
+pub use super::finding::{Finding, Level};
 
-/// One line of the preflight report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Finding {
-    pub level: Level,
-    pub text: String,
-}
-
-impl Finding {
-    pub fn error(text: impl Into<String>) -> Finding {
-        Finding {
-            level: Level::Error,
-            text: text.into(),
-        }
-    }
-    pub fn warning(text: impl Into<String>) -> Finding {
-        Finding {
-            level: Level::Warning,
-            text: text.into(),
-        }
-    }
-    pub fn ok(text: impl Into<String>) -> Finding {
-        Finding {
-            level: Level::Ok,
-            text: text.into(),
-        }
-    }
-}
-
-/// Google's GPUDirect-TCPX by the name it reports (`GPUDirectTCPX_v7`); tcpx-emu is not.
-pub fn is_real_tcpx(plugin_name: &str) -> bool {
-    plugin_name.to_ascii_lowercase().contains("gpudirecttcpx")
-}
-
-/// Sockets per comm as TCPX and tcpx-emu compute them (data sockets; the ctrl socket is extra).
-pub fn data_sockets(env: &dyn Fn(&str) -> Option<String>) -> Result<usize, String> {
-    let get = |k: &str| -> Result<usize, String> {
-        match env(k) {
-            None => Ok(1),
-            Some(v) => v
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{k}={v} is not a number")),
-        }
-    };
-    let n = get("NCCL_NSOCKS_PERTHREAD")? * get("NCCL_SOCKET_NTHREADS")?;
-    if (1..=8).contains(&n) {
-        Ok(n)
-    } else {
-        Err(format!(
-            "NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS = {n}: TCPX allows 1 to 8 sockets per comm (MAX_SOCKETS)"
-        ))
-    }
-}
+/// The socket count and the TCPX test belong to the plugin's resource model; named here too.
+pub use super::resources::plugin::{data_sockets, is_real_tcpx};
 
 /// What the checks look at on this rank.
 pub struct Local<'a> {
     pub plugin_name: &'a str,
     /// This rank's endpoints: (GPU, its first channel's NIC, their distance).
     pub endpoints: Vec<(&'a Gpu, &'a Nic, Distance)>,
-    /// Comms this rank opens (send + receive) and listen comms open at once during setup.
-    pub comms: usize,
-    pub listens: usize,
-    /// GPU memory receives (TCPX's devmem path).
-    pub cuda: bool,
     pub env: &'a dyn Fn(&str) -> Option<String>,
 }
 
@@ -112,15 +52,15 @@ pub fn local(ctx: &Local) -> Vec<Finding> {
             link(nic, &mut out);
         }
     }
-    ulimits(ctx, &mut out);
     out
 }
 
-/// The CPUs the launcher left this rank: each endpoint runs its progress thread plus one plugin
-/// helper thread per data socket (TCPX and tcpx-emu). Open MPI binds every rank to one core when
-/// it starts two ranks or fewer (`--bind-to core`), which puts all of them on that core.
-pub fn affinity(allowed: &super::cpus::CpuSet, endpoints: usize, data_sockets: usize) -> Vec<Finding> {
-    let threads = endpoints * (1 + data_sockets);
+/// The CPUs the launcher left this rank: each endpoint runs its progress thread, and the plugin
+/// its helper threads (`helpers`, as the resource model counts them). Open MPI binds every rank
+/// to one core when it starts two ranks or fewer (`--bind-to core`), which puts all of them on
+/// that core.
+pub fn affinity(allowed: &super::cpus::CpuSet, endpoints: usize, helpers: usize) -> Vec<Finding> {
+    let threads = endpoints + helpers;
     if allowed.is_empty() {
         return Vec::new();
     }
@@ -308,45 +248,6 @@ fn link(nic: &Nic, out: &mut Vec<Finding>) {
     }
 }
 
-fn rlimit(resource: libc::__rlimit_resource_t) -> Option<u64> {
-    // SAFETY: getrlimit fills the struct.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        (libc::getrlimit(resource, &raw mut r) == 0).then_some(r.rlim_cur)
-    }
-}
-
-/// File descriptors the plan needs: every comm's sockets (data + ctrl), every listen comm's
-/// two listening sockets, and a margin for MPI, CUDA and the plugin's own files.
-pub fn fds_needed(comms: usize, listens: usize, data_sockets: usize) -> u64 {
-    (comms * (data_sockets + 1) + listens * 2 + 256) as u64
-}
-
-fn ulimits(ctx: &Local, out: &mut Vec<Finding>) {
-    let sockets = data_sockets(ctx.env).unwrap_or(1);
-    let need = fds_needed(ctx.comms, ctx.listens, sockets);
-    match rlimit(libc::RLIMIT_NOFILE) {
-        Some(have) if have < need => out.push(Finding::error(format!(
-            "open files limit {have} is below the {need} this rank needs ({} comms x {} sockets + listens + margin): raise `ulimit -n` (mpirun inherits it)",
-            ctx.comms,
-            sockets + 1
-        ))),
-        Some(have) => out.push(Finding::ok(format!("open files limit {have} >= {need} needed"))),
-        None => {}
-    }
-    if is_real_tcpx(ctx.plugin_name) {
-        // MSG_ZEROCOPY sends of host memory pin pages against RLIMIT_MEMLOCK.
-        match rlimit(libc::RLIMIT_MEMLOCK) {
-            Some(u64::MAX) => out.push(Finding::ok("locked memory unlimited")),
-            Some(have) if !ctx.cuda && have < 64 << 20 => out.push(Finding::warning(format!(
-                "locked memory limit {have} B: MSG_ZEROCOPY host sends pin their pages against it; raise `ulimit -l`"
-            ))),
-            Some(have) => out.push(Finding::ok(format!("locked memory limit {have} B"))),
-            None => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,9 +300,6 @@ mod tests {
         let ctx = |name| Local {
             plugin_name: name,
             endpoints: vec![(&g, &n, Distance::Pix)],
-            comms: 2,
-            listens: 1,
-            cuda: true,
             env: &env,
         };
         let f = local(&ctx("GPUDirectTCPX_v7"));
@@ -429,9 +327,6 @@ mod tests {
         let ctx = Local {
             plugin_name: "GPUDirectTCPX_v7",
             endpoints: vec![(&g, &far, Distance::Sys)],
-            comms: 0,
-            listens: 0,
-            cuda: true,
             env: &env,
         };
         let f = local(&ctx);
@@ -477,9 +372,6 @@ mod tests {
             errors(&local(&Local {
                 plugin_name: "tcpx-emu",
                 endpoints: vec![(&g, n, Distance::Unknown)],
-                comms: 2,
-                listens: 1,
-                cuda: false,
                 env: &env,
             }))
             .iter()
@@ -494,27 +386,5 @@ mod tests {
         for fine in [Some("up"), Some("unknown"), None] {
             assert!(check(&state(fine)).iter().all(|e| !e.contains("link is")), "{fine:?}");
         }
-    }
-
-    #[test]
-    fn file_limits_against_the_plan() {
-        let env = env_of(&[("NCCL_NSOCKS_PERTHREAD", "4")]);
-        let (g, n) = (gpu(), nic("lo", 0));
-        let huge = Local {
-            plugin_name: "tcpx-emu",
-            endpoints: vec![(&g, &n, Distance::Unknown)],
-            comms: 10_000_000,
-            listens: 0,
-            cuda: false,
-            env: &env,
-        };
-        let f = local(&huge);
-        assert!(
-            errors(&f)
-                .iter()
-                .any(|e| e.contains("open files limit") && e.contains("ulimit -n")),
-            "{f:?}"
-        );
-        assert_eq!(fds_needed(10, 5, 4), 10 * 5 + 10 + 256);
     }
 }

@@ -4,6 +4,7 @@
 use super::cpus::{self, CpuSet};
 use super::dry_run::{RankReport, Row};
 use super::preflight::{self, Finding, Local};
+use super::resources::{self, check, limits::Limits, JobShape, Memory, PluginModel};
 use super::sysfs::Sysfs;
 use super::{choose_cpus, choose_nics, locate_gpus, locate_nics, CpuBind, NetDevSpec};
 use crate::plan::Lanes;
@@ -30,7 +31,13 @@ pub struct RankInput<'a> {
     pub props: &'a [nccl_net::Properties],
     pub plugin_name: &'a str,
     pub plugin_sha256: &'a str,
-    pub cuda: bool,
+    pub memory: Memory,
+    /// The largest buffer of one endpoint over the sweep.
+    pub buffer_len: u64,
+    /// The plan copies blocks locally (host memory then starts copy threads).
+    pub local_copies: bool,
+    /// Most setup threads per endpoint.
+    pub setup_threads: usize,
 }
 
 /// This rank's placement and report.
@@ -68,7 +75,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     let mut endpoints = Vec::new();
     let mut rows = Vec::new();
     let mut checked = Vec::new();
-    let (mut comms, mut listens) = (0, 0);
+    let mut comms = 0;
     for e in mine {
         let ep = &topo.endpoints[e];
         let at = node_gpus
@@ -79,7 +86,6 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         let binding = choose_cpus(input.cpu_bind, gpu, nic, &helpers, &allowed)?;
         let lanes = Lanes::of(e, input.connections, input.channels);
         comms += (lanes.send_peers.len() + lanes.recv_peers.len()) * input.channels;
-        listens += lanes.recv_peers.len() * input.channels;
         let mut names: Vec<&str> = chosen.nics.iter().map(|&d| nics[d].name.as_str()).collect();
         names.dedup();
         rows.push(Row {
@@ -110,17 +116,25 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     findings.extend(preflight::local(&Local {
         plugin_name: input.plugin_name,
         endpoints: checked,
-        comms,
-        listens,
-        cuda: input.cuda,
         env: &env,
     }));
+    let nic_of_gpu = |gpu: usize| node_gpus.binary_search(&gpu).map_or(0, |at| choice[at].nics[0]);
+    let names: Vec<String> = nics.iter().map(|n| n.name.clone()).collect();
+    let mine = topo.endpoints_of(input.rank).len();
+    let helpers = match PluginModel::from_env(input.plugin_name, &env) {
+        Ok(plugin) => {
+            findings.extend(resource_findings(input, &plugin, node, &nic_of_gpu, &names));
+            plugin.helper_threads(comms, input.memory == Memory::Cuda)
+        }
+        // A socket count TCPX refuses: tcpx_settings' error finding says so for TCPX-like plugins.
+        Err(_) if crate::contracts::is_tcpx_like(input.plugin_name) => mine,
+        Err(e) => {
+            findings.push(Finding::error(e));
+            mine
+        }
+    };
+    findings.extend(preflight::affinity(&allowed, mine, helpers));
     let sockets = preflight::data_sockets(&env).unwrap_or(1);
-    findings.extend(preflight::affinity(
-        &allowed,
-        topo.endpoints_of(input.rank).len(),
-        sockets,
-    ));
     let report = RankReport {
         rank: input.rank,
         host: topo.hostnames[input.rank].clone(),
@@ -137,6 +151,42 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         report,
         notes,
     })
+}
+
+/// This rank's and its node's needs against this machine's limits (every run's preflight).
+fn resource_findings(
+    input: &RankInput,
+    plugin: &PluginModel,
+    node: usize,
+    nic_of_gpu: &dyn Fn(usize) -> usize,
+    nics: &[String],
+) -> Vec<Finding> {
+    let topo = input.topo;
+    let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
+    let job = JobShape {
+        topo,
+        connections: input.connections,
+        channels: input.channels,
+        buffer_len: input.buffer_len,
+        memory: input.memory,
+        local_copies: input.local_copies,
+        setup_threads: input.setup_threads,
+        plugin,
+        nic_of: &nic_of,
+        nic_names: nics,
+    };
+    let model = resources::Model::new(&job);
+    // The node's sums are checked once, by its first rank: one line per node, not per rank.
+    let first = (0..topo.ranks()).find(|&r| topo.endpoints[topo.endpoints_of(r).start].node == node);
+    let node_need = (first == Some(input.rank)).then(|| model.node(node));
+    let needs = check::Needs {
+        host: "",
+        process: &model.process(input.rank),
+        node: node_need.as_ref(),
+        plugin,
+        memory: input.memory,
+    };
+    check::findings(&needs, &Limits::read())
 }
 
 fn numa(n: Option<u32>) -> String {
@@ -160,4 +210,46 @@ fn tcpx_env() -> Vec<(String, String)> {
         .collect();
     vars.sort();
     vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Direction, Pattern, Plan, Scope};
+
+    /// Rank `rank`'s findings in a 4-rank fullmesh on one node over `lo`.
+    fn findings_of(rank: usize) -> Vec<Finding> {
+        let topo = Topology::with_ranks_per_node(4, 4, 1, vec!["h".into(); 4]);
+        let flows = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo, 4096, None).unwrap();
+        let props = [super::super::tests::props("lo", None)];
+        let input = RankInput {
+            topo: &topo,
+            rank,
+            connections: &flows.connections(),
+            channels: 2,
+            spread_channels: false,
+            net_dev: None,
+            cpu_bind: &CpuBind::None,
+            props: &props,
+            plugin_name: "tcpx-emu",
+            plugin_sha256: "",
+            memory: Memory::Host,
+            buffer_len: 8192,
+            local_copies: true,
+            setup_threads: 64,
+        };
+        plan(&input).unwrap().report.findings
+    }
+
+    #[test]
+    fn the_node_s_sums_are_checked_by_its_first_rank_only() {
+        let node_wide = |f: &[Finding]| f.iter().filter(|x| x.text.contains("threads for 4 ranks")).count();
+        let (first, second) = (findings_of(0), findings_of(1));
+        assert_eq!(node_wide(&first), 1, "{first:?}");
+        assert_eq!(node_wide(&second), 0, "one line per node, not per rank: {second:?}");
+        // Every rank checks its own files.
+        for f in [&first, &second] {
+            assert!(f.iter().any(|x| x.text.starts_with("open files limit")), "{f:?}");
+        }
+    }
 }

@@ -27,10 +27,12 @@ mod connect;
 mod finish;
 mod measure;
 mod place;
+mod plan_mode;
 mod record;
 pub(crate) mod settings;
 mod sweep;
 mod vet;
+pub use plan_mode::plan;
 use settings::Settings;
 
 /// Exit statuses (documented in the README and `--help`).

@@ -10,6 +10,7 @@ use crate::engine::MemKind;
 use crate::export::{self, json::RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::placement::rank::EndpointPlace;
+use crate::placement::resources::{plugin::default_setup_threads, Memory};
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
 use crate::report::{self, RunInfo};
 use crate::topology::Topology;
@@ -48,7 +49,7 @@ pub(super) fn place(
             &job.connections,
             &vetted.plugin,
             &vetted.sha256,
-            vetted.mem() == MemKind::Cuda(CudaPath::Direct),
+            resource_inputs(settings, job, vetted),
         ),
     )?;
     notes.extend(rank_plan.notes.iter().cloned());
@@ -175,6 +176,34 @@ fn agreement_fields(settings: &Settings, job: &Job, vetted: &Vetted) -> Vec<(&'s
     ]
 }
 
+/// What the resource model of the preflight reads besides the placement.
+pub(super) struct ResourceInputs {
+    memory: Memory,
+    buffer_len: u64,
+    local_copies: bool,
+    setup_threads: usize,
+}
+
+/// The job's memory, buffers, local copies and setup threads, as the engine will use them.
+pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -> ResourceInputs {
+    ResourceInputs {
+        memory: match vetted.mem() {
+            MemKind::Host => Memory::Host,
+            MemKind::Cuda(CudaPath::Direct) => Memory::Cuda,
+            MemKind::Cuda(CudaPath::Staged) => Memory::CudaStaged,
+        },
+        buffer_len: job.buffer_len,
+        local_copies: job
+            .plans
+            .iter()
+            .any(|p| p.flows.iter().any(crate::plan::Flow::is_local)),
+        setup_threads: settings
+            .transport
+            .setup_threads
+            .unwrap_or_else(|| default_setup_threads(vetted.plugin.name())),
+    }
+}
+
 /// This rank's placement: its endpoints' NICs and CPUs, and its preflight findings.
 pub(super) fn place_rank(
     settings: &PlacementSettings,
@@ -183,7 +212,7 @@ pub(super) fn place_rank(
     connections: &[(usize, usize)],
     plugin: &Plugin,
     sha: &str,
-    cuda: bool,
+    inputs: ResourceInputs,
 ) -> Result<placement::rank::RankPlan, String> {
     let devices = plugin.device_count().map_err(|e| e.to_string())?;
     let props = (0..devices)
@@ -200,7 +229,10 @@ pub(super) fn place_rank(
         props: &props,
         plugin_name: plugin.name(),
         plugin_sha256: sha,
-        cuda,
+        memory: inputs.memory,
+        buffer_len: inputs.buffer_len,
+        local_copies: inputs.local_copies,
+        setup_threads: inputs.setup_threads,
     })
 }
 

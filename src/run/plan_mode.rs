@@ -1,0 +1,307 @@
+//! `tcpx-perf --plan NODESxGPUSxNICS`: the resource model of a job that does not exist yet,
+//! checked against this machine's limits, on one machine and without MPI (the planning machine
+//! need not have MPI peers, the plugin, or a GPU). The same model and verdicts as every run's
+//! preflight ([`crate::placement::resources`]), fed from the flags instead of a live job.
+
+use super::settings::Settings;
+use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use crate::cli::{Cli, Mem};
+use crate::placement::arithmetic_nic;
+use crate::placement::finding::Level;
+use crate::placement::resources::check::{self, Needs, Verdict};
+use crate::placement::resources::limits::Limits;
+use crate::placement::resources::plugin::default_setup_threads;
+use crate::placement::resources::{JobShape, Memory, Model, NodeNeed, PlanShape, PluginModel, ProcessNeed};
+use crate::plan::{Flow, SweepSettings};
+use crate::topology::Topology;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// What `--plan-json` writes.
+#[derive(Debug, Serialize)]
+pub struct PlanReport {
+    pub shape: PlanShape,
+    pub ranks_per_node: usize,
+    pub endpoints_per_rank: usize,
+    pub pattern: String,
+    pub scope: String,
+    pub channels: usize,
+    pub max_peers: Option<usize>,
+    pub maxbytes: u64,
+    pub memory: Memory,
+    pub plugin: PluginModel,
+    pub helper_threads: String,
+    pub per_process: ProcessNeed,
+    pub per_node: NodeNeed,
+    pub limits: Limits,
+    pub verdicts: Vec<Verdict>,
+    pub notes: Vec<String>,
+    /// No verdict is an error.
+    pub fits: bool,
+}
+
+/// Runs `--plan`; returns the exit status (0 fits, 1 crosses a limit, 64 bad usage).
+pub fn plan(cli: &Cli) -> i32 {
+    let report = match build(cli) {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("tcpx-perf: usage error: {msg}");
+            return EXIT_USAGE;
+        }
+    };
+    print!("{}", table(&report));
+    if let Some(path) = &cli.plan_json {
+        let written = serde_json::to_string_pretty(&report)
+            .map_err(|e| e.to_string())
+            .and_then(|text| std::fs::write(path, text + "\n").map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("tcpx-perf: error: --plan-json {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+    }
+    if report.fits {
+        EXIT_OK
+    } else {
+        EXIT_ERROR
+    }
+}
+
+/// The plugin `--plugin` names, without loading it: `tcpx` or a name with GPUDirectTCPX in it
+/// is TCPX, anything else is modelled as tcpx-emu.
+fn plugin_name(spec: Option<&str>) -> &str {
+    match spec {
+        Some(s) if s.eq_ignore_ascii_case("tcpx") => "GPUDirectTCPX",
+        Some(s) => s,
+        None => "tcpx-emu",
+    }
+}
+
+/// Ranks per node: `--ranks-per-node`, else one rank per `-g` GPUs.
+fn ranks_per_node(shape: PlanShape, settings: &Settings) -> Result<usize, String> {
+    let g = settings.job.endpoints_per_rank;
+    let rpn = match settings.job.ranks_per_node {
+        Some(r) => r,
+        None if shape.gpus.is_multiple_of(g) => shape.gpus / g,
+        None => {
+            return Err(format!(
+                "--plan {shape}: {} GPUs per node do not split into ranks of -g {g}: use a -g that divides {}",
+                shape.gpus, shape.gpus
+            ))
+        }
+    };
+    if rpn * g > shape.gpus {
+        return Err(format!(
+            "--plan {shape}: {rpn} ranks per node x -g {g} need {} GPUs per node, the shape has {}: lower --ranks-per-node or -g",
+            rpn * g,
+            shape.gpus
+        ));
+    }
+    Ok(rpn)
+}
+
+fn build(cli: &Cli) -> Result<PlanReport, String> {
+    let settings = Settings::from_cli(cli)?;
+    let shape = cli.plan.ok_or("--plan needs NODESxGPUSxNICS")?;
+    let rpn = ranks_per_node(shape, &settings)?;
+    let g = settings.job.endpoints_per_rank;
+    let ranks = shape.nodes * rpn;
+    let topo = Topology::with_ranks_per_node(ranks, rpn, g, (0..ranks).map(|r| format!("node{}", r / rpn)).collect());
+    // Buffers grow with the size and connections do not depend on it: the largest size decides.
+    let largest = SweepSettings {
+        sizes: settings.sweep.sizes.last().copied().into_iter().collect(),
+        ..settings.sweep.clone()
+    };
+    let (plans, _) = largest.plans(&topo)?;
+    let plan = &plans[0];
+    let connections = plan.connections();
+    let name = plugin_name(settings.plugin.spec.as_deref());
+    let env = |k: &str| std::env::var(k).ok();
+    let plugin = PluginModel::from_env(name, &env)?;
+    let mut notes = Vec::new();
+    let memory = match settings.transport.mem {
+        Mem::Host => Memory::Host,
+        Mem::Cuda => Memory::Cuda,
+        Mem::Auto => {
+            notes.push("--mem auto planned as cuda: the shape's nodes have GPUs".to_string());
+            Memory::Cuda
+        }
+    };
+    if settings.plugin.spec.is_some() && plugin.kind == crate::placement::resources::plugin::Kind::TcpxEmu {
+        notes.push(format!(
+            "--plugin {name}: modelled as tcpx-emu (only tcpx or a name with GPUDirectTCPX plans TCPX)"
+        ));
+    }
+    let nic_of = |e: usize| arithmetic_nic(topo.endpoints[e].gpu, shape.gpus, shape.nics);
+    let nic_names: Vec<String> = (0..shape.nics).map(|n| format!("nic{n}")).collect();
+    let job = JobShape {
+        topo: &topo,
+        connections: &connections,
+        channels: settings.transport.channels,
+        buffer_len: plan.buffer_len.iter().copied().max().unwrap_or(0),
+        memory,
+        local_copies: plan.flows.iter().any(Flow::is_local),
+        setup_threads: settings
+            .transport
+            .setup_threads
+            .unwrap_or_else(|| default_setup_threads(name)),
+        plugin: &plugin,
+        nic_of: &nic_of,
+        nic_names: &nic_names,
+    };
+    let model = Model::new(&job);
+    let per_process = model.worst_process(0..ranks);
+    let per_node = model.worst_node(0..shape.nodes);
+    let limits = Limits::read();
+    let verdicts = check::verdicts(
+        &Needs {
+            host: "",
+            process: &per_process,
+            node: Some(&per_node),
+            plugin: &plugin,
+            memory,
+        },
+        &limits,
+    );
+    Ok(PlanReport {
+        shape,
+        ranks_per_node: rpn,
+        endpoints_per_rank: g,
+        pattern: settings.sweep.pattern.to_string(),
+        scope: settings.sweep.scope_on(shape.nodes).to_string(),
+        channels: settings.transport.channels,
+        max_peers: settings.sweep.max_peers,
+        maxbytes: plan.size,
+        memory,
+        helper_threads: plugin.thread_mode(per_process.comms, memory == Memory::Cuda),
+        plugin,
+        fits: verdicts.iter().all(|v| v.level != Level::Error),
+        per_process,
+        per_node,
+        limits,
+        verdicts,
+        notes,
+    })
+}
+
+fn level_word(l: Level) -> &'static str {
+    match l {
+        Level::Error => "error",
+        Level::Warning => "warning",
+        Level::Ok => "ok",
+    }
+}
+
+/// Memory in GB (10^9 bytes), as the findings say it.
+fn bytes(b: u64) -> String {
+    format!("{:.2} GB", b as f64 / 1e9)
+}
+
+/// The printed plan: a header, one aligned row per resource, one line per finding not ok.
+pub fn table(r: &PlanReport) -> String {
+    let mut s = format!(
+        "# tcpx-perf --plan {}: {} ranks ({} per node, -g {}), {}, scope {}, {} channel(s), -e {}, --mem {}, {} (helper threads {})\n",
+        r.shape,
+        r.shape.nodes * r.ranks_per_node,
+        r.ranks_per_node,
+        r.endpoints_per_rank,
+        r.pattern,
+        r.scope,
+        r.channels,
+        tcpx_units::format_size(r.maxbytes),
+        serde_json::to_value(r.memory).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        r.plugin.name(),
+        r.helper_threads
+    );
+    for note in &r.notes {
+        let _ = writeln!(s, "# note: {note}");
+    }
+    s.push_str(&resource_rows(r));
+    let mut counts = [0usize; 2];
+    for v in r.verdicts.iter().filter(|v| v.level != Level::Ok) {
+        counts[usize::from(v.level == Level::Warning)] += 1;
+        let _ = writeln!(s, "# {}: {}", level_word(v.level), v.text);
+    }
+    let _ = writeln!(
+        s,
+        "# plan: {} error(s), {} warning(s): {}",
+        counts[0],
+        counts[1],
+        if r.fits {
+            "a job of this shape fits this machine's limits"
+        } else {
+            "a job of this shape would cross this machine's limits"
+        }
+    );
+    s
+}
+
+/// One aligned row per resource: per process, per node, and this machine's limit with its verdict.
+fn resource_rows(r: &PlanReport) -> String {
+    let (p, n) = (&r.per_process, &r.per_node);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "#   {:<22} {:>12} {:>12}   limit here",
+        "resource", "per process", "per node"
+    );
+    let ranks = n.ranks;
+    let rows: Vec<(String, String, String)> = [
+        ("comms (send+recv)", p.comms.to_string(), (p.comms * ranks).to_string()),
+        ("listen comms", p.listens.to_string(), (p.listens * ranks).to_string()),
+        (
+            "sockets (data+ctrl)",
+            p.sockets.to_string(),
+            (p.sockets * ranks).to_string(),
+        ),
+        ("open files", p.files.to_string(), "-".into()),
+        (
+            "helper threads",
+            p.helper_threads.to_string(),
+            (p.helper_threads * ranks).to_string(),
+        ),
+        ("threads", p.threads.to_string(), n.threads.to_string()),
+        ("host memory", bytes(p.host_bytes), bytes(n.host_bytes)),
+        ("pinned memory", bytes(p.pinned_bytes), bytes(n.pinned_bytes)),
+        ("GPU memory (per GPU)", bytes(p.gpu_bytes), "-".into()),
+    ]
+    .into_iter()
+    .map(|(a, b, c)| (a.to_string(), b, c))
+    .chain(n.ports.iter().map(|port| {
+        (
+            format!("ports on {}", port.address),
+            "-".into(),
+            (port.listening + port.connecting).to_string(),
+        )
+    }))
+    .collect();
+    for (resource, per_process, per_node) in rows {
+        let key = resource.trim_end_matches(" (per GPU)").replace(" (send+recv)", "");
+        let limit = r
+            .verdicts
+            .iter()
+            .filter(|v| v.resource == key)
+            .min_by_key(|v| v.level)
+            .map_or(String::new(), |v| {
+                let limit = if key.contains("memory") {
+                    bytes(v.limit)
+                } else {
+                    v.limit.to_string()
+                };
+                format!("{limit} ({}) {}", v.limit_name, level_word(v.level))
+            });
+        let _ = writeln!(s, "#   {resource:<22} {per_process:>12} {per_node:>12}   {limit}");
+    }
+    for v in r.verdicts.iter().filter(|v| v.resource == "bounce pool") {
+        let _ = writeln!(
+            s,
+            "#   {:<22} {:>12} {:>12}   {} ({}) {}",
+            "bounce pool (per GPU)",
+            bytes(v.need),
+            "-",
+            bytes(v.limit),
+            v.limit_name,
+            level_word(v.level)
+        );
+    }
+    s
+}
