@@ -62,7 +62,7 @@ pub struct RunInfo {
     pub bandwidth_gate: Option<BandwidthGate>,
     /// The slow NIC sides the measurements found, with every flow through each (the findings
     /// say each in one line).
-    pub slow_nics: Vec<crate::slow_nic::SlowNic>,
+    pub slow_nics: Vec<SlowNic>,
 }
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
@@ -482,4 +482,40 @@ mod tests {
         assert_eq!(t.len(), 20, "{t}");
         assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T');
     }
+}
+
+// The slow-NIC rule's evidence (crate::slow_nic finds it and words its finding); defined here,
+// with the rest of the result model, so that the model depends on no analysis above it.
+
+/// A NIC of a host, in one direction.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+pub struct Side {
+    pub host: String,
+    pub nic: String,
+    /// True: the flows leaving the host on it; false: those entering.
+    pub sending: bool,
+}
+
+/// A slow NIC side, as measured at the largest size judged: the whole evidence (summary.json's
+/// `slow_nics`), of which the finding is one short line.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SlowNic {
+    pub side: Side,
+    /// The side's median flow rate over the reference, at `size`.
+    pub share: f64,
+    /// The side's median flow rate, GB/s.
+    pub gbps: f64,
+    /// The median over every side, GB/s.
+    pub reference_gbps: f64,
+    /// The size judged (bytes): the largest.
+    pub size: u64,
+    /// Sizes at which it was slow, of those judged.
+    pub slow_sizes: usize,
+    pub judged_sizes: usize,
+    /// The flows through it at `size`: `[src rank, src gpu, dst rank, dst gpu]` each.
+    pub flows: Vec<(usize, usize, usize, usize)>,
+    /// Bytes its counters saw per timed iteration at `size`, where they were read.
+    pub wire_bytes: Option<u64>,
+    /// The other side of the same flows, when it is slow too and explains nothing more.
+    pub twin: Option<Side>,
 }

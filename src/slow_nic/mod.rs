@@ -21,7 +21,7 @@
 use crate::placement::dry_run::{NodeFinding, Row};
 use crate::placement::preflight::Level;
 use crate::report::{PairResult, SizeResult};
-use serde::Serialize;
+pub use crate::report::{Side, SlowNic};
 use std::collections::BTreeMap;
 
 /// Sizes below this are latency-bound on fast NICs and say little about a NIC's rate.
@@ -30,15 +30,6 @@ pub const MIN_SIZE: u64 = 1 << 20;
 pub const MIN_FLOWS: usize = 4;
 /// A side below this share of the median side is slow.
 pub const SLOW_SHARE: f64 = 0.5;
-
-/// A NIC of a host, in one direction.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
-pub struct Side {
-    pub host: String,
-    pub nic: String,
-    /// True: the flows leaving the host on it; false: those entering.
-    pub sending: bool,
-}
 
 impl Side {
     fn describe(&self) -> String {
@@ -49,30 +40,6 @@ impl Side {
             if self.sending { "sending" } else { "receiving" }
         )
     }
-}
-
-/// A slow NIC side, as measured at the largest size judged: the whole evidence (summary.json's
-/// `slow_nics`), of which the finding is one short line.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SlowNic {
-    pub side: Side,
-    /// The side's median flow rate over the reference, at `size`.
-    pub share: f64,
-    /// The side's median flow rate, GB/s.
-    pub gbps: f64,
-    /// The median over every side, GB/s.
-    pub reference_gbps: f64,
-    /// The size judged (bytes): the largest.
-    pub size: u64,
-    /// Sizes at which it was slow, of those judged.
-    pub slow_sizes: usize,
-    pub judged_sizes: usize,
-    /// The flows through it at `size`: `[src rank, src gpu, dst rank, dst gpu]` each.
-    pub flows: Vec<(usize, usize, usize, usize)>,
-    /// Bytes its counters saw per timed iteration at `size`, where they were read.
-    pub wire_bytes: Option<u64>,
-    /// The other side of the same flows, when it is slow too and explains nothing more.
-    pub twin: Option<Side>,
 }
 
 impl SlowNic {

@@ -254,7 +254,7 @@ impl Db {
                     continue;
                 }
                 for stored in runs_in(&tx, &p, cid, false)? {
-                    if let Some(why) = crate::admit::same_run(&super::gate::as_run(&c, &stored), &record.run) {
+                    if let Some(why) = crate::admit::same_run(&super::model::as_run(&c, &stored), &record.run) {
                         return Ok(Added::Copy(stored.id, why));
                     }
                 }

@@ -7,88 +7,11 @@ use super::db::Db;
 use super::detect::{analyse, config_series};
 use super::edm::EdmSettings;
 use super::import::{import_path, AddOptions};
-use super::model::{Config, StoredRun};
+use super::model::{as_run, StoredRun};
 use crate::error::Failure;
-use crate::model::{Family, Format, Row, Run, Series, Waiver};
+use crate::model::Run;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// Rebuilds a stored run of one configuration as the gate's [`Run`].
-pub(crate) fn as_run(c: &Config, r: &StoredRun) -> Run {
-    let pv = &r.provenance;
-    // The format it was read from decides how precisely its figures were printed.
-    let format = match pv.format.as_str() {
-        "tcpx-perf-dir" => Format::TcpxPerfDir,
-        "tcpx-perf-text" => Format::TcpxPerfText,
-        "nccl-tests-json" => Format::NcclTestsJson,
-        "rccl-tests-json" => Format::RcclTestsJson,
-        _ if c.tool == "tcpx-perf" && pv.result_dir.is_none() => Format::TcpxPerfDir,
-        _ => Format::NcclTestsText,
-    };
-    let mut run = Run::new(&format!("{} (history run {})", pv.source, r.id), format);
-    let dir = if format == Format::TcpxPerfDir {
-        Some(pv.source.clone())
-    } else {
-        pv.result_dir.clone()
-    };
-    for (k, v) in [
-        ("git_commit", pv.git_commit.clone()),
-        ("plugin", c.plugin.clone()),
-        ("result_dir", dir),
-        ("start_time", Some(pv.start_time.clone())),
-    ] {
-        if let Some(v) = v {
-            run.labels.insert(k.into(), v);
-        }
-    }
-    for w in r.allowed.iter().flat_map(|a| a.split(',')) {
-        if let Some(w) = Waiver::from_label(w) {
-            run.waivers.push((
-                w,
-                format!("{} (history run {}): added under {}", pv.source, r.id, w.flag()),
-            ));
-        }
-    }
-    let shape = if c.tool == "tcpx-perf" {
-        [("ranks", c.ranks), ("endpoints", c.endpoints), ("nodes", c.nodes)]
-    } else {
-        [("ranks", c.endpoints), ("endpoints", None), ("nodes", None)]
-    };
-    for (k, v) in shape {
-        if let Some(v) = v {
-            run.labels.insert(k.into(), v.to_string());
-        }
-    }
-    run.status = Some("ok".into());
-    let variant = c
-        .variant
-        .split(',')
-        .filter(|x| !x.starts_with("placement="))
-        .collect::<Vec<_>>()
-        .join(",");
-    run.series.push(Series {
-        pattern: c.pattern.clone(),
-        family: Family::from_name(&c.pattern),
-        variant,
-        rows: r
-            .rows
-            .iter()
-            .map(|x| {
-                (
-                    x.size,
-                    Row {
-                        size: x.size,
-                        summary: x.summary,
-                        wrong: x.wrong,
-                        max_error: None,
-                        samples: x.samples.clone(),
-                    },
-                )
-            })
-            .collect(),
-    });
-    run
-}
 
 /// The reference runs for the candidates' configurations, and a line per configuration saying
 /// which segment it is.
