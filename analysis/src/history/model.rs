@@ -168,21 +168,6 @@ pub fn valid_time(t: &str) -> bool {
         && (b.len() == 20 || (b[19] == b'.' && digits(20..b.len() - 1) && b.len() > 21))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1795627889), "2026-11-25T17:31:29Z");
-        assert!(valid_time("2026-11-24T03:31:49Z"));
-        assert!(valid_time("2026-11-24T03:31:49.25Z"));
-        assert!(!valid_time("2026-11-24 03:31:49Z"));
-        assert!(!valid_time("2026-11-24T03:31:49+01:00"));
-    }
-}
-
 /// Rebuilds a stored run of one configuration as the gate's [`Run`].
 pub(crate) fn as_run(c: &Config, r: &StoredRun) -> Run {
     let pv = &r.provenance;
@@ -258,4 +243,19 @@ pub(crate) fn as_run(c: &Config, r: &StoredRun) -> Run {
             .collect(),
     });
     run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1795627889), "2026-11-25T17:31:29Z");
+        assert!(valid_time("2026-11-24T03:31:49Z"));
+        assert!(valid_time("2026-11-24T03:31:49.25Z"));
+        assert!(!valid_time("2026-11-24 03:31:49Z"));
+        assert!(!valid_time("2026-11-24T03:31:49+01:00"));
+    }
 }

@@ -269,13 +269,39 @@ pub fn html(d: &Detection, db_name: &str) -> String {
         }
         o.push_str("</section>\n");
     }
-    // `</` inside the JSON would end the script element early.
-    let json = serde_json::to_string(d)
-        .unwrap_or_else(|_| "{}".into())
-        .replace("</", "<\\/");
+    let json = script_json(&serde_json::to_string(d).unwrap_or_else(|_| "{}".into()));
     let _ = write!(
         o,
         "<script type=\"application/json\" id=\"history-data\">{json}</script>\n<script>{CHECK_JS}</script>\n</body></html>\n"
     );
     o
+}
+
+/// JSON made safe inside a `<script>` element whatever the strings in it say: `</script>` would
+/// end the element early, and `<!--` followed by `<script` would make the tokenizer skip the real
+/// `</script>` (the "double escaped" state), leaving the page's check script unrun. `<`, `>` and
+/// `&` as JSON's `\u` escapes mean the same to a JSON parser and nothing to HTML.
+fn script_json(json: &str) -> String {
+    json.replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::script_json;
+
+    #[test]
+    fn no_string_can_end_or_hide_the_data_script() {
+        let hostile = serde_json::json!({ "git_commit": "<!--<script>", "host": "</script><b>&" }).to_string();
+        let safe = script_json(&hostile);
+        assert!(
+            !safe.contains('<') && !safe.contains('>') && !safe.contains('&'),
+            "{safe}"
+        );
+        // The same data for a JSON reader.
+        let back: serde_json::Value = serde_json::from_str(&safe).expect("still JSON");
+        assert_eq!(back["git_commit"], "<!--<script>");
+        assert_eq!(back["host"], "</script><b>&");
+    }
 }
