@@ -328,6 +328,18 @@ impl Comm {
         }
     }
 
+    /// Everything `isend`/`irecv` do before filling their slot: [`Comm::admit`]'s checks, the
+    /// comm's helpers at its first transfer, and CUDA resources for a caller that never
+    /// registered its buffer. The request's sequence number.
+    fn admit_and_start(&self, c: &mut Caller, cuda: bool) -> NetResult<u64> {
+        let seq = self.admit(c)?;
+        self.start(c, cuda)?;
+        if cuda {
+            self.cuda_ready()?;
+        }
+        Ok(seq)
+    }
+
     /// Shared checks of `isend`/`irecv`: a failed comm, the 16-request limit, the close fault.
     fn admit(&self, c: &mut Caller) -> NetResult<u64> {
         if let Some(e) = self.shared.error() {
@@ -387,12 +399,7 @@ impl Comm {
             ));
         }
         let mut c = self.lock();
-        let seq = self.admit(&mut c)?;
-        self.start(&mut c, cuda)?;
-        if cuda {
-            // A caller that never registered its buffer: the resources come now.
-            self.cuda_ready()?;
-        }
+        let seq = self.admit_and_start(&mut c, cuda)?;
         let slot = seq as usize % MAX_REQUESTS;
         c.reqs[slot] = ReqInfo {
             ptr: ptr as usize,
@@ -487,12 +494,7 @@ impl Comm {
             ));
         }
         let mut c = self.lock();
-        let seq = self.admit(&mut c)?;
-        self.start(&mut c, cuda)?;
-        if cuda {
-            // A caller that never registered its buffer: the resources come now.
-            self.cuda_ready()?;
-        }
+        let seq = self.admit_and_start(&mut c, cuda)?;
         let slot = seq as usize % MAX_REQUESTS;
         c.reqs[slot] = ReqInfo {
             ptr: ptr as usize,
