@@ -9,5 +9,6 @@ bash launch/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 bash launch/build.sh
 source launch/mpirun-args.sh
+# tcpx-perf's own default sizes (1M to 64M); the caller's flags follow (a flag given twice is refused).
 set -x
-mpirun "${MPIRUN_ARGS[@]}" -np 4 target/release/tcpx-perf --pattern fullmesh -b 1M -e 64M "$@"
+mpirun "${MPIRUN_ARGS[@]}" -np 4 target/release/tcpx-perf --pattern fullmesh "$@"
