@@ -41,6 +41,9 @@ static STATE: AtomicU8 = AtomicU8::new(RUNNING);
 /// The status [`exit`] decided on (valid once STATE is EXITING).
 static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+/// A rank other than 0 signalled by a process other than its launcher: the signal's name and
+/// the sender, for the main thread to tell rank 0 ([`signalled_by_other`]).
+static BY_OTHER: Mutex<Option<(String, String)>> = Mutex::new(None);
 /// Milliseconds between the last words and the exit (see [`linger`]).
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -73,6 +76,10 @@ pub fn install(rank: usize) {
         let sender = sender_of(&info);
         let from = sender.as_ref().map(Sender::describe);
         if rank != 0 && !sender.as_ref().is_some_and(Sender::is_launcher) {
+            let sent_by = from
+                .clone()
+                .unwrap_or_else(|| "the kernel (a terminal's Ctrl-C, say)".into());
+            *BY_OTHER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((name(signal), sent_by));
             eprintln!(
                 "tcpx-perf: rank {rank}: {} from {}: this rank stops, and mpirun then ends the job",
                 name(signal),
@@ -137,6 +144,16 @@ pub fn hold_if_ending() {
     if STATE.load(Ordering::SeqCst) == SIGNALLED {
         wait_for_the_signal_thread();
     }
+}
+
+/// The signal (`SIGTERM`) and its sender (`sh (pid 77)`) when a process other than the launcher
+/// signalled this rank (never on rank 0): the main thread tells rank 0 while this rank lingers,
+/// since rank 0 itself hears only mpirun's SIGTERM as the job ends.
+pub fn signalled_by_other() -> Option<(String, String)> {
+    BY_OTHER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// Parks this thread until the signal thread ends the process.

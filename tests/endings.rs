@@ -482,8 +482,9 @@ fn every_rank_failing_at_setup_still_writes_summary_json() {
 }
 
 /// SIGTERM to rank 2 from a plain process (a shell, not the launcher): rank 2 names the sender
-/// by its command and pid on stderr, once, so the job's output does not leave mpirun (whose
-/// SIGTERM is all the other ranks hear as the job ends) as the only sender named.
+/// by its command and pid on stderr, once, and tells rank 0 before it stops, so that neither
+/// the job's output nor summary.json leaves mpirun (whose SIGTERM is all rank 0 hears as the
+/// job ends) as the only sender named; rank 2 still exits 143.
 #[test]
 fn a_signal_from_a_plain_process_is_named_by_its_command() {
     let _alone = alone();
@@ -496,6 +497,7 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     ));
     wait_for_rows(&mut child, &dir, 2);
     let target = rank_pid(&child, 2);
+    let mpirun_pid = child.id();
     // The shell stays a while, as a person's shell or a script would.
     let mut sh = Command::new("sh")
         .arg("-c")
@@ -507,7 +509,7 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     let _ = sh.wait();
     assert_eq!(o.status.code(), Some(143), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    let named: Vec<&str> = err.lines().filter(|l| l.contains(" from sh (pid ")).collect();
+    let named: Vec<&str> = err.lines().filter(|l| l.starts_with("tcpx-perf: rank 2: ")).collect();
     assert_eq!(
         named,
         [format!(
@@ -519,8 +521,19 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     );
     assert!(
         !err.lines()
-            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains("from mpirun")),
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains(": SIGTERM from mpirun")),
         "no rank reports mpirun's own SIGTERM: {}",
         show(&o)
     );
+    let s = assert_partial(&dir, &o);
+    assert_eq!(s["status"], "interrupted", "{}", show(&o));
+    assert_eq!(s["signal"], "SIGTERM");
+    let error = s["error"].as_str().unwrap_or_default();
+    let cause = format!(
+        "rank 2 ({}) interrupted by SIGTERM from sh (pid {}); then SIGTERM from mpirun (pid {})",
+        hostname(),
+        sh.id(),
+        mpirun_pid
+    );
+    assert_eq!(error, cause, "{}", show(&o));
 }

@@ -110,6 +110,7 @@ pub fn run(cli: Cli) -> i32 {
     let outcome = run_with(&cli, &mpi, notes, &phase);
     if outcome.is_err() {
         // A peer that went away because a signal ended it is no fault to report.
+        mpi.tell_if_signalled();
         crate::signals::hold_if_ending();
     }
     report_plugin_repeats(mpi.rank());

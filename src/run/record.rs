@@ -16,7 +16,11 @@ use super::settings::Settings;
 use super::{Fatal, Job};
 use crate::collectives::Collectives;
 use crate::engine::watchdog;
-use crate::export::{self, json::RankFailure, json::RankReport, json::TimeoutDiagnosis, RunStatus};
+use crate::export::{
+    self,
+    json::{RankFailure, RankReport, SignalledRank, TimeoutDiagnosis},
+    RunStatus,
+};
 use crate::mpi_boot::Mpi;
 use crate::report::{RunInfo, SizeResult};
 use crate::signals;
@@ -34,6 +38,10 @@ struct State {
     hosts: Vec<String>,
     /// The first failure rank 0 learned of: every status written after says it.
     first: Option<RankFailure>,
+    /// The first rank that a process other than mpirun signalled, with that signal and its
+    /// sender, when rank 0 heard of it before any failure: every status written after says
+    /// `interrupted`, naming that rank and sender.
+    signalled: Option<(SignalledRank, String, String)>,
     /// The final files are written: nothing may overwrite them.
     ended: bool,
 }
@@ -67,6 +75,25 @@ impl State {
     /// `status` once a rank's failure is known: that failure, with `status` as what followed (a
     /// complete run, which no failure can have preceded, stays as it is).
     fn with_cause(&self, status: &RunStatus) -> RunStatus {
+        if let Some((rank, signal, from)) = &self.signalled {
+            if status.is_complete() || matches!(status, RunStatus::Interrupted { rank: Some(_), .. }) {
+                return status.clone();
+            }
+            let mut rank = rank.clone();
+            rank.then = match status {
+                RunStatus::Running => None,
+                RunStatus::Interrupted {
+                    signal, from: Some(f), ..
+                } => Some(format!("{signal} from {f}")),
+                RunStatus::Interrupted { signal, from: None, .. } => Some(signal.clone()),
+                other => other.error(),
+            };
+            return RunStatus::Interrupted {
+                signal: signal.clone(),
+                from: Some(from.clone()),
+                rank: Some(rank),
+            };
+        }
         let Some(first) = &self.first else {
             return status.clone();
         };
@@ -131,6 +158,7 @@ impl Record {
             limit_s: settings.timeout.as_secs(),
             hosts: job.topo.hostnames.clone(),
             first: None,
+            signalled: None,
             ended: false,
         }));
         let told = state.clone();
@@ -140,8 +168,23 @@ impl Record {
             let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
                 return;
             };
-            if st.first.is_none() {
+            if st.first.is_none() && st.signalled.is_none() {
                 st.first = Some(st.failure(f.rank, &f.phase, &f.error));
+                if let Err(e) = st.write_summary(&RunStatus::Running) {
+                    eprintln!("tcpx-perf: error: {e}");
+                }
+            }
+        });
+        let heard = state.clone();
+        mpi.on_peer_signalled(move |rank, signal, from| {
+            // As for a failure: on disk now, since mpirun ends the job once that rank exits.
+            let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+                return;
+            };
+            if st.first.is_none() && st.signalled.is_none() {
+                let host = st.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into());
+                let who = SignalledRank { rank, host, then: None };
+                st.signalled = Some((who, signal.to_string(), from.to_string()));
                 if let Err(e) = st.write_summary(&RunStatus::Running) {
                     eprintln!("tcpx-perf: error: {e}");
                 }
@@ -166,6 +209,7 @@ impl Record {
             let status = st.with_cause(&RunStatus::Interrupted {
                 signal: name,
                 from: from.map(str::to_string),
+                rank: None,
             });
             let written = st.write_summary(&status);
             eprintln!("tcpx-perf: {} {}", status.error().unwrap_or_default(), st.where_());
@@ -383,8 +427,39 @@ mod tests {
             limit_s: 20,
             hosts: vec!["node0".into(), "node0".into(), "node1".into()],
             first,
+            signalled: None,
             ended: false,
         }
+    }
+
+    /// A rank that told rank 0 who signalled it is the record: `interrupted` by that signal
+    /// and sender, mpirun's SIGTERM that follows only as `then`.
+    #[test]
+    fn a_signalled_rank_outlives_mpiruns_sigterm() {
+        let mut st = state(None);
+        let who = SignalledRank {
+            rank: 2,
+            host: "node1".into(),
+            then: None,
+        };
+        st.signalled = Some((who, "SIGTERM".into(), "sh (pid 77)".into()));
+        let running = st.with_cause(&RunStatus::Running);
+        assert_eq!(running.as_str(), "interrupted");
+        assert_eq!(
+            running.error().as_deref(),
+            Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77)")
+        );
+        let then = st.with_cause(&RunStatus::Interrupted {
+            signal: "SIGTERM".into(),
+            from: Some("mpirun (pid 42)".into()),
+            rank: None,
+        });
+        assert_eq!(
+            then.error().as_deref(),
+            Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77); then SIGTERM from mpirun (pid 42)")
+        );
+        assert_eq!(st.with_cause(&then), then, "applied twice, the same");
+        assert_eq!(st.with_cause(&RunStatus::Ok), RunStatus::Ok);
     }
 
     #[test]
@@ -403,6 +478,7 @@ mod tests {
         let signalled = st.with_cause(&RunStatus::Interrupted {
             signal: "SIGTERM".into(),
             from: Some("mpirun (pid 42)".into()),
+            rank: None,
         });
         assert_eq!(signalled.as_str(), "failed");
         let RunStatus::RankFailed(f) = &signalled else {
@@ -429,6 +505,7 @@ mod tests {
         let plain = RunStatus::Interrupted {
             signal: "SIGINT".into(),
             from: None,
+            rank: None,
         };
         assert_eq!(state(None).with_cause(&plain), plain);
     }
