@@ -595,3 +595,36 @@ fn ctrl_c_through_timeout_says_interrupted() {
     let error = s["error"].as_str().unwrap_or_default();
     assert!(error.starts_with("interrupted by SIGTERM from "), "{error}");
 }
+
+/// A stopped rank 0 (SIGSTOP) cannot write summary.json: the other ranks, finding it absent
+/// after -T and the job not ended by it after their grace, name it and its host on stderr.
+#[test]
+fn a_stopped_rank_0_is_named_by_the_others() {
+    let _alone = alone();
+    let dir = scratch("stop-rank0");
+    let mut child = spawn(mpirun(
+        4,
+        &format!("{SLOW_SWEEP} -T 3"),
+        &dir,
+        &[("TCPXEMU_FAULT", "slow")],
+    ));
+    wait_for_rows(&mut child, &dir, 2);
+    let rank0 = rank_pid(&child, 0);
+    let struck = Instant::now();
+    kill(rank0, libc::SIGSTOP);
+    let o = finish(child, Duration::from_secs(40));
+    let took = struck.elapsed();
+    // SAFETY: SIGKILL to a process this test started; it may be gone already.
+    unsafe { libc::kill(rank0, libc::SIGKILL) };
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let said = format!("timeout: rank 0 ({}) did not arrive within -T 3 s", hostname());
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains(&said)),
+        "no rank named rank 0\n{}",
+        show(&o)
+    );
+    // -T 3 s, then the other ranks' 2 x 3 s grace and 5 s: about 14 s.
+    assert!(took < Duration::from_secs(25), "took {took:?}\n{}", show(&o));
+}

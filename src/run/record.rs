@@ -137,6 +137,8 @@ const LAST_WORDS_LOCK_WAIT: Duration = Duration::from_millis(500);
 /// Rank 0's results so far (empty on other ranks).
 pub(super) struct Record {
     state: Option<Arc<Mutex<State>>>,
+    /// Rank 0's host, for the other ranks to name it when it never ends a timed-out job.
+    root_host: String,
 }
 
 impl Record {
@@ -148,7 +150,10 @@ impl Record {
             // 0 the time to write what was measured (the launcher's SIGKILL comes within a second
             // anyway).
             signals::linger(LINGER_FOR_RANK_0);
-            return Record { state: None };
+            return Record {
+                state: None,
+                root_host: root_host(job),
+            };
         }
         let state = Arc::new(Mutex::new(State {
             dir: settings.output.dir.clone(),
@@ -240,7 +245,10 @@ impl Record {
             }
             eprintln!("tcpx-perf: timeout {}", st.where_());
         });
-        Record { state: Some(state) }
+        Record {
+            state: Some(state),
+            root_host: root_host(job),
+        }
     }
 
     /// The run's description after connect (the setup's figures added).
@@ -363,6 +371,22 @@ fn await_peer_report(mpi: &Mpi) {
 }
 
 /// How long rank 0 waits for the other ranks' accounts after its own timeout.
+/// The line a rank other than 0 prints when rank 0 has not ended a timed-out job `waited` after
+/// this rank's own timeout: rank 0 is stopped, hung or unreachable, and did not arrive where
+/// this rank waited.
+fn root_absent_line(rank: usize, root_host: &str, limit: Duration, waited: Duration) -> String {
+    format!(
+        "tcpx-perf: rank {rank}: timeout: rank 0 ({root_host}) did not arrive within -T {} s and has not ended the job {} s later: it is stopped, hung or unreachable; summary.json (written by rank 0) cannot say so and is left as the last size wrote it",
+        limit.as_secs(),
+        waited.as_secs()
+    )
+}
+
+/// Rank 0's host name.
+fn root_host(job: &Job) -> String {
+    job.topo.hostnames.first().cloned().unwrap_or_else(|| "unknown".into())
+}
+
 fn grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
@@ -384,7 +408,14 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
         mpi.report_timeout(&account);
         // Rank 0 ends the job once it has written the results; if it cannot (it is the rank that
         // hangs), this rank ends it.
-        std::thread::sleep(grace * 2 + Duration::from_secs(5));
+        let waited = grace * 2 + Duration::from_secs(5);
+        std::thread::sleep(waited);
+        // Still here: rank 0 neither took the accounts nor ended the job. Only rank 0 writes
+        // summary.json, so this line is the only record that names it.
+        eprintln!(
+            "{}",
+            root_absent_line(rank, &record.root_host, settings.timeout, waited)
+        );
         return Fatal::TimedOut;
     }
     let heard = mpi.timeout_reports(grace);
@@ -434,6 +465,16 @@ mod tests {
 
     /// A rank that told rank 0 who signalled it is the record: `interrupted` by that signal
     /// and sender, mpirun's SIGTERM that follows only as `then`.
+    #[test]
+    fn a_rank_0_that_never_ends_the_job_is_named_with_its_host() {
+        let line = root_absent_line(2, "node0", Duration::from_secs(3), Duration::from_secs(9));
+        assert!(
+            line.starts_with("tcpx-perf: rank 2: timeout: rank 0 (node0) did not arrive within -T 3 s"),
+            "{line}"
+        );
+        assert!(line.contains("stopped, hung or unreachable"), "{line}");
+    }
+
     #[test]
     fn a_signalled_rank_outlives_mpiruns_sigterm() {
         let mut st = state(None);
