@@ -166,35 +166,7 @@ impl Record {
             signalled: None,
             ended: false,
         }));
-        let told = state.clone();
-        mpi.on_peer_failure(move |f| {
-            // On the main thread, while it waits: say it on disk now, since mpirun may end the
-            // job (the failing rank aborts) before rank 0 gets to its own ending.
-            let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
-                return;
-            };
-            if st.first.is_none() && st.signalled.is_none() {
-                st.first = Some(st.failure(f.rank, &f.phase, &f.error));
-                if let Err(e) = st.write_summary(&RunStatus::Running) {
-                    eprintln!("tcpx-perf: error: {e}");
-                }
-            }
-        });
-        let heard = state.clone();
-        mpi.on_peer_signalled(move |rank, signal, from| {
-            // As for a failure: on disk now, since mpirun ends the job once that rank exits.
-            let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
-                return;
-            };
-            if st.first.is_none() && st.signalled.is_none() {
-                let host = st.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into());
-                let who = SignalledRank { rank, host, then: None };
-                st.signalled = Some((who, signal.to_string(), from.to_string()));
-                if let Err(e) = st.write_summary(&RunStatus::Running) {
-                    eprintln!("tcpx-perf: error: {e}");
-                }
-            }
-        });
+        hear_peers(mpi, &state);
         let interrupted = state.clone();
         signals::on_signal(move |signal, from| {
             let name = signals::name(signal);
@@ -341,6 +313,41 @@ impl Record {
             .as_ref()
             .map(|s| s.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
+}
+
+/// Rank 0: the first report of another rank, a failure or the signal a process other than
+/// mpirun sent it, becomes the record's cause and is on disk at once (taken on the main thread,
+/// wherever it waits), since mpirun may end the job before rank 0 gets to its own ending.
+fn hear_peers(mpi: &Mpi, state: &Arc<Mutex<State>>) {
+    let told = state.clone();
+    mpi.on_peer_failure(move |f| {
+        // On the main thread, while it waits: say it on disk now, since mpirun may end the
+        // job (the failing rank aborts) before rank 0 gets to its own ending.
+        let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+            return;
+        };
+        if st.first.is_none() && st.signalled.is_none() {
+            st.first = Some(st.failure(f.rank, &f.phase, &f.error));
+            if let Err(e) = st.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+        }
+    });
+    let heard = state.clone();
+    mpi.on_peer_signalled(move |rank, signal, from| {
+        // As for a failure: on disk now, since mpirun ends the job once that rank exits.
+        let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+            return;
+        };
+        if st.first.is_none() && st.signalled.is_none() {
+            let host = st.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into());
+            let who = SignalledRank { rank, host, then: None };
+            st.signalled = Some((who, signal.to_string(), from.to_string()));
+            if let Err(e) = st.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+        }
+    });
 }
 
 /// The lock, unless another thread holds it for longer than `limit` (a write stuck on a
