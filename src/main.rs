@@ -1,11 +1,15 @@
 //! `tcpx-perf`: see `tcpx-perf --help` and the README.
 
 use clap::Parser;
-use tcpx_perf::run::{launcher_rank, EXIT_USAGE};
+use tcpx_perf::run::{launched, launcher_rank, EXIT_USAGE};
 
 fn main() {
     // Before any thread exists: every thread MPI and the plugin start inherits the blocked mask.
     tcpx_perf::signals::install(launcher_rank());
+    if launched() {
+        // A launcher that exits without signalling the ranks still ends them, as SIGTERM.
+        tcpx_perf::signals::end_with_the_launcher();
+    }
     let cli = match tcpx_perf::cli::Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version are not errors: clap prints them and exits 0.

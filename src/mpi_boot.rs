@@ -156,6 +156,19 @@ impl Mpi {
         self.arrivals.on_failure(Box::new(f));
     }
 
+    /// Rank 0: `f(rank, signal, sender)` runs, on the main thread, when another rank reports
+    /// that a process other than its launcher signalled it (wherever rank 0 waits).
+    pub fn on_peer_signalled(&self, f: impl Fn(usize, &str, &str) + 'static) {
+        self.arrivals.on_signalled(Box::new(f));
+    }
+
+    /// Other ranks: tells rank 0 who signalled this rank, if a process other than the launcher
+    /// did (once; a no-op otherwise). Call before [`crate::signals::hold_if_ending`] parks the
+    /// main thread: the waits of this module call it too.
+    pub fn tell_if_signalled(&self) {
+        self.arrivals.tell_if_signalled();
+    }
+
     /// Rank 0, after its own timeout: every other rank's account, waiting up to `grace` for them,
     /// and the ranks that had not arrived where rank 0 last waited.
     pub fn timeout_reports(&self, grace: std::time::Duration) -> TimeoutReports {

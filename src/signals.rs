@@ -22,6 +22,15 @@
 //! a script, a scheduler's agent) says so on stderr, naming the sender: rank 0 then hears only
 //! mpirun's SIGTERM as the job ends, and without that line the job's output would blame mpirun.
 //!
+//! A launcher that vanishes without a word must end the ranks too: `timeout 60 mpirun ...` in
+//! a terminal, on Ctrl-C, hands mpirun two SIGINTs at once (the terminal's and the one
+//! `timeout` forwards to its process group), and Open MPI 4.1's mpirun takes the second as
+//! "forcibly terminate": it exits at once, signalling no rank (the ranks sit in process groups
+//! of their own, so the terminal's SIGINT never reaches them either). Rank 0 then dies of a
+//! broken stdout with `summary.json` left `running`. So a launched rank asks the kernel for
+//! SIGTERM when its parent exits ([`end_with_the_launcher`]), and says so as `from the exit of
+//! mpirun (pid N)`.
+//!
 //! One atomic decides between a signal and the main thread's own exit ([`exit`]): whichever
 //! comes first sets the exit status, so a process never exits 0 after its last words said
 //! `interrupted`, nor 143 after it decided on its own status.
@@ -41,6 +50,13 @@ static STATE: AtomicU8 = AtomicU8::new(RUNNING);
 /// The status [`exit`] decided on (valid once STATE is EXITING).
 static EXIT_STATUS: AtomicI32 = AtomicI32::new(0);
 static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
+/// A rank other than 0 signalled by a process other than its launcher: the signal's name and
+/// the sender, for the main thread to tell rank 0 ([`signalled_by_other`]).
+static BY_OTHER: Mutex<Option<(String, String)>> = Mutex::new(None);
+/// The launcher this process was started by (its parent at [`end_with_the_launcher`]) and its
+/// command, to name its exit as the sender of the SIGTERM that exit causes.
+static PARENT: AtomicI32 = AtomicI32::new(0);
+static PARENT_COMM: Mutex<Option<String>> = Mutex::new(None);
 /// Milliseconds between the last words and the exit (see [`linger`]).
 static LINGER_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -73,6 +89,10 @@ pub fn install(rank: usize) {
         let sender = sender_of(&info);
         let from = sender.as_ref().map(Sender::describe);
         if rank != 0 && !sender.as_ref().is_some_and(Sender::is_launcher) {
+            let sent_by = from
+                .clone()
+                .unwrap_or_else(|| "the kernel (a terminal's Ctrl-C, say)".into());
+            *BY_OTHER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((name(signal), sent_by));
             eprintln!(
                 "tcpx-perf: rank {rank}: {} from {}: this rank stops, and mpirun then ends the job",
                 name(signal),
@@ -100,6 +120,28 @@ pub fn install(rank: usize) {
         // Without the waiting thread the signals must keep their default action (end the process).
         // SAFETY: as above.
         unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &raw const set, std::ptr::null_mut()) };
+    }
+}
+
+/// A launched rank: SIGTERM from the kernel when the launcher that started it (mpirun, its
+/// daemon, slurmstepd) exits, so that a launcher gone without a word (mpirun forcibly ended by
+/// a second Ctrl-C) still gets rank 0's last words written. Call after [`install`], only for a
+/// process a launcher started: a singleton's parent is a shell, whose exit ends nothing.
+pub fn end_with_the_launcher() {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    let comm = std::fs::read_to_string(format!("/proc/{parent}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string());
+    *PARENT_COMM.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = comm;
+    PARENT.store(parent, Ordering::SeqCst);
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the other arguments are unused.
+    let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) };
+    // SAFETY: as above.
+    if set == 0 && unsafe { libc::getppid() } != parent {
+        // The launcher exited before the request took: the signal it would have sent.
+        // SAFETY: signals this process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     }
 }
 
@@ -139,6 +181,16 @@ pub fn hold_if_ending() {
     }
 }
 
+/// The signal (`SIGTERM`) and its sender (`sh (pid 77)`) when a process other than the launcher
+/// signalled this rank (never on rank 0): the main thread tells rank 0 while this rank lingers,
+/// since rank 0 itself hears only mpirun's SIGTERM as the job ends.
+pub fn signalled_by_other() -> Option<(String, String)> {
+    BY_OTHER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
 /// Parks this thread until the signal thread ends the process.
 fn wait_for_the_signal_thread() -> ! {
     loop {
@@ -150,6 +202,9 @@ fn wait_for_the_signal_thread() -> ! {
 struct Sender {
     pid: i32,
     comm: Option<String>,
+    /// The sender is the launcher that started this process, and it has exited: the signal is
+    /// the one its exit sets off ([`end_with_the_launcher`]).
+    exited_parent: bool,
 }
 
 /// Open MPI's and PRRTE's launcher commands, and the daemons they start the ranks under.
@@ -162,7 +217,8 @@ impl Sender {
     fn is_launcher(&self) -> bool {
         // SAFETY: getppid has no preconditions.
         let parent = unsafe { libc::getppid() };
-        self.pid == parent
+        self.exited_parent
+            || self.pid == parent
             || self
                 .comm
                 .as_deref()
@@ -171,6 +227,10 @@ impl Sender {
 
     /// `mpirun (pid 4242)`, `mpirun's daemon orted (pid 17)`, `kill (pid 77)`, or `pid 77`.
     fn describe(&self) -> String {
+        if self.exited_parent {
+            let launcher = self.comm.as_deref().unwrap_or("its launcher");
+            return format!("the exit of {launcher} (pid {})", self.pid);
+        }
         match self.comm.as_deref() {
             None => format!("pid {}", self.pid),
             Some(c) if MPIRUN_DAEMONS.contains(&c) => format!("mpirun's daemon {c} (pid {})", self.pid),
@@ -188,11 +248,24 @@ fn sender_of(info: &libc::siginfo_t) -> Option<Sender> {
     if pid <= 0 {
         return None;
     }
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|c| c.trim().to_string())
-        .filter(|c| !c.is_empty());
-    Some(Sender { pid, comm })
+    // SAFETY: getppid has no preconditions.
+    let exited_parent = pid == PARENT.load(Ordering::SeqCst) && unsafe { libc::getppid() } != pid;
+    let comm = if exited_parent {
+        PARENT_COMM
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    } else {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|c| c.trim().to_string())
+    };
+    let comm = comm.filter(|c| !c.is_empty());
+    Some(Sender {
+        pid,
+        comm,
+        exited_parent,
+    })
 }
 
 /// The signal's name as shells and `kill -l` spell it.
@@ -223,6 +296,7 @@ mod tests {
         Sender {
             pid,
             comm: comm.map(String::from),
+            exited_parent: false,
         }
     }
 
@@ -241,5 +315,12 @@ mod tests {
         // SAFETY: getppid has no preconditions.
         let parent = unsafe { libc::getppid() };
         assert!(sender(parent, Some("slurmstepd")).is_launcher());
+        // The SIGTERM a launcher's exit sets off: the launcher, named by its exit.
+        let gone = Sender {
+            exited_parent: true,
+            ..sender(4242, Some("mpirun"))
+        };
+        assert_eq!(gone.describe(), "the exit of mpirun (pid 4242)");
+        assert!(gone.is_launcher());
     }
 }

@@ -68,7 +68,24 @@ fn wait_for_rows(child: &mut Child, dir: &Path, n: usize) {
 
 /// The pid of `rank` among mpirun's children.
 fn rank_pid(mpirun: &Child, rank: usize) -> i32 {
+    rank_pid_under(mpirun.id() as i32, rank)
+}
+
+/// The pid of `rank` among the children of `mpirun` (a pid).
+fn rank_pid_under(mpirun: i32, rank: usize) -> i32 {
     let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    for pid in children(mpirun) {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return pid;
+        }
+    }
+    panic!("no process of rank {rank} under mpirun {mpirun}");
+}
+
+/// The processes whose parent is `parent`.
+fn children(parent: i32) -> Vec<i32> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
@@ -77,15 +94,11 @@ fn rank_pid(mpirun: &Child, rank: usize) -> i32 {
             continue;
         };
         let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1));
-        if ppid != Some(&mpirun.id().to_string()) {
-            continue;
-        }
-        let env = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
-            return pid;
+        if ppid == Some(&parent.to_string()) {
+            found.push(pid);
         }
     }
-    panic!("no process of rank {rank} under mpirun {}", mpirun.id());
+    found
 }
 
 fn kill(pid: i32, signal: i32) {
@@ -482,8 +495,9 @@ fn every_rank_failing_at_setup_still_writes_summary_json() {
 }
 
 /// SIGTERM to rank 2 from a plain process (a shell, not the launcher): rank 2 names the sender
-/// by its command and pid on stderr, once, so the job's output does not leave mpirun (whose
-/// SIGTERM is all the other ranks hear as the job ends) as the only sender named.
+/// by its command and pid on stderr, once, and tells rank 0 before it stops, so that neither
+/// the job's output nor summary.json leaves mpirun (whose SIGTERM is all rank 0 hears as the
+/// job ends) as the only sender named; rank 2 still exits 143.
 #[test]
 fn a_signal_from_a_plain_process_is_named_by_its_command() {
     let _alone = alone();
@@ -496,6 +510,7 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     ));
     wait_for_rows(&mut child, &dir, 2);
     let target = rank_pid(&child, 2);
+    let mpirun_pid = child.id();
     // The shell stays a while, as a person's shell or a script would.
     let mut sh = Command::new("sh")
         .arg("-c")
@@ -507,7 +522,7 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     let _ = sh.wait();
     assert_eq!(o.status.code(), Some(143), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    let named: Vec<&str> = err.lines().filter(|l| l.contains(" from sh (pid ")).collect();
+    let named: Vec<&str> = err.lines().filter(|l| l.starts_with("tcpx-perf: rank 2: ")).collect();
     assert_eq!(
         named,
         [format!(
@@ -519,8 +534,97 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     );
     assert!(
         !err.lines()
-            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains("from mpirun")),
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains(": SIGTERM from mpirun")),
         "no rank reports mpirun's own SIGTERM: {}",
         show(&o)
     );
+    let s = assert_partial(&dir, &o);
+    assert_eq!(s["status"], "interrupted", "{}", show(&o));
+    assert_eq!(s["signal"], "SIGTERM");
+    let error = s["error"].as_str().unwrap_or_default();
+    let cause = format!(
+        "rank 2 ({}) interrupted by SIGTERM from sh (pid {}); then SIGTERM from mpirun (pid {})",
+        hostname(),
+        sh.id(),
+        mpirun_pid
+    );
+    assert_eq!(error, cause, "{}", show(&o));
+}
+
+/// Ctrl-C at a terminal running `timeout 60 mpirun ...`: SIGINT to the foreground process group,
+/// which holds timeout and mpirun but no rank (Open MPI puts each in a group of its own). mpirun
+/// gets it twice (the terminal's, and the one timeout forwards to its group), takes the second
+/// as "forcibly terminate" and exits at once, signalling no rank: before the ranks asked for
+/// SIGTERM on their launcher's exit, rank 0 died of its broken stdout and left
+/// `status: "running"` (9 of 10 trials). The ranks' ends are awaited, then the record read.
+#[test]
+fn ctrl_c_through_timeout_says_interrupted() {
+    use std::os::unix::process::CommandExt;
+    let _alone = alone();
+    let dir = scratch("ctrl-c-timeout");
+    let inner = mpirun(4, &format!("{SLOW_SWEEP} -T 20"), &dir, &[("TCPXEMU_FAULT", "slow")]);
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60").arg(inner.get_program()).args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    // A process group of its own, as a terminal's foreground job has.
+    cmd.process_group(0);
+    let mut child = spawn(cmd);
+    wait_for_rows(&mut child, &dir, 2);
+    let mpirun_pid = *children(child.id() as i32).first().expect("mpirun under timeout");
+    let ranks: Vec<i32> = (0..4).map(|r| rank_pid_under(mpirun_pid, r)).collect();
+    kill(-(child.id() as i32), libc::SIGINT);
+    let o = finish(child, Duration::from_secs(30));
+    let start = Instant::now();
+    while !ranks.iter().all(|&pid| has_exited(pid)) {
+        if start.elapsed() > Duration::from_secs(10) {
+            for &pid in &ranks {
+                // SAFETY: SIGKILL to processes this test started; some may be gone already.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("ranks left running 10 s after mpirun ended\n{}", show(&o));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = assert_partial(&dir, &o);
+    assert_eq!(s["status"], "interrupted", "{}", show(&o));
+    assert_eq!(s["signal"], "SIGTERM", "{s}");
+    let error = s["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("interrupted by SIGTERM from "), "{error}");
+}
+
+/// A stopped rank 0 (SIGSTOP) cannot write summary.json: the other ranks, finding it absent
+/// after -T and the job not ended by it after their grace, name it and its host on stderr.
+#[test]
+fn a_stopped_rank_0_is_named_by_the_others() {
+    let _alone = alone();
+    let dir = scratch("stop-rank0");
+    let mut child = spawn(mpirun(
+        4,
+        &format!("{SLOW_SWEEP} -T 3"),
+        &dir,
+        &[("TCPXEMU_FAULT", "slow")],
+    ));
+    wait_for_rows(&mut child, &dir, 2);
+    let rank0 = rank_pid(&child, 0);
+    let struck = Instant::now();
+    kill(rank0, libc::SIGSTOP);
+    let o = finish(child, Duration::from_secs(40));
+    let took = struck.elapsed();
+    // SAFETY: SIGKILL to a process this test started; it may be gone already.
+    unsafe { libc::kill(rank0, libc::SIGKILL) };
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let said = format!("timeout: rank 0 ({}) did not arrive within -T 3 s", hostname());
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("tcpx-perf: rank ") && l.contains(&said)),
+        "no rank named rank 0\n{}",
+        show(&o)
+    );
+    // -T 3 s, then the other ranks' 2 x 3 s grace and 5 s: about 14 s.
+    assert!(took < Duration::from_secs(25), "took {took:?}\n{}", show(&o));
 }

@@ -42,8 +42,14 @@ pub enum RunStatus {
     /// power loss) leaves this, with every size measured before.
     Running,
     /// SIGINT or SIGTERM (named) ended the run, sent by `from` (`mpirun (pid 4242)`) when a
-    /// process sent it; the results are partial.
-    Interrupted { signal: String, from: Option<String> },
+    /// process sent it; the results are partial. `rank`: the rank other than 0 that a process
+    /// other than the launcher signalled first (it told rank 0 before it stopped), and what
+    /// rank 0 heard after; `None` when the signal rank 0 itself got is the story.
+    Interrupted {
+        signal: String,
+        from: Option<String>,
+        rank: Option<SignalledRank>,
+    },
     /// A phase outlived `-T`; the diagnosis names who did not arrive.
     Timeout(TimeoutDiagnosis),
 }
@@ -90,6 +96,17 @@ impl RankFailure {
             self.rank, self.host, self.phase, self.error
         )
     }
+}
+
+/// A rank other than 0 that was signalled by someone other than its launcher (a person, a
+/// script): the real cause of a job that mpirun then ends with its own SIGTERM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalledRank {
+    pub rank: usize,
+    /// The rank's host name.
+    pub host: String,
+    /// What rank 0 heard after (`SIGTERM from mpirun (pid 4242)`); `None` before it did.
+    pub then: Option<String>,
 }
 
 /// One rank's one-line account of its timeout.
@@ -172,10 +189,19 @@ impl RunStatus {
         match self {
             RunStatus::Failed(msg) | RunStatus::Refused(msg) => Some(msg.clone()),
             RunStatus::RankFailed(f) => Some(f.line()),
-            RunStatus::Interrupted { signal, from: Some(from) } => {
-                Some(format!("interrupted by {signal} from {from}"))
+            RunStatus::Interrupted {
+                signal,
+                from,
+                rank: Some(r),
+            } => {
+                let from = from.as_deref().map_or(String::new(), |f| format!(" from {f}"));
+                let then = r.then.as_ref().map_or(String::new(), |t| format!("; then {t}"));
+                Some(format!("rank {} ({}) interrupted by {signal}{from}{then}", r.rank, r.host))
             }
-            RunStatus::Interrupted { signal, from: None } => Some(format!(
+            RunStatus::Interrupted {
+                signal, from: Some(from), ..
+            } => Some(format!("interrupted by {signal} from {from}")),
+            RunStatus::Interrupted { signal, from: None, .. } => Some(format!(
                 "interrupted by {signal} (from the user, the scheduler, or mpirun ending the job after another rank died)"
             )),
             RunStatus::Timeout(d) => Some(format!("timeout: {}", d.line())),

@@ -23,6 +23,9 @@ const REPORT: Tag = 2;
 /// error.
 const FAILED: &str = "\u{1}failed: ";
 const SEP: char = '\u{1f}';
+/// The start of a report that a process other than the launcher signalled the rank: then the
+/// signal, [`SEP`], the sender.
+const SIGNALLED: &str = "\u{1}signalled: ";
 /// How often rank 0 looks for reports while it waits in a collective.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
@@ -40,6 +43,8 @@ pub struct TimeoutReports {
 
 /// What rank 0 does with the first error another rank reports.
 pub(super) type OnFailure = Box<dyn Fn(&PeerFailure)>;
+/// What rank 0 does when another rank says who signalled it: rank, signal, sender.
+pub(super) type OnSignalled = Box<dyn Fn(usize, &str, &str)>;
 
 pub(super) struct Arrivals {
     comm: SimpleCommunicator,
@@ -54,6 +59,10 @@ pub(super) struct Arrivals {
     /// Rank 0: told of that first error as soon as it is taken (on the main thread), so that the
     /// record says it even if the job ends while rank 0 still waits.
     on_failure: RefCell<Option<OnFailure>>,
+    /// Rank 0: told when another rank reports the signal that stops it.
+    on_signalled: RefCell<Option<OnSignalled>>,
+    /// Non-root: this rank has told rank 0 who signalled it.
+    told_signal: Cell<bool>,
     /// Rank 0: the barrier that timed out, if one did.
     timed_out: Cell<Option<u64>>,
     /// Sends still in flight (their buffers are leaked: a few bytes per barrier).
@@ -70,6 +79,8 @@ impl Arrivals {
             accounts: RefCell::new(vec![None; ranks]),
             failure: RefCell::new(None),
             on_failure: RefCell::new(None),
+            on_signalled: RefCell::new(None),
+            told_signal: Cell::new(false),
             timed_out: Cell::new(None),
             sends: RefCell::new(Vec::new()),
         }
@@ -100,6 +111,8 @@ impl Arrivals {
                         message: f.error,
                     });
                 }
+            } else {
+                self.tell_if_signalled();
             }
             let waited = started.elapsed();
             if waited >= limit {
@@ -132,6 +145,8 @@ impl Arrivals {
             if root && drained.elapsed() >= DRAIN_EVERY {
                 self.drain();
                 drained = Instant::now();
+            } else if !root {
+                self.tell_if_signalled();
             }
             pause(started.elapsed());
         }
@@ -140,6 +155,24 @@ impl Arrivals {
     /// Rank 0: `f` runs (on the main thread) when the first error of another rank arrives.
     pub(super) fn on_failure(&self, f: OnFailure) {
         *self.on_failure.borrow_mut() = Some(f);
+    }
+
+    /// Rank 0: `f` runs (on the main thread) when another rank reports who signalled it.
+    pub(super) fn on_signalled(&self, f: OnSignalled) {
+        *self.on_signalled.borrow_mut() = Some(f);
+    }
+
+    /// Non-root, once: when a process other than the launcher signalled this rank, sends rank 0
+    /// the signal and its sender (the signal thread cannot call MPI, so the main thread does,
+    /// wherever it waits, while the signal thread lingers).
+    pub(super) fn tell_if_signalled(&self) {
+        if self.told_signal.get() || self.comm.rank() == 0 {
+            return;
+        }
+        if let Some((signal, from)) = crate::signals::signalled_by_other() {
+            self.told_signal.set(true);
+            self.report(&format!("{SIGNALLED}{signal}{SEP}{from}"));
+        }
     }
 
     /// Ranks other than 0 whose last announced barrier is before `seq`.
@@ -223,6 +256,11 @@ impl Arrivals {
                     if let Some(tell) = self.on_failure.borrow().as_ref() {
                         tell(&first);
                     }
+                }
+            } else if let Some(signalled) = text.strip_prefix(SIGNALLED) {
+                let (signal, from) = signalled.split_once(SEP).unwrap_or((signalled, ""));
+                if let Some(tell) = self.on_signalled.borrow().as_ref() {
+                    tell(rank, signal, from);
                 }
             } else if let Some(slot) = self.accounts.borrow_mut().get_mut(rank) {
                 *slot = Some(text);

@@ -58,6 +58,7 @@ pub(super) fn finish(
     }
     if let Some(fatal) = failure {
         // A peer that stopped because a signal is ending the job is no failure to report.
+        mpi.tell_if_signalled();
         crate::signals::hold_if_ending();
         if let Fatal::Stalled(msg) = &fatal {
             engine.disarm_watchdog();

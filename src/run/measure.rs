@@ -83,6 +83,7 @@ fn iterate(
     };
     for i in 0..it.warmup + it.iters {
         // A signal is ending the process: move no more data while the signal thread writes.
+        mpi.tell_if_signalled();
         crate::signals::hold_if_ending();
         let timed = i >= it.warmup;
         if i == it.warmup {

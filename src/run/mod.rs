@@ -46,10 +46,18 @@ pub const EXIT_MIN_BW: i32 = 7;
 /// A flag or value tcpx-perf does not accept (`EX_USAGE` of sysexits.h).
 pub const EXIT_USAGE: i32 = 64;
 
+/// Where a launcher announces the rank (Open MPI, PMIx, PMI, Slurm).
+const LAUNCHER_RANK_VARS: [&str; 4] = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"];
+
+/// Whether a launcher started this process (it announced a rank).
+pub fn launched() -> bool {
+    LAUNCHER_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some())
+}
+
 /// This process's rank as the launcher announces it, before MPI starts (Open MPI, PMIx, PMI,
 /// Slurm); 0 for a process started without a launcher.
 pub fn launcher_rank() -> usize {
-    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"]
+    LAUNCHER_RANK_VARS
         .iter()
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
         .unwrap_or(0)
@@ -110,6 +118,7 @@ pub fn run(cli: Cli) -> i32 {
     let outcome = run_with(&cli, &mpi, notes, &phase);
     if outcome.is_err() {
         // A peer that went away because a signal ended it is no fault to report.
+        mpi.tell_if_signalled();
         crate::signals::hold_if_ending();
     }
     report_plugin_repeats(mpi.rank());

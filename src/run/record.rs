@@ -16,7 +16,11 @@ use super::settings::Settings;
 use super::{Fatal, Job};
 use crate::collectives::Collectives;
 use crate::engine::watchdog;
-use crate::export::{self, json::RankFailure, json::RankReport, json::TimeoutDiagnosis, RunStatus};
+use crate::export::{
+    self,
+    json::{RankFailure, RankReport, SignalledRank, TimeoutDiagnosis},
+    RunStatus,
+};
 use crate::mpi_boot::Mpi;
 use crate::report::{RunInfo, SizeResult};
 use crate::signals;
@@ -34,6 +38,10 @@ struct State {
     hosts: Vec<String>,
     /// The first failure rank 0 learned of: every status written after says it.
     first: Option<RankFailure>,
+    /// The first rank that a process other than mpirun signalled, with that signal and its
+    /// sender, when rank 0 heard of it before any failure: every status written after says
+    /// `interrupted`, naming that rank and sender.
+    signalled: Option<(SignalledRank, String, String)>,
     /// The final files are written: nothing may overwrite them.
     ended: bool,
 }
@@ -67,6 +75,25 @@ impl State {
     /// `status` once a rank's failure is known: that failure, with `status` as what followed (a
     /// complete run, which no failure can have preceded, stays as it is).
     fn with_cause(&self, status: &RunStatus) -> RunStatus {
+        if let Some((rank, signal, from)) = &self.signalled {
+            if status.is_complete() || matches!(status, RunStatus::Interrupted { rank: Some(_), .. }) {
+                return status.clone();
+            }
+            let mut rank = rank.clone();
+            rank.then = match status {
+                RunStatus::Running => None,
+                RunStatus::Interrupted {
+                    signal, from: Some(f), ..
+                } => Some(format!("{signal} from {f}")),
+                RunStatus::Interrupted { signal, from: None, .. } => Some(signal.clone()),
+                other => other.error(),
+            };
+            return RunStatus::Interrupted {
+                signal: signal.clone(),
+                from: Some(from.clone()),
+                rank: Some(rank),
+            };
+        }
         let Some(first) = &self.first else {
             return status.clone();
         };
@@ -110,6 +137,8 @@ const LAST_WORDS_LOCK_WAIT: Duration = Duration::from_millis(500);
 /// Rank 0's results so far (empty on other ranks).
 pub(super) struct Record {
     state: Option<Arc<Mutex<State>>>,
+    /// Rank 0's host, for the other ranks to name it when it never ends a timed-out job.
+    root_host: String,
 }
 
 impl Record {
@@ -121,7 +150,10 @@ impl Record {
             // 0 the time to write what was measured (the launcher's SIGKILL comes within a second
             // anyway).
             signals::linger(LINGER_FOR_RANK_0);
-            return Record { state: None };
+            return Record {
+                state: None,
+                root_host: root_host(job),
+            };
         }
         let state = Arc::new(Mutex::new(State {
             dir: settings.output.dir.clone(),
@@ -131,22 +163,10 @@ impl Record {
             limit_s: settings.timeout.as_secs(),
             hosts: job.topo.hostnames.clone(),
             first: None,
+            signalled: None,
             ended: false,
         }));
-        let told = state.clone();
-        mpi.on_peer_failure(move |f| {
-            // On the main thread, while it waits: say it on disk now, since mpirun may end the
-            // job (the failing rank aborts) before rank 0 gets to its own ending.
-            let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
-                return;
-            };
-            if st.first.is_none() {
-                st.first = Some(st.failure(f.rank, &f.phase, &f.error));
-                if let Err(e) = st.write_summary(&RunStatus::Running) {
-                    eprintln!("tcpx-perf: error: {e}");
-                }
-            }
-        });
+        hear_peers(mpi, &state);
         let interrupted = state.clone();
         signals::on_signal(move |signal, from| {
             let name = signals::name(signal);
@@ -166,6 +186,7 @@ impl Record {
             let status = st.with_cause(&RunStatus::Interrupted {
                 signal: name,
                 from: from.map(str::to_string),
+                rank: None,
             });
             let written = st.write_summary(&status);
             eprintln!("tcpx-perf: {} {}", status.error().unwrap_or_default(), st.where_());
@@ -196,7 +217,10 @@ impl Record {
             }
             eprintln!("tcpx-perf: timeout {}", st.where_());
         });
-        Record { state: Some(state) }
+        Record {
+            state: Some(state),
+            root_host: root_host(job),
+        }
     }
 
     /// The run's description after connect (the setup's figures added).
@@ -291,6 +315,41 @@ impl Record {
     }
 }
 
+/// Rank 0: the first report of another rank, a failure or the signal a process other than
+/// mpirun sent it, becomes the record's cause and is on disk at once (taken on the main thread,
+/// wherever it waits), since mpirun may end the job before rank 0 gets to its own ending.
+fn hear_peers(mpi: &Mpi, state: &Arc<Mutex<State>>) {
+    let told = state.clone();
+    mpi.on_peer_failure(move |f| {
+        // On the main thread, while it waits: say it on disk now, since mpirun may end the
+        // job (the failing rank aborts) before rank 0 gets to its own ending.
+        let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+            return;
+        };
+        if st.first.is_none() && st.signalled.is_none() {
+            st.first = Some(st.failure(f.rank, &f.phase, &f.error));
+            if let Err(e) = st.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+        }
+    });
+    let heard = state.clone();
+    mpi.on_peer_signalled(move |rank, signal, from| {
+        // As for a failure: on disk now, since mpirun ends the job once that rank exits.
+        let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
+            return;
+        };
+        if st.first.is_none() && st.signalled.is_none() {
+            let host = st.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into());
+            let who = SignalledRank { rank, host, then: None };
+            st.signalled = Some((who, signal.to_string(), from.to_string()));
+            if let Err(e) = st.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
+        }
+    });
+}
+
 /// The lock, unless another thread holds it for longer than `limit` (a write stuck on a
 /// full or hung file system must not keep the process from ending).
 fn lock_within(state: &Mutex<State>, limit: Duration) -> Option<MutexGuard<'_, State>> {
@@ -319,6 +378,22 @@ fn await_peer_report(mpi: &Mpi) {
 }
 
 /// How long rank 0 waits for the other ranks' accounts after its own timeout.
+/// The line a rank other than 0 prints when rank 0 has not ended a timed-out job `waited` after
+/// this rank's own timeout: rank 0 is stopped, hung or unreachable, and did not arrive where
+/// this rank waited.
+fn root_absent_line(rank: usize, root_host: &str, limit: Duration, waited: Duration) -> String {
+    format!(
+        "tcpx-perf: rank {rank}: timeout: rank 0 ({root_host}) did not arrive within -T {} s and has not ended the job {} s later: it is stopped, hung or unreachable; summary.json (written by rank 0) cannot say so and is left as the last size wrote it",
+        limit.as_secs(),
+        waited.as_secs()
+    )
+}
+
+/// Rank 0's host name.
+fn root_host(job: &Job) -> String {
+    job.topo.hostnames.first().cloned().unwrap_or_else(|| "unknown".into())
+}
+
 fn grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
@@ -340,7 +415,14 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
         mpi.report_timeout(&account);
         // Rank 0 ends the job once it has written the results; if it cannot (it is the rank that
         // hangs), this rank ends it.
-        std::thread::sleep(grace * 2 + Duration::from_secs(5));
+        let waited = grace * 2 + Duration::from_secs(5);
+        std::thread::sleep(waited);
+        // Still here: rank 0 neither took the accounts nor ended the job. Only rank 0 writes
+        // summary.json, so this line is the only record that names it.
+        eprintln!(
+            "{}",
+            root_absent_line(rank, &record.root_host, settings.timeout, waited)
+        );
         return Fatal::TimedOut;
     }
     let heard = mpi.timeout_reports(grace);
@@ -383,8 +465,49 @@ mod tests {
             limit_s: 20,
             hosts: vec!["node0".into(), "node0".into(), "node1".into()],
             first,
+            signalled: None,
             ended: false,
         }
+    }
+
+    /// A rank that told rank 0 who signalled it is the record: `interrupted` by that signal
+    /// and sender, mpirun's SIGTERM that follows only as `then`.
+    #[test]
+    fn a_rank_0_that_never_ends_the_job_is_named_with_its_host() {
+        let line = root_absent_line(2, "node0", Duration::from_secs(3), Duration::from_secs(9));
+        assert!(
+            line.starts_with("tcpx-perf: rank 2: timeout: rank 0 (node0) did not arrive within -T 3 s"),
+            "{line}"
+        );
+        assert!(line.contains("stopped, hung or unreachable"), "{line}");
+    }
+
+    #[test]
+    fn a_signalled_rank_outlives_mpiruns_sigterm() {
+        let mut st = state(None);
+        let who = SignalledRank {
+            rank: 2,
+            host: "node1".into(),
+            then: None,
+        };
+        st.signalled = Some((who, "SIGTERM".into(), "sh (pid 77)".into()));
+        let running = st.with_cause(&RunStatus::Running);
+        assert_eq!(running.as_str(), "interrupted");
+        assert_eq!(
+            running.error().as_deref(),
+            Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77)")
+        );
+        let then = st.with_cause(&RunStatus::Interrupted {
+            signal: "SIGTERM".into(),
+            from: Some("mpirun (pid 42)".into()),
+            rank: None,
+        });
+        assert_eq!(
+            then.error().as_deref(),
+            Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77); then SIGTERM from mpirun (pid 42)")
+        );
+        assert_eq!(st.with_cause(&then), then, "applied twice, the same");
+        assert_eq!(st.with_cause(&RunStatus::Ok), RunStatus::Ok);
     }
 
     #[test]
@@ -403,6 +526,7 @@ mod tests {
         let signalled = st.with_cause(&RunStatus::Interrupted {
             signal: "SIGTERM".into(),
             from: Some("mpirun (pid 42)".into()),
+            rank: None,
         });
         assert_eq!(signalled.as_str(), "failed");
         let RunStatus::RankFailed(f) = &signalled else {
@@ -429,6 +553,7 @@ mod tests {
         let plain = RunStatus::Interrupted {
             signal: "SIGINT".into(),
             from: None,
+            rank: None,
         };
         assert_eq!(state(None).with_cause(&plain), plain);
     }
