@@ -169,54 +169,22 @@ impl WireProbe {
         }
     }
 
-    /// Exchanges every host's TCP loss counters over the interval (a collective: every rank
-    /// calls it), each network namespace once; `None` when no host could read them.
-    pub fn exchange_tcp(
-        &self,
-        coll: &dyn Collectives,
-        topo: &Topology,
-        before: &Snapshot,
-        after: &Snapshot,
-    ) -> Option<TcpActivity> {
-        // namespace key, retransmitted segments, timeouts; -1 = no reading.
-        let mine = match (before.tcp, after.tcp) {
-            (Some((k, b)), Some((k2, a))) if k == k2 => {
-                let d = b.delta(&a);
-                vec![k as f64, d.retrans_segs as f64, d.timeouts as f64]
-            }
-            _ => vec![-1.0; 3],
-        };
-        let all = coll.gather_f64(&mine);
-        let readings = all
-            .chunks(3)
-            .enumerate()
-            .take(topo.ranks())
-            .filter(|(_, v)| v[0] >= 0.0)
-            .map(|(rank, v)| {
-                (
-                    v[0] as u64,
-                    topo.hostnames[rank].clone(),
-                    TcpCounters {
-                        retrans_segs: v[1] as u64,
-                        timeouts: v[2] as u64,
-                    },
-                )
-            });
-        TcpActivity::from_readings(readings)
-    }
-
-    /// Exchanges every host's counter deltas (a collective: every rank calls it) and returns
-    /// them as [`WireBytes`], one per host and readable interface.
+    /// Exchanges every host's counter deltas over the interval in one collective (every rank
+    /// calls it): the interfaces' bytes as [`WireBytes`], one per host and readable interface,
+    /// and the TCP loss counters of each network namespace once (`None` when no host could read
+    /// them).
     pub fn exchange(
         &self,
         coll: &dyn Collectives,
         topo: &Topology,
         before: &Snapshot,
         after: &Snapshot,
-    ) -> Vec<WireBytes> {
-        // Per interface: rx, tx, devmem (-1 = none); -1 rx = no reading. f64 is exact below 2^53.
+    ) -> (Vec<WireBytes>, Option<TcpActivity>) {
+        // Per interface: rx, tx, devmem (-1 = none); -1 rx = no reading. Then the namespace key,
+        // retransmitted segments and timeouts (-1 key = no reading). f64 is exact below 2^53.
         let n = self.ifaces.len();
-        let mut mine = vec![-1.0; 3 * n];
+        let stride = 3 * n + 3;
+        let mut mine = vec![-1.0; stride];
         if self.leader {
             for (i, (b, a)) in before.ifaces.iter().zip(&after.ifaces).enumerate() {
                 if let (Some(b), Some(a)) = (b, a) {
@@ -227,15 +195,22 @@ impl WireProbe {
                 }
             }
         }
+        if let (Some((k, b)), Some((k2, a))) = (before.tcp, after.tcp) {
+            if k == k2 {
+                let d = b.delta(&a);
+                mine[3 * n..].copy_from_slice(&[k as f64, d.retrans_segs as f64, d.timeouts as f64]);
+            }
+        }
         let all = coll.gather_f64(&mine);
-        let mut out = Vec::new();
-        for (rank, row) in all.chunks(3 * n.max(1)).enumerate().take(topo.ranks()) {
+        let rows = || all.chunks(stride).enumerate().take(topo.ranks());
+        let mut wire = Vec::new();
+        for (rank, row) in rows() {
             for (i, iface) in self.ifaces.iter().enumerate() {
-                let Some(v) = row.get(3 * i..3 * i + 3) else { continue };
+                let v = &row[3 * i..3 * i + 3];
                 if v[0] < 0.0 {
                     continue;
                 }
-                out.push(WireBytes {
+                wire.push(WireBytes {
                     host: topo.hostnames[rank].clone(),
                     iface: iface.clone(),
                     rx_bytes: v[0] as u64,
@@ -244,7 +219,18 @@ impl WireProbe {
                 });
             }
         }
-        out
+        let tcp = TcpActivity::from_readings(rows().filter(|(_, row)| row[3 * n] >= 0.0).map(|(rank, row)| {
+            let v = &row[3 * n..];
+            (
+                v[0] as u64,
+                topo.hostnames[rank].clone(),
+                TcpCounters {
+                    retrans_segs: v[1] as u64,
+                    timeouts: v[2] as u64,
+                },
+            )
+        }));
+        (wire, tcp)
     }
 }
 

@@ -247,6 +247,11 @@ def scalar(v):
     return json.dumps(v)  # a JSON string is a YAML double-quoted scalar
 
 
+def block_body(x, pad):
+    """The lines of a multi-line string under its `|` header, two spaces deeper than `pad`."""
+    return [(pad + "  " + ln).rstrip() for ln in x.rstrip("\n").split("\n")]
+
+
 def emit(v, indent=0):
     """Block-style YAML: mappings and sequences nested, multi-line strings as literal blocks."""
     pad = " " * indent
@@ -261,7 +266,7 @@ def emit(v, indent=0):
                 lines += emit(x, indent + 2)
             elif isinstance(x, str) and "\n" in x:
                 lines.append(f"{pad}{key}: {block_header(x)}")
-                lines += [(pad + "  " + ln).rstrip() for ln in x.rstrip("\n").split("\n")]
+                lines += block_body(x, pad)
             else:
                 lines.append(f"{pad}{key}: {'{}' if x == {} else '[]' if x == [] else scalar(x)}")
     else:
@@ -270,7 +275,7 @@ def emit(v, indent=0):
             if sub is None:
                 if isinstance(x, str) and "\n" in x:
                     lines.append(f"{pad}- {block_header(x)}")
-                    lines += [(pad + "  " + ln).rstrip() for ln in x.rstrip("\n").split("\n")]
+                    lines += block_body(x, pad)
                 else:
                     lines.append(f"{pad}- {scalar(x)}")
             else:

@@ -151,13 +151,9 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
     let mut lines = String::new();
     info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
-    for slow in &info.slow_nics {
-        let f = slow.finding();
-        lines.push_str(&crate::placement::dry_run::finding_line(&f));
-        lines.push('\n');
-        info.placement.findings.push(f);
-    }
-    if let Some(f) = crate::incast::finding(results) {
+    let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);
+    let measured: Vec<_> = slow.chain(crate::incast::finding(results)).collect();
+    for f in measured {
         lines.push_str(&crate::placement::dry_run::finding_line(&f));
         lines.push('\n');
         info.placement.findings.push(f);

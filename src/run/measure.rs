@@ -154,8 +154,7 @@ fn reduce(
     mpi.sum_u64(&mut sums);
     let delivered = Delivered::from_array(sums);
     let wire_before = s.wire_before.expect("at least one timed iteration");
-    let wire = probe.exchange(mpi, topo, &wire_before, &wire_after);
-    let tcp = probe.exchange_tcp(mpi, topo, &wire_before, &wire_after);
+    let (wire, tcp) = probe.exchange(mpi, topo, &wire_before, &wire_after);
     let mut flow_sums = vec![0.0; plan.flows.len()];
     for totals in engine.totals().map_err(Fatal::Here)? {
         for (flow, sum) in totals.flow_time_sum {
