@@ -192,6 +192,31 @@ fn number(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64, warns:
     }
 }
 
+/// An integer knob within `range` (absent: `default`; outside it or not a number: `default`, with
+/// a warning naming the range).
+fn ranged(
+    get: &impl Fn(&str) -> Option<String>,
+    key: &str,
+    range: std::ops::RangeInclusive<usize>,
+    default: usize,
+    warns: &mut Vec<String>,
+) -> usize {
+    match get(key) {
+        None => default,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if range.contains(&n) => n,
+            _ => {
+                warns.push(format!(
+                    "{key}={v} is invalid ({}..={}), using {default}",
+                    range.start(),
+                    range.end()
+                ));
+                default
+            }
+        },
+    }
+}
+
 impl Config {
     /// Reads the process environment. Returns the config and the WARN lines to log.
     pub fn from_env() -> (Self, Vec<String>) {
@@ -323,40 +348,36 @@ impl Config {
                 )),
             }
         }
-        if let Some(v) = get("TCPXEMU_SHARED_THREADS") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=64).contains(&n) => cfg.shared_threads = n,
-                _ => warns.push(format!(
-                    "TCPXEMU_SHARED_THREADS={v} is invalid (1..=64), using {DEFAULT_SHARED_THREADS}"
-                )),
-            }
-        }
-        if let Some(v) = get("TCPXEMU_THREAD_SOCKETS") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if n <= 1_000_000 => cfg.thread_sockets = n,
-                _ => warns.push(format!(
-                    "TCPXEMU_THREAD_SOCKETS={v} is invalid (0..=1000000), using {DEFAULT_THREAD_SOCKETS}"
-                )),
-            }
-        }
+        cfg.shared_threads = ranged(
+            &get,
+            "TCPXEMU_SHARED_THREADS",
+            1..=64,
+            DEFAULT_SHARED_THREADS,
+            &mut warns,
+        );
+        cfg.thread_sockets = ranged(
+            &get,
+            "TCPXEMU_THREAD_SOCKETS",
+            0..=1_000_000,
+            DEFAULT_THREAD_SOCKETS,
+            &mut warns,
+        );
 
-        if let Some(v) = get("TCPXEMU_UNPACK_MAX_RUN") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (1..=1024).contains(&n) => cfg.unpack_max_run = n,
-                _ => warns.push(format!(
-                    "TCPXEMU_UNPACK_MAX_RUN={v} is invalid (1..=1024), using {DEFAULT_UNPACK_MAX_RUN}"
-                )),
-            }
-        }
+        cfg.unpack_max_run = ranged(
+            &get,
+            "TCPXEMU_UNPACK_MAX_RUN",
+            1..=1024,
+            DEFAULT_UNPACK_MAX_RUN,
+            &mut warns,
+        );
 
-        if let Some(v) = get("TCPXEMU_BOUNCE_POOL_MB") {
-            match v.trim().parse::<usize>() {
-                Ok(n) if (64..=4095).contains(&n) => cfg.bounce_pool_mb = n,
-                _ => warns.push(format!(
-                    "TCPXEMU_BOUNCE_POOL_MB={v} is invalid (64..=4095), using {DEFAULT_BOUNCE_POOL_MB}"
-                )),
-            }
-        }
+        cfg.bounce_pool_mb = ranged(
+            &get,
+            "TCPXEMU_BOUNCE_POOL_MB",
+            64..=4095,
+            DEFAULT_BOUNCE_POOL_MB,
+            &mut warns,
+        );
 
         if let Some(v) = get("TCPXEMU_UNPACK_SEED").filter(|v| !v.trim().is_empty()) {
             match v.trim().parse::<u64>() {
