@@ -136,7 +136,11 @@ impl PluginModel {
             data_sockets: data_sockets(env)?,
             socket_threads: number("NCCL_SOCKET_NTHREADS", 1) as usize,
             emu_threads,
-            emu_shared_threads: number("TCPXEMU_SHARED_THREADS", EMU_SHARED_THREADS as u64).min(64) as usize,
+            // Outside 1..=64 tcpx-emu warns and uses its default, as here.
+            emu_shared_threads: env("TCPXEMU_SHARED_THREADS")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|n| (1..=64).contains(n))
+                .unwrap_or(EMU_SHARED_THREADS),
             // 0 is valid here: every comm shared under auto.
             emu_thread_sockets: env("TCPXEMU_THREAD_SOCKETS")
                 .and_then(|v| v.trim().parse::<usize>().ok())

@@ -15,6 +15,15 @@ fn named(name: &str, vars: &[(&str, &str)]) -> PluginModel {
     PluginModel::from_env(name, &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap()
 }
 
+/// tcpx-emu reads `TCPXEMU_SHARED_THREADS` outside 1..=64 as its default (4), not clamped: the
+/// model must predict the threads the plugin really starts.
+#[test]
+fn shared_threads_out_of_range_is_the_plugins_default() {
+    assert_eq!(emu(&[("TCPXEMU_SHARED_THREADS", "100")]).emu_shared_threads, 4);
+    assert_eq!(emu(&[("TCPXEMU_SHARED_THREADS", "0")]).emu_shared_threads, 4);
+    assert_eq!(emu(&[("TCPXEMU_SHARED_THREADS", "64")]).emu_shared_threads, 64);
+}
+
 /// `nodes` x `per_node` ranks of one endpoint each, NIC = GPU * nics / per_node.
 struct Fixture {
     topo: Topology,
