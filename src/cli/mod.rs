@@ -185,6 +185,14 @@ pub struct Cli {
     #[arg(long = "max-peers", default_value = "auto", value_parser = values::parse_max_peers)]
     pub max_peers: MaxPeers,
 
+    /// Which comms are open while data moves
+    ///
+    /// all: every comm of the job is connected before the first byte and held to the end (NCCL's
+    /// alltoall footprint); rounds: only the comms of the --max-peers round in flight, connected
+    /// before the round's warm-up and closed after it (a size's time is the sum of its rounds').
+    #[arg(long, value_enum, default_value_t = ConnectMode::All)]
+    pub connect: ConnectMode,
+
     /// Size of one send/recv request (binary K/M/G suffixes)
     #[arg(long, default_value = "512K", value_parser = parse_size)]
     pub chunk: u64,

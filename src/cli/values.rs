@@ -29,6 +29,18 @@ pub enum Scope {
     Auto,
 }
 
+/// `--connect`: which comms are open while data moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectMode {
+    /// Every comm of the job before the first byte, held to the end (the footprint of NCCL's
+    /// alltoall, which connects every peer).
+    All,
+    /// Only the comms of the `--max-peers` round in flight: a size's iterations run round by
+    /// round, each round's comms connected before its untimed warm-up and closed after it.
+    Rounds,
+}
+
 /// `--max-peers`: how many peers an endpoint serves at once (fullmesh).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaxPeers {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nccl_net::LogLevel;
 
 use crate::baseline::BaselineSettings;
-use crate::cli::{Cli, IterTime, Mem, PluginLog, Scope as ScopeFlag};
+use crate::cli::{Cli, ConnectMode, IterTime, Mem, PluginLog, Scope as ScopeFlag};
 use crate::engine::backoff::PollMode;
 use crate::export;
 use crate::placement::PlacementSettings;
@@ -71,6 +71,9 @@ pub(crate) struct TransportSettings {
     pub max_reg: Option<u64>,
     pub setup_threads: Option<usize>,
     pub poll: PollMode,
+    /// `--connect`: every comm up front, or only the round in flight.
+    #[allow(dead_code)] // read by the round-scoped engine as it lands
+    pub connect: ConnectMode,
 }
 
 /// Where results go and what rank 0 shows while it runs.
@@ -210,6 +213,7 @@ impl Settings {
                 max_reg: cli.max_reg,
                 setup_threads: cli.setup_threads,
                 poll: cli.poll,
+                connect: cli.connect,
             },
             placement: PlacementSettings {
                 channels: cli.channels,
