@@ -19,6 +19,16 @@ fn main() {
         let suffix = if dirty { "-dirty" } else { "" };
         println!("cargo:rustc-env=TCPX_PERF_GIT_COMMIT={commit}{suffix}");
     }
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // Where HEAD and the index live: `.git/` in a clone, `.git/worktrees/NAME/` in a worktree
+    // (whose `.git` is a file: watching `.git/index` there re-ran this script on every build).
+    for file in ["HEAD", "index"] {
+        let path = Command::new("git")
+            .args(["rev-parse", "--git-path", file])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map_or_else(|| format!(".git/{file}"), |s| s.trim().to_string());
+        println!("cargo:rerun-if-changed={path}");
+    }
 }
