@@ -11,7 +11,8 @@ fn main() {
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
     let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
+        // --no-optional-locks: status would otherwise rewrite the index it is watched by.
+        .args(["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"])
         .output()
         .ok()
         .is_some_and(|o| !o.stdout.is_empty());
