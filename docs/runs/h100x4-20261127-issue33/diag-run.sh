@@ -21,10 +21,27 @@ snap() { # $1 = tag
 bash launch/cluster.sh down >/dev/null 2>&1
 bash launch/cluster.sh up --nodes "$nodes" --nics "$nics" --rate "$rate" >"$out/up.log" 2>&1 || { echo "rig up failed"; tail -3 "$out/up.log"; exit 1; }
 snap before
+# Peak threads and open files of every tcpx-perf process, every 0.2 s, until the run ends.
+rm -f "$out/stop"
+( while [ ! -e "$out/stop" ]; do
+    for pid in $(pgrep -x tcpx-perf); do
+      echo "$pid $(ls "/proc/$pid/task" 2>/dev/null | wc -l) $(ls "/proc/$pid/fd" 2>/dev/null | wc -l)"
+    done
+    sleep 0.2
+  done >"$out/peaks.raw" ) &
+sampler=$!
+# Cores busy over the run (/proc/stat: all but idle and iowait).
+read -r _ u1 n1 s1 i1 w1 q1 sq1 st1 _ </proc/stat
 start=$(date +%s.%N)
 timeout -k 10 400 bash launch/cluster.sh run -np $((nodes * ranks)) -- "$@" --out "$out/run" >"$out/log" 2>&1
 rc=$?
 end=$(date +%s.%N)
+read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ </proc/stat
+touch "$out/stop"; wait "$sampler"
+busy=$(( (u2 + n2 + s2 + q2 + sq2 + st2) - (u1 + n1 + s1 + q1 + sq1 + st1) )) idle=$(( (i2 + w2) - (i1 + w1) ))
+echo "busy $busy idle $idle" >"$out/cpu.txt"
+awk '{ if ($2 > t) t = $2; if ($3 > f) f = $3 } END { printf "peak %d threads, %d fds per process\n", t, f }' "$out/peaks.raw" >>"$out/cpu.txt"
+rm -f "$out/peaks.raw" "$out/stop"
 snap after
 {
   for n in $(seq 0 $((nodes - 1))); do
@@ -65,6 +82,11 @@ except Exception: s = {}
 setup = ((s.get("placement") or {}).get("setup") or {})
 print(f"exit {rc} in {end-start:.1f} s; status {s.get('status')}; setup {setup.get('seconds')} s; error: {str(s.get('error'))[:300]}")
 print("  " + ", ".join(f"{k.split(':')[1]} {tot[k]}" for k in keys if tot[k]))
+cpu = open(f"{out}/cpu.txt").read().split("\n")
+b, i = (int(x) for x in cpu[0].split()[1::2])
+print(f"  cores busy {b / (b + i) * __import__('os').cpu_count():.1f} of {__import__('os').cpu_count()}; {cpu[1]}")
+first = setup.get("first_timed_s")
+if first is not None: print(f"  first timed byte {first} s after launch")
 print(f"  softnet processed {sa[0]-sb[0]}, dropped {sa[1]-sb[1]}, time_squeeze {sa[2]-sb[2]}")
 json.dump({"total": tot, "per_node": per}, open(f"{out}/netstat-delta.json", "w"), indent=1)
 PY

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 33, first call on the 4 x H100 host: main as it was at 9615305 (binaries in .devcarry/base),
-# Debian 12's iproute2 in .devcarry/iproute2. RUNS: "name:NODESxRANKSxNICS:RATE:extra args" each.
+# Issue 33 on the 4 x H100 host: BIN= a build's stripped binaries (.devcarry/base: main at 9615305),
+# Debian 12's iproute2 in .devcarry/iproute2. RUNS: "name:NODESxRANKSxNICS:RATE:extra,args" each;
+# every run is packed into $OUT/NAME.tgz as soon as it ends (the device tool returns few files).
 set -u
 cd "$(dirname "$0")/../../.." || exit 1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/out}; WORK=${WORK:-/tmp/work}; mkdir -p "$OUT" "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 CLUSTER_RIG=${CLUSTER_RIG:-1}
 BIN=${BIN:-$PWD/.devcarry/base}
 ipr=$PWD/.devcarry/iproute2 wrap=/tmp/iprbin
@@ -26,7 +27,9 @@ for spec in ${RUNS:?}; do
   IFS=x read -r nodes ranks nics <<<"$shape"
   echo "== $name ($shape at $rate, ${extra//,/ })"
   # shellcheck disable=SC2086
-  bash docs/runs/h100x4-20261127-issue33/diag-run.sh "$OUT/$name" "$nodes" "$ranks" "$nics" "$rate" -- \
+  bash docs/runs/h100x4-20261127-issue33/diag-run.sh "$WORK/$name" "$nodes" "$ranks" "$nics" "$rate" -- \
     --pattern fullmesh -b 1M -e 8M -n 10 -w 2 -T 120 --mem host ${extra//,/ }
+  find "$WORK/$name" \( -name 'rank_samples.csv' -o -name 'samples.csv' -o -name '*.svg' \) -delete
+  tar czf "$OUT/$name.tgz" -C "$WORK" "$name"
+  cp "$OUT/summary.txt" "$WORK/" 2>/dev/null
 done 2>&1 | tee "$OUT/summary.txt"
-find "$OUT" \( -name 'rank_samples.csv' -o -name 'samples.csv' -o -name '*.svg' \) -delete
