@@ -123,6 +123,20 @@ record_link() { record link "$1" "$(link_id "$1")"; }
 # leaves an object `down` still knows.
 about_to_make() { echo "making $1 $2" >>"$state"; }
 
+# make_recorded KIND NAME COMMAND...: runs COMMAND (which makes NAME) between its "making" line and its
+# "made" line; where COMMAND fails the "making" line goes (NAME may be someone else's, taken
+# since `up` checked it was free) and `up` fails, removing what it made.
+make_recorded() {
+  local kind=$1 name=$2
+  shift 2
+  about_to_make "$kind" "$name"
+  if ! "$@"; then
+    sed -i "/^making $kind $name\$/d" "$state"
+    die "up: could not make $kind $name"
+  fi
+  if [ "$kind" = netns ]; then record_netns "$name"; else record_link "$name"; fi
+}
+
 # What remove_made removed, by kind, for `down`'s line.
 REMOVED_NETNS=0 REMOVED_LINKS=0 REMOVED_QDISCS=0 RESTORED_SYSCTLS=0 UNFINISHED=()
 
@@ -372,35 +386,25 @@ cmd_up() {
   # Any failure from here on (set -e, die) removes what was made, and only that.
   trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
   raise_neigh_limits "$nodes" "$nics"
-  about_to_make link "$mgmt_bridge"
-  "$IP" link add "$mgmt_bridge" type bridge
-  record_link "$mgmt_bridge"
+  make_recorded link "$mgmt_bridge" "$IP" link add "$mgmt_bridge" type bridge
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"
   "$IP" link set "$mgmt_bridge" up
   for r in $(seq 1 "$nics"); do
-    about_to_make link "$(rail_bridge "$r")"
-    "$IP" link add "$(rail_bridge "$r")" mtu "$mtu" type bridge
-    record_link "$(rail_bridge "$r")"
+    make_recorded link "$(rail_bridge "$r")" "$IP" link add "$(rail_bridge "$r")" mtu "$mtu" type bridge
     "$IP" link set "$(rail_bridge "$r")" up
   done
   for n in $(seq 0 $((nodes - 1))); do
     local ns
     ns=$(ns_of "$n")
-    about_to_make netns "$ns"
-    "$IP" netns add "$ns"
-    record_netns "$ns"
+    make_recorded netns "$ns" "$IP" netns add "$ns"
     "$IP" -n "$ns" link set lo up
-    about_to_make link "${tag}n${n}e0"
-    "$IP" link add "${tag}n${n}e0" type veth peer name eth0 netns "$ns"
-    record_link "${tag}n${n}e0"
+    make_recorded link "${tag}n${n}e0" "$IP" link add "${tag}n${n}e0" type veth peer name eth0 netns "$ns"
     "$IP" link set "${tag}n${n}e0" master "$mgmt_bridge" up
     "$IP" -n "$ns" addr add "$mgmt_net.$((n + 1))/24" dev eth0
     "$IP" -n "$ns" link set eth0 up
     for r in $(seq 1 "$nics"); do
       local host_end="${tag}n${n}e$r"
-      about_to_make link "$host_end"
-      "$IP" link add "$host_end" mtu "$mtu" type veth peer name "eth$r" netns "$ns" mtu "$mtu"
-      record_link "$host_end"
+      make_recorded link "$host_end" "$IP" link add "$host_end" mtu "$mtu" type veth peer name "eth$r" netns "$ns" mtu "$mtu"
       "$IP" link set "$host_end" master "$(rail_bridge "$r")" up
       "$IP" -n "$ns" addr add "$(rail_net "$r").$((n + 1))/24" dev "eth$r"
       "$IP" -n "$ns" link set "eth$r" up

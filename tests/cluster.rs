@@ -861,6 +861,45 @@ fn down_after_a_killed_up_leaves_nothing_of_the_rig() {
     let _ = std::fs::remove_dir_all(ip.parent().unwrap());
 }
 
+/// A name taken by someone else after `up` checked it (here by an `ip` that makes a bridge
+/// `cx3r2` of its own just before `up` makes it): `up` fails, removes what it made, and leaves
+/// that bridge alone, although it had written that it was about to make it.
+#[test]
+fn a_name_taken_while_up_runs_is_left_alone() {
+    let Some(_alone) = rigs_possible(3) else {
+        return;
+    };
+    let state_dir = scratch("taken-meanwhile");
+    let dir = scratch("taken-meanwhile-ip");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("ip");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in 'link add cx3r2 '*) ip link add cx3r2 type bridge ;; esac\nexec ip \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let foreign = Foreign(vec![("link", "cx3r2".to_string())]);
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(["up", "--nodes", "2", "--nics", "2"])
+        .env("CLUSTER_RIG", "3")
+        .env("CLUSTER_STATE_DIR", &state_dir)
+        .env("IP", &fake);
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh up");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("could not make link cx3r2"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(foreign.still_there(), ["cx3r2"], "{}", show(&o));
+    assert!(!exists("link", "cx3m") && !exists("link", "cx3r1"), "{}", show(&o));
+    drop(foreign);
+    assert_eq!(leftovers(3, &state_dir), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A rate tc cannot take (`0mbit`, a rate past tbf's 32-bit queue, a number past 64 bits) is
 /// refused in one line in the rig's words, exit 1, the shaping as it was; `up --rate 0mbit` too,
 /// making nothing.
@@ -890,11 +929,12 @@ fn a_rate_tc_cannot_take_is_one_line_in_the_rigs_words() {
     }
     rig.ok("shape node1 eth1 1000gbit");
     rig.ok("shape node1 eth1 1kbit");
+    let zero_state = scratch("zero-rate");
     let o = Command::new("bash")
         .arg(SCRIPT)
         .args(["up", "--nodes", "1", "--nics", "1", "--rate", "0mbit"])
         .env("CLUSTER_RIG", "3")
-        .env("CLUSTER_STATE_DIR", scratch("zero-rate"))
+        .env("CLUSTER_STATE_DIR", &zero_state)
         .output()
         .expect("cluster.sh up");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -904,7 +944,7 @@ fn a_rate_tc_cannot_take_is_one_line_in_the_rigs_words() {
         err.contains("--rate 0mbit: give a rate from 1kbit to 1000gbit"),
         "{err}"
     );
-    assert!(!exists("netns", "r3-node0"), "made nothing");
+    assert!(!zero_state.exists() && !exists("netns", "r3-node0"), "made nothing");
 }
 
 /// The rig's scripts pass shellcheck (installed by launch/setup.sh; skipped where absent).
