@@ -12,10 +12,12 @@
 #   launch/cluster.sh down                        removes what the rig made, nothing else (idempotent)
 #
 # The rig owns only what it made: `up` refuses, naming it, any name it needs that is taken (a
-# hand-made namespace node0, a link cx0r1) before it creates anything, and records each
-# namespace (with its inode), link (with its ifindex) and qdisc in the state file as it makes
-# it; `down` (and a failed `up`) removes exactly those, still the same objects, and leaves
-# anything else that merely looks like the rig's alone, naming it. Every command checks all its
+# hand-made namespace node0, a link cx0r1) before it creates anything, records in the state file
+# each namespace and link it is about to make before making it, then the made object (with its
+# inode or ifindex) and each qdisc; `down` (and a failed `up`) removes exactly those, still the
+# same objects, plus an object an interrupted `up` was making (its name was free when `up`
+# began: kill -9 between `ip link add` and the record leaves nothing unrecorded), says what it
+# removed, and leaves anything else that merely looks like the rig's alone, naming it. Every command checks all its
 # arguments before it changes anything, so a rejected one changes nothing. `down` removes the
 # state directory too when `up` made it and no other rig's state is in it.
 #
@@ -59,9 +61,11 @@ esac
 
 # The rig's shape and what it made, from its state file (load_state): MADE holds lines
 # "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", "sysctl KEY OLD:NEW", in the
-# order they were made.
+# order they were made; MAKING the "netns NAME" and "link NAME" that `up` was about to make (a
+# "making" line is written before the object, its "made" line after it).
 NODES=0 NICS=0 RATE=off MTU=1500
 MADE=()
+MAKING=()
 # Where iproute2 keeps named namespaces (its NETNS_RUN_DIR).
 NETNS_DIR=/run/netns
 
@@ -93,7 +97,7 @@ load_state() {
 # The state file, parsed (never sourced: it is data).
 read_state() {
   local line
-  MADE=()
+  MADE=() MAKING=()
   while IFS= read -r line; do
     case $line in
       NODES=*) NODES=${line#NODES=} ;;
@@ -101,6 +105,7 @@ read_state() {
       RATE=*) RATE=${line#RATE=} ;;
       MTU=*) MTU=${line#MTU=} ;;
       "made "*) MADE+=("${line#made }") ;;
+      "making "*) MAKING+=("${line#making }") ;;
     esac
   done <"$state"
 }
@@ -114,30 +119,101 @@ link_id() { cat "/sys/class/net/$1/ifindex" 2>/dev/null || true; }
 record() { echo "made $*" >>"$state"; }
 record_netns() { record netns "$1" "$(netns_id "$1")"; }
 record_link() { record link "$1" "$(link_id "$1")"; }
+# Appends "making KIND NAME" right before making it: a kill between the making and its record
+# leaves an object `down` still knows.
+about_to_make() { echo "making $1 $2" >>"$state"; }
+
+# make_recorded KIND NAME COMMAND...: runs COMMAND (which makes NAME) between its "making" line and its
+# "made" line; where COMMAND fails the "making" line goes (NAME may be someone else's, taken
+# since `up` checked it was free) and `up` fails, removing what it made.
+make_recorded() {
+  local kind=$1 name=$2
+  shift 2
+  about_to_make "$kind" "$name"
+  if ! "$@"; then
+    sed -i "/^making $kind $name\$/d" "$state"
+    die "up: could not make $kind $name"
+  fi
+  if [ "$kind" = netns ]; then record_netns "$name"; else record_link "$name"; fi
+}
+
+# What remove_made removed, by kind, for `down`'s line.
+REMOVED_NETNS=0 REMOVED_LINKS=0 REMOVED_QDISCS=0 RESTORED_SYSCTLS=0 UNFINISHED=()
 
 # Removes what the state file records, newest first, each only while it is still the object the
-# rig made (same inode / ifindex); qdiscs only inside a namespace that is still the rig's.
+# rig made (same inode / ifindex); qdiscs only inside a namespace that is still the rig's. Then
+# what an interrupted `up` was making and never recorded as made (remove_unfinished).
 remove_made() {
   local i kind name id dev
+  remove_unfinished
   for ((i = ${#MADE[@]} - 1; i >= 0; i--)); do
     read -r kind name id <<<"${MADE[i]}"
     case $kind in
       qdisc)
         dev=$id
-        if ns_is_ours "$name"; then "$TC" -n "$name" qdisc del dev "$dev" root 2>/dev/null || true; fi
+        if ns_is_ours "$name" && "$TC" -n "$name" qdisc del dev "$dev" root 2>/dev/null; then
+          REMOVED_QDISCS=$((REMOVED_QDISCS + 1))
+        fi
         ;;
       netns)
-        if [ -n "$id" ] && [ "$(netns_id "$name")" = "$id" ]; then "$IP" netns del "$name" || true; fi
+        if [ -n "$id" ] && [ "$(netns_id "$name")" = "$id" ] && "$IP" netns del "$name"; then
+          REMOVED_NETNS=$((REMOVED_NETNS + 1))
+        fi
         ;;
       link)
-        if [ -n "$id" ] && [ "$(link_id "$name")" = "$id" ]; then "$IP" link del "$name" 2>/dev/null || true; fi
+        # A veth's host end is gone with its namespace's end: count it only where it was removed.
+        if [ -n "$id" ] && [ "$(link_id "$name")" = "$id" ] && "$IP" link del "$name" 2>/dev/null; then
+          REMOVED_LINKS=$((REMOVED_LINKS + 1))
+        fi
         ;;
       sysctl)
         # id is "OLD:NEW": put OLD back only while the value is still the one the rig set.
-        if [ "$(cat "/proc/sys/$name" 2>/dev/null)" = "${id#*:}" ]; then echo "${id%%:*}" >"/proc/sys/$name" 2>/dev/null || true; fi
+        if [ "$(cat "/proc/sys/$name" 2>/dev/null)" = "${id#*:}" ] && echo "${id%%:*}" >"/proc/sys/$name" 2>/dev/null; then
+          RESTORED_SYSCTLS=$((RESTORED_SYSCTLS + 1))
+        fi
         ;;
     esac
   done
+}
+
+# The namespaces and links `up` was making when it stopped (a "making" line without its "made"
+# line) that exist: their names were free when that `up` began, so they are its own.
+remove_unfinished() {
+  local line kind name
+  for line in "${MAKING[@]}"; do
+    read -r kind name <<<"$line"
+    made_record "$kind" "$name" && continue
+    case $kind in
+      netns)
+        if [ -z "$(netns_id "$name")" ] || ! "$IP" netns del "$name" 2>/dev/null; then continue; fi
+        REMOVED_NETNS=$((REMOVED_NETNS + 1))
+        ;;
+      link)
+        if [ -z "$(link_id "$name")" ] || ! "$IP" link del "$name" 2>/dev/null; then continue; fi
+        REMOVED_LINKS=$((REMOVED_LINKS + 1))
+        ;;
+      *) continue ;;
+    esac
+    UNFINISHED+=("$name")
+  done
+}
+
+# "does the state record $1 $2 as made"
+made_record() {
+  local line kind name id
+  for line in "${MADE[@]}"; do
+    read -r kind name id <<<"$line"
+    [ "$kind" = "$1" ] && [ "$name" = "$2" ] && return 0
+  done
+  return 1
+}
+
+# What `down` removed, in one phrase.
+removed_phrase() {
+  local what="removed $REMOVED_NETNS namespace(s), $REMOVED_LINKS link(s), $REMOVED_QDISCS qdisc(s)"
+  [ "$RESTORED_SYSCTLS" -eq 0 ] || what+=", restored $RESTORED_SYSCTLS sysctl(s)"
+  [ ${#UNFINISHED[@]} -eq 0 ] || what+=" (of them ${UNFINISHED[*]} made by an up that was interrupted)"
+  echo "$what"
 }
 
 # "is $1 a namespace the state records as made by this rig, still the same one"
@@ -159,6 +235,7 @@ rig_named() {
     else
       [[ $ns =~ ^r$RIG-node[0-9]+$ ]] && echo "$ns"
     fi
+    [[ $ns =~ ^${tag}probe[0-9]+$ ]] && echo "$ns"
   done
   for l in $("$IP" -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
     [[ $l =~ ^${tag}(m|probe[0-9]*|r[0-9]+|n[0-9]+e[0-9]+)$ ]] && echo "$l"
@@ -211,19 +288,30 @@ shape_nic() {
   local burst=$((bps / 8 / 250)) limit=$((bps / 8 / 50))
   [ "$burst" -ge 131072 ] || burst=131072
   [ "$limit" -ge 262144 ] || limit=262144
-  "$TC" -n "$ns" qdisc replace dev "$dev" root tbf rate "$bps"bit burst "$burst" limit "$limit" \
-    || die "tc refused tbf on $ns $dev (rate $rate); its shaping is left as it was"
+  # tc's own words stay out: its usage text is no answer to `shape node1 eth2 RATE`.
+  "$TC" -n "$ns" qdisc replace dev "$dev" root tbf rate "$bps"bit burst "$burst" limit "$limit" 2>/dev/null \
+    || die "tc refused a ${rate} limit on $ns $dev; its shaping is left as it was"
   grep -qx "made qdisc $ns $dev" "$state" || record qdisc "$ns" "$dev"
 }
 
-# "is $1 a rate shape_nic takes" (off, or tc's decimal units)
-valid_rate() { [ "$1" = off ] || rate_bits "$1" >/dev/null; }
+# Rates shape_nic takes, bits per second: from 1kbit (tc refuses less than a byte a second) to
+# 1000gbit (the queue, 20 ms at the rate, must fit tbf's 32-bit byte limit: 2.5 GB here).
+MIN_RATE_BITS=1000 MAX_RATE_BITS=1000000000000
+RATE_RANGE="1kbit to 1000gbit"
 
-# "400mbit" -> 400000000 (tc's units: bit, kbit, mbit, gbit; decimal).
+# "is $1 a rate shape_nic takes" (off, or tc's decimal units within the range above)
+valid_rate() {
+  [ "$1" = off ] && return 0
+  local bps
+  bps=$(rate_bits "$1") && [ "$bps" -ge "$MIN_RATE_BITS" ] && [ "$bps" -le "$MAX_RATE_BITS" ]
+}
+
+# "400mbit" -> 400000000 (tc's units: bit, kbit, mbit, gbit; decimal). Refuses numbers of more
+# than 13 digits, whose bits would overflow the shell's 64-bit arithmetic.
 rate_bits() {
   local r=${1,,}
-  [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || return 1
-  local n=${BASH_REMATCH[1]}
+  [[ $r =~ ^0*([0-9]{1,13})(bit|kbit|mbit|gbit)$ ]] || return 1
+  local n=$((10#${BASH_REMATCH[1]}))
   case ${BASH_REMATCH[2]} in
     bit) echo "$n" ;;
     kbit) echo $((n * 1000)) ;;
@@ -245,8 +333,9 @@ raise_neigh_limits() {
     key=net/ipv4/neigh/default/${key#*:}
     old=$(cat "/proc/sys/$key" 2>/dev/null) || continue
     if [ "$old" -lt "$want" ]; then
-      echo "$want" >"/proc/sys/$key" || die "up: $need ARP entries needed; cannot raise /proc/sys/$key from $old to $want"
+      # Recorded first: `down` puts OLD back only while the value is still WANT.
       record sysctl "$key" "$old:$want"
+      echo "$want" >"/proc/sys/$key" || die "up: $need ARP entries needed; cannot raise /proc/sys/$key from $old to $want"
     fi
   done
 }
@@ -265,7 +354,7 @@ cmd_up() {
   in_range "$nodes" 1 64 || die "--nodes $nodes: give 1 to 64"
   in_range "$nics" 1 15 || die "--nics $nics: give 1 to 15"
   in_range "$mtu" 576 65000 || die "--mtu $mtu: give 576 to 65000"
-  valid_rate "$rate" || die "--rate $rate: give e.g. 400mbit or 1gbit"
+  valid_rate "$rate" || die "--rate $rate: give a rate from $RATE_RANGE (e.g. 400mbit, 2gbit) or off"
   need_tools
   [ -f "$state" ] && die "rig $RIG is already up ($state): launch/cluster.sh down first, or CLUSTER_RIG=another id"
   # Every name the rig needs must be free: what is there already is someone else's.
@@ -278,44 +367,44 @@ cmd_up() {
     [ -z "$(link_id "$l")" ] || taken+=("link $l")
   done
   [ ${#taken[@]} -eq 0 ] || die "up: rig $RIG needs names that are taken, left alone: ${taken[*]}; remove them if they are yours, or CLUSTER_RIG=another id"
-  local probe="${tag}probe$$"
-  "$IP" netns add "$probe" 2>/dev/null || cannot "namespaces refused ('$IP netns add' failed)"
-  "$IP" netns del "$probe"
   if [ ! -d "$STATE_DIR" ]; then
     mkdir -p "$STATE_DIR"
     : >"$made_dir_mark"
   fi
-  # Written first, then one line per object right after it is made: a crash half-way leaves a
-  # state that `down` cleans up from (at most the one object being made is left, and a later
-  # `up` names it).
+  # Written first, then a "making" line before each object and a "made" line after it: a crash
+  # (kill -9) anywhere leaves a state that `down` cleans up from completely.
   printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\n' "$nodes" "$nics" "$rate" "$mtu" >"$state"
+  local probe="${tag}probe$$"
+  about_to_make netns "$probe"
+  if ! "$IP" netns add "$probe" 2>/dev/null; then
+    read_state
+    remove_made
+    remove_state
+    cannot "namespaces refused ('$IP netns add' failed)"
+  fi
+  "$IP" netns del "$probe"
   # Any failure from here on (set -e, die) removes what was made, and only that.
   trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
   raise_neigh_limits "$nodes" "$nics"
-  "$IP" link add "$mgmt_bridge" type bridge
-  record_link "$mgmt_bridge"
+  make_recorded link "$mgmt_bridge" "$IP" link add "$mgmt_bridge" type bridge
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"
   "$IP" link set "$mgmt_bridge" up
   for r in $(seq 1 "$nics"); do
-    "$IP" link add "$(rail_bridge "$r")" mtu "$mtu" type bridge
-    record_link "$(rail_bridge "$r")"
+    make_recorded link "$(rail_bridge "$r")" "$IP" link add "$(rail_bridge "$r")" mtu "$mtu" type bridge
     "$IP" link set "$(rail_bridge "$r")" up
   done
   for n in $(seq 0 $((nodes - 1))); do
     local ns
     ns=$(ns_of "$n")
-    "$IP" netns add "$ns"
-    record_netns "$ns"
+    make_recorded netns "$ns" "$IP" netns add "$ns"
     "$IP" -n "$ns" link set lo up
-    "$IP" link add "${tag}n${n}e0" type veth peer name eth0 netns "$ns"
-    record_link "${tag}n${n}e0"
+    make_recorded link "${tag}n${n}e0" "$IP" link add "${tag}n${n}e0" type veth peer name eth0 netns "$ns"
     "$IP" link set "${tag}n${n}e0" master "$mgmt_bridge" up
     "$IP" -n "$ns" addr add "$mgmt_net.$((n + 1))/24" dev eth0
     "$IP" -n "$ns" link set eth0 up
     for r in $(seq 1 "$nics"); do
       local host_end="${tag}n${n}e$r"
-      "$IP" link add "$host_end" mtu "$mtu" type veth peer name "eth$r" netns "$ns" mtu "$mtu"
-      record_link "$host_end"
+      make_recorded link "$host_end" "$IP" link add "$host_end" mtu "$mtu" type veth peer name "eth$r" netns "$ns" mtu "$mtu"
       "$IP" link set "$host_end" master "$(rail_bridge "$r")" up
       "$IP" -n "$ns" addr add "$(rail_net "$r").$((n + 1))/24" dev "eth$r"
       "$IP" -n "$ns" link set "eth$r" up
@@ -332,20 +421,22 @@ cmd_down() {
   if [ -f "$state" ]; then
     read_state
     left=$(rig_named | tr '\n' ' ')
-    if [ ${#MADE[@]} -eq 0 ] && [ -n "$left" ]; then
+    if [ ${#MADE[@]} -eq 0 ] && [ ${#MAKING[@]} -eq 0 ] && [ -n "$left" ]; then
       die "down: $state records nothing rig $RIG made (an older cluster.sh wrote it); removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME), then the state file"
     fi
     remove_made
     remove_state
     left=$(rig_named | tr '\n' ' ')
     [ -z "$left" ] || echo "cluster.sh: left alone (rig $RIG did not make them): ${left% }" >&2
-    echo "cluster.sh: rig $RIG down"
+    echo "cluster.sh: rig $RIG down: $(removed_phrase)"
     return 0
   fi
   left=$(rig_named | tr '\n' ' ')
   if [ -n "$left" ]; then
     die "down: no state for rig $RIG ($state), so nothing records what it made; removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME)"
   fi
+  # An `up` killed before it wrote its state may have made the state directory.
+  remove_state
   echo "cluster.sh: rig $RIG down"
 }
 
@@ -356,7 +447,7 @@ cmd_shape() {
   local n r
   n=$(node_index "$1")
   r=$(nic_index "$2")
-  valid_rate "$3" || die "shape: rate '$3': give e.g. 400mbit, 1gbit, 100000kbit, or off; nothing changed"
+  valid_rate "$3" || die "shape: rate '$3': give a rate from $RATE_RANGE (e.g. 400mbit, 1gbit, 100000kbit) or off; nothing changed"
   shape_nic "$(ns_of "$n")" "eth$r" "$3"
   echo "cluster.sh: $1 $2 egress ${3}"
 }

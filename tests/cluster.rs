@@ -80,36 +80,41 @@ impl Rig {
 
     /// Namespaces, links and state files of this rig still on the host.
     fn leftovers(&self) -> Vec<String> {
-        let text = |prog: &str, args: &[&str]| {
-            let o = Command::new(prog).args(args).output().expect("run ip");
-            String::from_utf8_lossy(&o.stdout).into_owned()
-        };
-        let ns = format!("r{}-node", self.id);
-        let link = format!("cx{}", self.id);
-        let mut left: Vec<String> = text("ip", &["netns", "list"])
-            .lines()
-            .filter(|l| l.starts_with(&ns))
-            .map(|l| format!("netns {l}"))
-            .collect();
-        left.extend(
-            text("ip", &["-o", "link", "show"])
-                .lines()
-                .filter_map(|l| l.split(": ").nth(1))
-                .map(|n| n.split('@').next().unwrap_or(n))
-                .filter(|n| n.starts_with(&link) && n[link.len()..].starts_with(|c: char| !c.is_ascii_digit()))
-                .map(|n| format!("link {n}")),
-        );
-        left.extend(
-            text("tc", &["qdisc", "show"])
-                .lines()
-                .filter(|l| l.contains(&format!(" dev {link}")))
-                .map(|l| format!("qdisc {l}")),
-        );
-        if let Ok(dir) = std::fs::read_dir(&self.state_dir) {
-            left.extend(dir.flatten().map(|e| format!("state {}", e.path().display())));
-        }
-        left
+        leftovers(self.id, &self.state_dir)
     }
+}
+
+/// Namespaces, links, qdiscs and state files of rig `id` (state in `state_dir`) on the host.
+fn leftovers(id: u32, state_dir: &Path) -> Vec<String> {
+    let text = |prog: &str, args: &[&str]| {
+        let o = Command::new(prog).args(args).output().expect("run ip");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let ns = format!("r{id}-node");
+    let link = format!("cx{id}");
+    let mut left: Vec<String> = text("ip", &["netns", "list"])
+        .lines()
+        .filter(|l| l.starts_with(&ns) || l.starts_with(&format!("{link}probe")))
+        .map(|l| format!("netns {l}"))
+        .collect();
+    left.extend(
+        text("ip", &["-o", "link", "show"])
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n))
+            .filter(|n| n.starts_with(&link) && n[link.len()..].starts_with(|c: char| !c.is_ascii_digit()))
+            .map(|n| format!("link {n}")),
+    );
+    left.extend(
+        text("tc", &["qdisc", "show"])
+            .lines()
+            .filter(|l| l.contains(&format!(" dev {link}")))
+            .map(|l| format!("qdisc {l}")),
+    );
+    if let Ok(dir) = std::fs::read_dir(state_dir) {
+        left.extend(dir.flatten().map(|e| format!("state {}", e.path().display())));
+    }
+    left
 }
 
 impl Drop for Rig {
@@ -754,6 +759,192 @@ fn a_missing_tool_is_one_line_and_exit_77() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("cannot build the rig: needs"), "{err}");
     assert!(!state_dir.join("rig13.env").exists(), "no state left");
+}
+
+/// An `ip` that takes 0.3 s after each `link add` (a busy host), for killing `up` between
+/// making a link and writing it down.
+fn slow_ip(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("ip");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nip \"$@\"; rc=$?\ncase \"$*\" in 'link add '*) sleep 0.3 ;; esac\nexit $rc\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    fake
+}
+
+/// Whether a process of process group `pgid` still runs.
+fn group_alive(pgid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks; it sends nothing.
+    unsafe { libc::kill(-(pgid as i32), 0) == 0 }
+}
+
+/// `up` killed with SIGKILL at any moment, here between 0.15 and 1.95 s into it while `ip`
+/// takes its time after each link it makes: `down` removes every namespace, link and qdisc of
+/// the rig and its state, says what it removed, and a later `up` works. Before `up` wrote
+/// "making" lines, a kill after `ip link add` and before its record left the link (first the
+/// bridge cx1m) unrecorded: `down` said "rig 1 down" with it there and every later `up` refused.
+#[test]
+fn down_after_a_killed_up_leaves_nothing_of_the_rig() {
+    use std::os::unix::process::CommandExt;
+    let Some(_alone) = rigs_possible(1) else {
+        return;
+    };
+    let state_dir = scratch("killed-up");
+    let ip = slow_ip("killed-up-ip");
+    let cluster = |args: &[&str], ip: &Path| {
+        let mut c = Command::new("bash");
+        c.arg(SCRIPT)
+            .args(args)
+            .env("CLUSTER_RIG", "1")
+            .env("CLUSTER_STATE_DIR", &state_dir)
+            .env("IP", ip);
+        c
+    };
+    let mut unfinished_seen = false;
+    for delay_ms in [150, 450, 750, 1050, 1350, 1650, 1950] {
+        let mut child = cluster(&["up", "--nodes", "3", "--nics", "2", "--rate", "100mbit"], &ip)
+            .process_group(0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("cluster.sh up");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL, to bash only: the `ip` it started runs on, as it would.
+        let _ = child.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while group_alive(child.id()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "up's children still run after 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = output_within(
+            &mut cluster(&["down"], Path::new("ip")),
+            Duration::from_secs(60),
+            "cluster.sh down",
+        );
+        assert!(o.status.success(), "kill at {delay_ms} ms, down: {}", show(&o));
+        let said = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(said.starts_with("cluster.sh: rig 1 down"), "{said}");
+        unfinished_seen |= said.contains("made by an up that was interrupted");
+        let left = leftovers(1, &state_dir);
+        assert!(
+            left.is_empty(),
+            "kill at {delay_ms} ms left {left:?}; down said: {}",
+            show(&o)
+        );
+    }
+    assert!(unfinished_seen, "no kill landed between making a link and its record");
+    let o = output_within(
+        &mut cluster(&["up", "--nodes", "3", "--nics", "2"], Path::new("ip")),
+        Duration::from_secs(60),
+        "cluster.sh up",
+    );
+    assert!(o.status.success(), "up after the kills: {}", show(&o));
+    let o = output_within(
+        &mut cluster(&["down"], Path::new("ip")),
+        Duration::from_secs(60),
+        "cluster.sh down",
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        said.trim(),
+        "cluster.sh: rig 1 down: removed 3 namespace(s), 12 link(s), 0 qdisc(s)"
+    );
+    assert_eq!(leftovers(1, &state_dir), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(ip.parent().unwrap());
+}
+
+/// A name taken by someone else after `up` checked it (here by an `ip` that makes a bridge
+/// `cx3r2` of its own just before `up` makes it): `up` fails, removes what it made, and leaves
+/// that bridge alone, although it had written that it was about to make it.
+#[test]
+fn a_name_taken_while_up_runs_is_left_alone() {
+    let Some(_alone) = rigs_possible(3) else {
+        return;
+    };
+    let state_dir = scratch("taken-meanwhile");
+    let dir = scratch("taken-meanwhile-ip");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("ip");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\ncase \"$*\" in 'link add cx3r2 '*) ip link add cx3r2 type bridge ;; esac\nexec ip \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let foreign = Foreign(vec![("link", "cx3r2".to_string())]);
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(["up", "--nodes", "2", "--nics", "2"])
+        .env("CLUSTER_RIG", "3")
+        .env("CLUSTER_STATE_DIR", &state_dir)
+        .env("IP", &fake);
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh up");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("could not make link cx3r2"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(foreign.still_there(), ["cx3r2"], "{}", show(&o));
+    assert!(!exists("link", "cx3m") && !exists("link", "cx3r1"), "{}", show(&o));
+    drop(foreign);
+    assert_eq!(leftovers(3, &state_dir), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A rate tc cannot take (`0mbit`, a rate past tbf's 32-bit queue, a number past 64 bits) is
+/// refused in one line in the rig's words, exit 1, the shaping as it was; `up --rate 0mbit` too,
+/// making nothing.
+#[test]
+fn a_rate_tc_cannot_take_is_one_line_in_the_rigs_words() {
+    let Some(rig) = Rig::up(2, "--nodes 2 --nics 1") else {
+        return;
+    };
+    rig.ok("shape node1 eth1 100mbit");
+    for rate in ["0mbit", "0kbit", "999bit", "5000gbit", "99999999999999999999gbit"] {
+        let o = rig.cmd(&format!("shape node1 eth1 {rate}"));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{rate}: {}", show(&o));
+        assert_eq!(err.lines().count(), 1, "{rate}: {err}");
+        assert!(
+            err.starts_with("cluster.sh: shape: rate") && err.contains("1kbit to 1000gbit"),
+            "{rate}: {err}"
+        );
+        let qdisc = Command::new("tc")
+            .args(["-n", "r2-node1", "qdisc", "show", "dev", "eth1"])
+            .output()
+            .expect("tc");
+        assert!(
+            String::from_utf8_lossy(&qdisc.stdout).contains("rate 100Mbit"),
+            "{rate} changed it"
+        );
+    }
+    rig.ok("shape node1 eth1 1000gbit");
+    rig.ok("shape node1 eth1 1kbit");
+    let zero_state = scratch("zero-rate");
+    let o = Command::new("bash")
+        .arg(SCRIPT)
+        .args(["up", "--nodes", "1", "--nics", "1", "--rate", "0mbit"])
+        .env("CLUSTER_RIG", "3")
+        .env("CLUSTER_STATE_DIR", &zero_state)
+        .output()
+        .expect("cluster.sh up");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--rate 0mbit: give a rate from 1kbit to 1000gbit"),
+        "{err}"
+    );
+    assert!(!zero_state.exists() && !exists("netns", "r3-node0"), "made nothing");
 }
 
 /// The rig's scripts pass shellcheck (installed by launch/setup.sh; skipped where absent).

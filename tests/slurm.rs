@@ -45,6 +45,12 @@ impl Slurm {
 
     /// As [`Slurm::up`], with the nodes of `rig` (up already) as Slurm's nodes.
     fn up_on(name: &str, rig: Option<&Rig>) -> Option<Slurm> {
+        Self::up_through(name, rig, &[])
+    }
+
+    /// As [`Slurm::up_on`], `local-slurm.sh up` started through `wrapper` (a program and its
+    /// arguments, e.g. `flock LOCK`).
+    fn up_through(name: &str, rig: Option<&Rig>, wrapper: &[&str]) -> Option<Slurm> {
         let alone = ONE_SLURM_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let tag = format!("{}-{name}", std::process::id());
         let scratch = std::env::temp_dir().join(format!("tcpx-perf-slurm-{tag}"));
@@ -57,7 +63,18 @@ impl Slurm {
             scratch,
             _alone: alone,
         };
-        let o = slurm.local_slurm("up");
+        let mut up = slurm.local_slurm_command("up");
+        if let Some((program, args)) = wrapper.split_first() {
+            let mut wrapped = Command::new(program);
+            wrapped.args(args).arg(up.get_program()).args(up.get_args());
+            for (k, v) in up.get_envs() {
+                if let Some(v) = v {
+                    wrapped.env(k, v);
+                }
+            }
+            up = wrapped;
+        }
+        let o = output_within(&mut up, Duration::from_secs(60), "local-slurm.sh up");
         if o.status.code() == Some(77) {
             let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
             assert!(
@@ -72,6 +89,11 @@ impl Slurm {
     }
 
     fn local_slurm(&self, verb: &str) -> Output {
+        let mut cmd = self.local_slurm_command(verb);
+        output_within(&mut cmd, Duration::from_secs(60), &format!("local-slurm.sh {verb}"))
+    }
+
+    fn local_slurm_command(&self, verb: &str) -> Command {
         let mut cmd = Command::new("bash");
         cmd.arg(LOCAL_SLURM)
             .arg(verb)
@@ -81,7 +103,7 @@ impl Slurm {
             cmd.env("LOCAL_SLURM_RIG", id.to_string())
                 .env("CLUSTER_STATE_DIR", state_dir);
         }
-        output_within(&mut cmd, Duration::from_secs(60), &format!("local-slurm.sh {verb}"))
+        cmd
     }
 
     /// A Slurm client command (srun, sbatch, scancel, scontrol) talking to this Slurm, from the
@@ -508,6 +530,40 @@ fn local_slurm_up_is_idempotent_and_down_leaves_nothing() {
     let o = slurm.local_slurm("up");
     assert_eq!(o.status.code(), Some(1), "up refuses it too: {}", show(&o));
     std::fs::remove_dir_all(&slurm.dir).expect("remove the test's directory");
+}
+
+/// `flock LOCK local-slurm.sh up` holds LOCK only while `up` runs: the daemons it starts
+/// (munged, slurmctld, slurmd) keep none of the caller's descriptors. Before they were started
+/// detached, each kept the lock's descriptor and LOCK stayed held until `down`.
+#[test]
+fn local_slurm_daemons_keep_none_of_the_callers_descriptors() {
+    let lock = std::env::temp_dir().join(format!("tcpx-local-slurm-lock-{}", std::process::id()));
+    std::fs::write(&lock, "").expect("lock file");
+    let lock_arg = lock.display().to_string();
+    let Some(slurm) = Slurm::up_through("fds", None, &["flock", &lock_arg]) else {
+        return;
+    };
+    let o = Command::new("flock")
+        .args(["-n", &lock_arg, "true"])
+        .output()
+        .expect("flock");
+    let mut holders = Vec::new();
+    for pid_file in std::fs::read_dir(slurm.dir.join("run")).expect("pid files").flatten() {
+        let pid = std::fs::read_to_string(pid_file.path()).unwrap_or_default();
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", pid.trim())).expect("the daemon runs");
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|target| target == lock) {
+                holders.push(format!(
+                    "{} (fd {:?})",
+                    pid_file.file_name().to_string_lossy(),
+                    fd.file_name()
+                ));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&lock);
+    assert!(holders.is_empty(), "daemons hold the caller's lock file: {holders:?}");
+    assert!(o.status.success(), "LOCK is still held after up returned: {}", show(&o));
 }
 
 /// The Slurm scripts parse and pass shellcheck (installed by launch/setup.sh; skipped where

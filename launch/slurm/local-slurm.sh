@@ -158,11 +158,26 @@ CONF
   echo "PMIxCliTmpDirBase=$DIR/pmix" >"$DIR/etc/mpi.conf"
 }
 
+# Runs a daemon's start command with none of the caller's descriptors but stdout and stderr
+# (stdin from /dev/null): a daemon forks into the background keeping what it inherited, so
+# `flock LOCK local-slurm.sh up` held LOCK until `down`, and any pipe or file a caller opened
+# stayed open in munged, slurmctld and every slurmd.
+detached() {
+  (
+    local fd
+    for fd in /proc/"$BASHPID"/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi
+    done
+    exec "$@" </dev/null
+  )
+}
+
 # Starts the slurmd of node $1: here, or in the rig node's namespace under its host name.
 start_slurmd() {
   local node=$1
   if [ -z "$RIG" ]; then
-    slurmd -f "$CONF" -N "$node"
+    detached slurmd -f "$CONF" -N "$node"
   else
     # `ip netns exec` mounts the namespace's own /sys (its NICs, as the ranks must see them),
     # without the cgroup mounts slurmd's start-up checks for (Slurm 22.05 initialises its cgroup
@@ -170,7 +185,7 @@ start_slurmd() {
     # Nothing uses cgroups (proctrack/linuxproc, task/none). And a private PMIx client directory
     # (mpi.conf): the nodes share /tmp, where each node's step would make the same one.
     # shellcheck disable=SC2016
-    ip netns exec "$(ns_of "$node")" unshare --uts sh -c '
+    detached ip netns exec "$(ns_of "$node")" unshare --uts sh -c '
       mount -t tmpfs tmpfs /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd &&
         mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd &&
         mount -t tmpfs tmpfs "$2" && hostname "$0" && exec slurmd -f "$1"' "$node" "$CONF" "$DIR/pmix"
@@ -190,7 +205,7 @@ up() {
   chmod 700 "$DIR/munge"
   if ! running munged; then
     [ -f "$DIR/etc/munge.key" ] || { dd if=/dev/urandom of="$DIR/etc/munge.key" bs=1024 count=1 status=none && chmod 400 "$DIR/etc/munge.key"; }
-    munged --force --key-file="$DIR/etc/munge.key" --socket="$SOCKET" --pid-file="$DIR/run/munged.pid" \
+    detached munged --force --key-file="$DIR/etc/munge.key" --socket="$SOCKET" --pid-file="$DIR/run/munged.pid" \
       --log-file="$DIR/log/munged.log" --seed-file="$DIR/state/munged.seed" ||
       die "munged did not start: $(tail -3 "$DIR/log/munged.log" 2>/dev/null)"
     wait_for 10 munge -S "$SOCKET" -n || die "munged does not answer on $SOCKET: $(tail -3 "$DIR/log/munged.log" 2>/dev/null)"
@@ -199,7 +214,7 @@ up() {
   export SLURM_CONF=$CONF
   if ! running slurmctld; then
     # -c: a fresh controller (no jobs or node states from an earlier `up`); -i: ignore an old state file.
-    slurmctld -c -i -f "$CONF" || die "slurmctld did not start: $(tail -5 "$DIR/log/slurmctld.log" 2>/dev/null)"
+    detached slurmctld -c -i -f "$CONF" || die "slurmctld did not start: $(tail -5 "$DIR/log/slurmctld.log" 2>/dev/null)"
     wait_for 20 scontrol ping || die "slurmctld does not answer on port $PORT: $(tail -5 "$DIR/log/slurmctld.log" 2>/dev/null)"
   fi
   local node
