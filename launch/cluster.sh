@@ -327,17 +327,32 @@ rate_bits() {
 # (seen at 16 x 8 x 4 on the GPU host). Raise what is too low, record the old value, and let
 # `down` put it back.
 raise_neigh_limits() {
-  local need=$(($1 * (($1 - 1) * $2 + $1 + 1))) key old want
+  local need=$(($1 * (($1 - 1) * $2 + $1 + 1))) key
   for key in 1:gc_thresh1 2:gc_thresh2 3:gc_thresh3; do
-    want=$((need * ${key%%:*}))
-    key=net/ipv4/neigh/default/${key#*:}
-    old=$(cat "/proc/sys/$key" 2>/dev/null) || continue
-    if [ "$old" -lt "$want" ]; then
-      # Recorded first: `down` puts OLD back only while the value is still WANT.
-      record sysctl "$key" "$old:$want"
-      echo "$want" >"/proc/sys/$key" || die "up: $need ARP entries needed; cannot raise /proc/sys/$key from $old to $want"
-    fi
+    raise_sysctl "net/ipv4/neigh/default/${key#*:}" $((need * ${key%%:*})) "$need ARP entries needed"
   done
+}
+
+# Every veth of every rig node hands its packets to the sending CPU's backlog queue
+# (net.core.netdev_max_backlog, 1000 by default, one limit for the host), where a real NIC has
+# rings of its own. A 16 x 8 x 4 job with every comm open holds ~180 k idle sockets through a
+# 40 s setup; their keepalive timers fire together, one CPU sends thousands of probes in one
+# softirq, and the queue overflows (the 4 x H100 host counted 39200 drops in /proc/net/softnet_stat
+# in the run where the kernels aborted 709 connections on keepalive timeout, and 0 drops with 0
+# aborts in the runs without; docs/cluster.md#idle-connections). Raised so a rig drops no packet a
+# real NIC would have carried.
+RIG_BACKLOG=65536
+raise_backlog() { raise_sysctl net/core/netdev_max_backlog "$RIG_BACKLOG" "the rig's veths need a deeper backlog queue"; }
+
+# raise_sysctl KEY WANT WHY: raises /proc/sys/KEY to WANT if it is lower, recorded first so that
+# `down` puts the old value back (only while the value is still WANT).
+raise_sysctl() {
+  local key=$1 want=$2 why=$3 old
+  old=$(cat "/proc/sys/$key" 2>/dev/null) || return 0
+  if [ "$old" -lt "$want" ]; then
+    record sysctl "$key" "$old:$want"
+    echo "$want" >"/proc/sys/$key" || die "up: $why; cannot raise /proc/sys/$key from $old to $want"
+  fi
 }
 
 cmd_up() {
@@ -386,6 +401,7 @@ cmd_up() {
   # Any failure from here on (set -e, die) removes what was made, and only that.
   trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
   raise_neigh_limits "$nodes" "$nics"
+  raise_backlog
   make_recorded link "$mgmt_bridge" "$IP" link add "$mgmt_bridge" type bridge
   "$IP" addr add "$mgmt_net.254/24" dev "$mgmt_bridge"
   "$IP" link set "$mgmt_bridge" up

@@ -679,6 +679,22 @@ fn down_removes_only_what_the_rig_made() {
     assert!(!rig.state_dir.exists(), "down removes the state directory it made");
 }
 
+/// The rig's veths queue every packet on the sending CPU's backlog (net.core.netdev_max_backlog):
+/// `up` deepens it (a 16 x 8 x 4 job's keepalive probes overflowed the default 1000 and the kernels
+/// aborted idle connections on the GPU host), and `down` puts the old value back unless someone
+/// changed it since. Another rig of this suite may hold it raised: the check is only "deep enough".
+#[test]
+fn up_deepens_the_backlog_queue_the_rigs_veths_share() {
+    let key = "/proc/sys/net/core/netdev_max_backlog";
+    let Some(rig) = Rig::up(4, "--nodes 2 --nics 1") else {
+        return;
+    };
+    let now: u64 = std::fs::read_to_string(key).unwrap().trim().parse().unwrap();
+    let o = rig.down();
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(now >= 65536, "netdev_max_backlog {now} while a rig was up");
+}
+
 /// A state file that records no object (an older cluster.sh wrote it) gives `down` nothing it
 /// may remove: a namespace with the rig's name stays, named, and so does the state file.
 #[test]
