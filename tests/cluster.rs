@@ -756,7 +756,7 @@ fn a_missing_tool_is_one_line_and_exit_77() {
     assert!(!state_dir.join("rig13.env").exists(), "no state left");
 }
 
-/// The rig's scripts pass shellcheck (installed by launch/setup.sh; skipped where absent).
+/// The rig's scripts pass shellcheck (installed by launch/setup.sh --tests; skipped where absent).
 #[test]
 fn cluster_scripts_pass_shellcheck() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/launch");
@@ -766,7 +766,7 @@ fn cluster_scripts_pass_shellcheck() {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh installs it");
+            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh --tests installs it");
             return;
         }
     };
