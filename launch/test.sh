@@ -27,7 +27,8 @@ set -e
 # one growing slow is seen, then the counts added up.
 awk '/^ *(Running|Doc-tests) / { sub(/^ *Running (unittests )?/, ""); sub(/^ *Doc-tests /, "doc-tests "); sub(/ \(.*\/deps\//, " ("); sub(/-[0-9a-f]+\)$/, ")"); name = $0 }
      /^test result:/ && match($0, /finished in [0-9.]+s/) { print substr($0, RSTART + 12, RLENGTH - 13), name }' "$log" |
-  sort -rn | head -8 | awk 'NR == 1 { print "slowest test binaries (seconds, tests only):" } { printf "  %7.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
+  sort -rn | awk 'NR == 1 { print "slowest test binaries (seconds, tests only):" }
+                 NR <= 8 { printf "  %7.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 [ "$lint" -eq 0 ] || { echo "test.sh: lints failed (fmt or clippy, above)"; [ "$status" -ne 0 ] || status=1; }
