@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the launch scripts: mpirun flags that work as root and on small machines.
 # --oversubscribe: more ranks than cores is fine (the engine yields when idle).
 MPIRUN_ARGS=(--oversubscribe --bind-to none)

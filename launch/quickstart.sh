@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start on a fresh machine: install, build, and run the headline job on tcpx-emu with four
-# ranks on this host (host memory when there is no GPU):
+# Quick start on a fresh machine: install what the run needs, build tcpx-perf and the plugins (not
+# tcpx-analyze: `launch/build.sh --all`), and run the headline job on tcpx-emu with four ranks on
+# this host (host memory when there is no GPU):
 #   mpirun -np 4 tcpx-perf --pattern fullmesh
 # Extra arguments go to tcpx-perf, e.g. `launch/quickstart.sh -b 1M -e 256M`.
 set -euo pipefail

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sourced: the caller uses what it sets
 # The one source of GPUDirect-TCPX's environment for tcpx-perf on A3-high (sourced, not run):
 # launch/a3-high.sh (mpirun), the Slurm script and the Kubernetes manifests all take it from here.
 # It is the environment NCCL's TCPX baseline ran with (seed documents, 19.2 GB/s busbw): data
@@ -13,6 +14,7 @@
 TCPX_LIB=${TCPX_LIB:-/usr/local/tcpx/lib64}
 PLUGIN=${PLUGIN:-$TCPX_LIB/libnccl-net-tcpx.so}
 TCPX_LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/nvidia/lib64:$TCPX_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck disable=SC2054 # the commas belong to the values (device lists)
 TCPX_ENV=(
   CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7
   NCCL_NSOCKS_PERTHREAD=4

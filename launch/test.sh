@@ -3,10 +3,10 @@
 # unit tests, plugin tests over real sockets, and MPI runs of every pattern on tcpx-emu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# With Slurm: tests/slurm.rs starts a local one (launch/slurm/local-slurm.sh).
-SETUP_SLURM=1 bash launch/setup.sh
+# The suite's tools too: Slurm (tests/slurm.rs starts a local one), shellcheck, chromium, ...
+bash launch/setup.sh --tests
 export PATH="$HOME/.cargo/bin:$PATH"
-bash launch/build.sh
+bash launch/build.sh --all
 # Lints first (fast: a check build over the dependencies already built): formatting, and clippy
 # with warnings denied ([workspace.lints] in Cargo.toml). A lint failure fails the suite at the
 # end, after the tests have run, so one push shows both.
@@ -22,7 +22,13 @@ set +e
 cargo test --release --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-# cargo prints one summary per test binary (the last is often an empty doc-test run): add them up.
+# cargo prints one summary per test binary after its `Running <source> (<binary>)` line (the last
+# is often an empty doc-test run): the slowest binaries by their own "finished in" time, so that
+# one growing slow is seen, then the counts added up.
+awk '/^ *(Running|Doc-tests) / { sub(/^ *Running (unittests )?/, ""); sub(/^ *Doc-tests /, "doc-tests "); sub(/ \(.*\/deps\//, " ("); sub(/-[0-9a-f]+\)$/, ")"); name = $0 }
+     /^test result:/ && match($0, /finished in [0-9.]+s/) { print substr($0, RSTART + 12, RLENGTH - 13), name }' "$log" |
+  sort -rn | awk 'NR == 1 { print "slowest test binaries (seconds, tests only):" }
+                 NR <= 8 { printf "  %7.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 [ "$lint" -eq 0 ] || { echo "test.sh: lints failed (fmt or clippy, above)"; [ "$status" -ne 0 ] || status=1; }

@@ -33,7 +33,7 @@
 # VS_NCCL_SUBSYS (NCCL_DEBUG_SUBSYS of the logs, INIT,NET), HOSTFILE (passed to mpirun).
 # Exit: 0 table printed; 1 a run failed (its log is named); 2 setup error.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 die() { echo "vs-nccl-tests: $*" >&2; exit 2; }
 
 TCPX_PERF=${TCPX_PERF:-target/release/tcpx-perf}
@@ -78,7 +78,7 @@ ls "$nccl_libdir"/libnccl.so* >/dev/null 2>&1 || nccl_libdir=""
 build_nccl_tests() {
   local src=$1 build=$2
   [ -f "$src/src/common.cu" ] || die "NCCL_TESTS_SRC=$src does not look like nccl-tests' source (no src/common.cu)"
-  [ -n "$nccl_libdir" ] && [ -f "$nccl_inc/nccl.h" ] ||
+  { [ -n "$nccl_libdir" ] && [ -f "$nccl_inc/nccl.h" ]; } ||
     die "no NCCL to build nccl-tests against: set NCCL_HOME (include/nccl.h, lib/libnccl.so*) or pip install nvidia-nccl-cu13"
   local cuda=${CUDA_HOME:-}
   if [ -z "$cuda" ]; then
@@ -238,8 +238,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 # ---- medians, ratios, geomeans ----
-names=$(for v in "${variants[@]}"; do printf '%s ' "${v%%=*}"; done)
-awk -F, -v names="$names" -v pats="$PATTERNS" '
+variant_names=$(for v in "${variants[@]}"; do printf '%s ' "${v%%=*}"; done)
+awk -F, -v names="$variant_names" -v pats="$PATTERNS" '
   function median(key,   n, i, j, a, t) {
     n = cnt[key]; for (i = 1; i <= n; i++) a[i] = val[key, i]
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }

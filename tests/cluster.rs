@@ -963,7 +963,7 @@ fn a_rate_tc_cannot_take_is_one_line_in_the_rigs_words() {
     assert!(!zero_state.exists() && !exists("netns", "r3-node0"), "made nothing");
 }
 
-/// The rig's scripts pass shellcheck (installed by launch/setup.sh; skipped where absent).
+/// The rig's scripts pass shellcheck (installed by launch/setup.sh --tests; skipped where absent).
 #[test]
 fn cluster_scripts_pass_shellcheck() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/launch");
@@ -973,7 +973,7 @@ fn cluster_scripts_pass_shellcheck() {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh installs it");
+            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh --tests installs it");
             return;
         }
     };

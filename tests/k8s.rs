@@ -4,7 +4,7 @@
 //! sets, so that a cluster run and a hand-launched run are the same experiment. Broken manifests
 //! and drifted environments must fail these checks; bad input to `render.sh` must be refused.
 //!
-//! Needs python3 with kubernetes-validate (`launch/setup.sh` installs it) and shellcheck.
+//! Needs python3 with kubernetes-validate (`launch/setup.sh --tests` installs it) and shellcheck.
 
 mod common;
 
@@ -76,7 +76,7 @@ fn documents(file: &Path) -> Vec<Value> {
     ]);
     assert!(
         out.status.success(),
-        "cannot parse {} (pip install kubernetes-validate==1.37.0, or launch/setup.sh)\n{}",
+        "cannot parse {} (pip install kubernetes-validate==1.37.0, or launch/setup.sh --tests)\n{}",
         file.display(),
         show(&out)
     );

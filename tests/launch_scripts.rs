@@ -413,3 +413,225 @@ fn the_readme_says_how_many_tests_test_sh_skips() {
         "the workspace has {ignored} #[ignore] test(s): the README must say test.sh ends with {promised}"
     );
 }
+
+/// The scripts a user runs pass shellcheck at warning level (`-x`: what they source too).
+/// Skipped where shellcheck is missing, unless `CI` is set (CI installs it).
+#[test]
+fn launch_scripts_pass_shellcheck() {
+    let mut scripts = Vec::new();
+    for dir in ["launch", "launch/slurm", "launch/k8s"] {
+        for entry in std::fs::read_dir(repo().join(dir)).expect("launch/ exists") {
+            let path = entry.expect("directory entry").path();
+            if path.extension().is_some_and(|e| e == "sh" || e == "sbatch") {
+                scripts.push(path.strip_prefix(repo()).expect("under the repository").to_path_buf());
+            }
+        }
+    }
+    assert!(scripts.len() >= 10, "only {} scripts in launch/", scripts.len());
+    let out = match Command::new("shellcheck")
+        .args(["-x", "-S", "warning"])
+        .args(&scripts)
+        .current_dir(repo())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no shellcheck in CI ({e}): launch/setup.sh --tests installs it"
+            );
+            eprintln!("skipped: no shellcheck ({e}); launch/setup.sh --tests installs it");
+            return;
+        }
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// A copy of the launch scripts in a temporary tree whose PATH holds stand-ins for the package
+/// manager, cargo, mpirun and python3 (each logs how it was called) and the few real tools the
+/// scripts use, nothing else: a fresh root machine where every package is missing.
+struct StubMachine {
+    root: tempfile::TempDir,
+}
+
+impl StubMachine {
+    const STUB: &'static str = r#"#!/bin/bash
+echo "$(basename "$0") $*" >> "$STUB_LOG"
+case "$(basename "$0") $1" in
+  "id "*) echo 0 ;;
+  "dpkg-query "*) exit 1 ;;
+  "mpirun --version") echo "mpirun (Open MPI) 4.1.6" ;;
+  "cargo --version" | "cargo clippy" | "cargo fmt") echo "cargo 1.91.0" ;;
+  "cargo test") cat "$STUB_TEST_LOG" ;;
+  "python3 -c") exit 1 ;;
+esac
+exit 0
+"#;
+
+    fn new() -> Self {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        for dir in ["launch", "stubs", "tools", "home", "target/release"] {
+            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
+        }
+        for script in ["setup.sh", "build.sh", "quickstart.sh", "test.sh", "mpirun-args.sh"] {
+            std::fs::copy(repo().join("launch").join(script), r.join("launch").join(script)).expect("copy");
+        }
+        let stub = r.join("stubs/stub");
+        std::fs::write(&stub, Self::STUB).expect("write the stub");
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        for name in ["id", "dpkg-query", "apt-get", "cargo", "rustup", "mpirun", "python3"] {
+            symlink(&stub, r.join("stubs").join(name)).expect("link a stub");
+        }
+        for tool in [
+            "bash", "basename", "dirname", "cat", "head", "timeout", "ln", "mktemp", "rm", "tee", "awk", "sort",
+        ] {
+            let real = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(tool))
+                .find(|p| p.exists());
+            symlink(real.unwrap_or_else(|| panic!("no {tool}")), r.join("tools").join(tool)).expect("link a tool");
+        }
+        std::fs::write(
+            r.join("test.log"),
+            "     Running unittests src/lib.rs (target/release/deps/tcpx_perf-0123abcd)\n\
+             test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.50s\n\
+             \x20    Running tests/cluster.rs (target/release/deps/cluster-89ab0123)\n\
+             test result: ok. 30 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 123.45s\n\
+             \x20    Running tests/gate.rs (target/release/deps/gate-deadbeef)\n\
+             test result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 12.00s\n\
+             \x20  Doc-tests tcpx_perf\n\
+             test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n",
+        )
+        .expect("write the test log");
+        StubMachine { root }
+    }
+
+    /// Runs `bash launch/<script>` there; returns its stdout and what the stand-ins were asked.
+    fn run(&self, script: &str) -> (String, String) {
+        let r = self.root.path();
+        let mut cmd = Command::new(r.join("tools/bash"));
+        cmd.arg(format!("launch/{script}")).current_dir(r).env_clear();
+        cmd.env(
+            "PATH",
+            format!("{}:{}", r.join("stubs").display(), r.join("tools").display()),
+        )
+        .env("HOME", r.join("home"))
+        .env("STUB_LOG", r.join("calls.log"))
+        .env("STUB_TEST_LOG", r.join("test.log"));
+        let out = output_within(&mut cmd, Duration::from_secs(60), script);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let calls = std::fs::read_to_string(r.join("calls.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{script}: {}\nstdout:\n{stdout}\nstderr:\n{}\ncalls:\n{calls}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (stdout, calls)
+    }
+}
+
+/// The calls that start with `prefix`, joined by newlines.
+fn calls_to(calls: &str, prefix: &str) -> String {
+    calls
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The quick start installs what building and running need and nothing only the tests use,
+/// builds tcpx-perf and the plugins (not tcpx-analyze), and runs the job.
+#[test]
+fn quickstart_installs_and_builds_only_what_the_run_needs() {
+    let (_, calls) = StubMachine::new().run("quickstart.sh");
+    let installs = calls_to(&calls, "apt-get install");
+    for pkg in [
+        "openmpi-bin",
+        "libopenmpi-dev",
+        "libclang-dev",
+        "pkg-config",
+        "build-essential",
+    ] {
+        assert!(installs.contains(pkg), "{pkg} not installed:\n{calls}");
+    }
+    for only_tests in ["chromium", "shellcheck", "slurm", "munge", "iproute2"] {
+        assert!(
+            !calls.contains(only_tests),
+            "quickstart installs {only_tests}, which only the tests need:\n{calls}"
+        );
+    }
+    assert_eq!(
+        calls_to(&calls, "python3 -m pip"),
+        "",
+        "no PyPI package is the quick start's"
+    );
+    assert_eq!(calls_to(&calls, "rustup"), "", "clippy and rustfmt are the tests'");
+    assert_eq!(
+        calls.matches("apt-get update").count(),
+        1,
+        "one apt-get update:\n{calls}"
+    );
+    assert_eq!(
+        calls_to(&calls, "cargo build"),
+        "cargo build --release -p tcpx-perf -p tcpx-emu -p tcpx-emu-v7",
+        "tcpx-analyze is built when first needed"
+    );
+    assert!(
+        calls_to(&calls, "mpirun -").contains("-np 4 target/release/tcpx-perf --pattern fullmesh"),
+        "{calls}"
+    );
+}
+
+/// test.sh sets up what the suite needs besides (Slurm, shellcheck, chromium, the PyPI
+/// validators), builds the whole workspace, and ends with the slowest test binaries and the
+/// counts.
+#[test]
+fn test_sh_installs_the_suite_s_tools_and_names_the_slowest_binaries() {
+    let (stdout, calls) = StubMachine::new().run("test.sh");
+    let installs = calls_to(&calls, "apt-get install");
+    for pkg in [
+        "openmpi-bin",
+        "libclang-dev",
+        "iproute2",
+        "shellcheck",
+        "slurmctld",
+        "slurmd",
+        "munge",
+        "chromium",
+    ] {
+        assert!(installs.contains(pkg), "{pkg} not installed:\n{calls}");
+    }
+    assert_eq!(
+        calls.matches("apt-get update").count(),
+        1,
+        "one apt-get update:\n{calls}"
+    );
+    assert!(
+        calls_to(&calls, "python3 -m pip").contains("kubernetes-validate==1.37.0"),
+        "{calls}"
+    );
+    assert!(
+        calls.lines().any(|l| l == "cargo build --release --workspace"),
+        "{calls}"
+    );
+    let slowest: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("slowest test binaries"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        slowest[..3],
+        [
+            "123.5  tests/cluster.rs (cluster)",
+            "12.0  tests/gate.rs (gate)",
+            "1.5  src/lib.rs (tcpx_perf)"
+        ],
+        "{stdout}"
+    );
+    assert!(stdout.contains("tests: 37 passed, 0 failed, 1 skipped"), "{stdout}");
+}

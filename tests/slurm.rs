@@ -5,7 +5,7 @@
 //! Each test brings up its own Slurm (own state directory and ports) and takes it down when it
 //! ends, failed or not; one Slurm at a time (4 ranks on a 2-core host). Where Slurm cannot run
 //! (not root, packages missing: `local-slurm.sh` exits 77) a test skips, saying so, unless `CI`
-//! is set: then it fails with the reason, since CI installs Slurm (launch/setup.sh).
+//! is set: then it fails with the reason, since CI installs Slurm (launch/setup.sh --tests).
 
 mod common;
 
@@ -79,7 +79,7 @@ impl Slurm {
             let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
             assert!(
                 std::env::var_os("CI").is_none(),
-                "Slurm must run in CI and cannot here: {why} (launch/setup.sh installs slurmctld, slurmd, slurm-client, munge)"
+                "Slurm must run in CI and cannot here: {why} (launch/setup.sh --tests installs slurmctld, slurmd, slurm-client, munge)"
             );
             eprintln!("skipped: no Slurm on this machine: {why}");
             return None;
@@ -566,7 +566,7 @@ fn local_slurm_daemons_keep_none_of_the_callers_descriptors() {
     assert!(o.status.success(), "LOCK is still held after up returned: {}", show(&o));
 }
 
-/// The Slurm scripts parse and pass shellcheck (installed by launch/setup.sh; skipped where
+/// The Slurm scripts parse and pass shellcheck (installed by launch/setup.sh --tests; skipped where
 /// absent and CI is unset); the job script run outside a job says how to submit it.
 #[test]
 fn slurm_scripts_pass_shellcheck() {
@@ -592,7 +592,7 @@ fn slurm_scripts_pass_shellcheck() {
     );
     if let Err(e) = Command::new("shellcheck").arg("--version").output() {
         assert!(std::env::var_os("CI").is_none(), "shellcheck must run in CI: {e}");
-        eprintln!("skipped: no shellcheck ({e}); launch/setup.sh installs it");
+        eprintln!("skipped: no shellcheck ({e}); launch/setup.sh --tests installs it");
         return;
     }
     let mut cmd = Command::new("shellcheck");

@@ -101,7 +101,11 @@ on performance && for pattern in ${PATTERNS:-sendrecv fullmesh}; do
       "${variant_args[@]}" -T 120 --progress never --out "$dir" 2>&1 \
       | grep -E '^ +[0-9]|^# memory|Out of bounds|Avg bus|error|timeout' || fail=1
   done
-  [ -x "$BIN_DIR/tcpx-analyze" ] && [ -d "$NCCL_DIR" ] || continue
+  if [ ! -x "$BIN_DIR/tcpx-analyze" ]; then
+    echo "# no $BIN_DIR/tcpx-analyze: the ratios to NCCL are left out (launch/build.sh --all builds it)"
+    continue
+  fi
+  [ -d "$NCCL_DIR" ] || continue
   case $pattern in sendrecv) coll=sendrecv metric=busbw ;; *) coll=alltoall metric=algbw ;; esac
   for mem in cuda host; do
     for timing in batch barrier; do

@@ -124,7 +124,7 @@ fn database(db: &Path) -> BTreeMap<(i64, u64), (f64, Option<f64>)> {
 /// Checks a report in the browser against the database; returns the points checked.
 fn check_report(page: &Path, db: &Path, expect_nccl: bool) -> usize {
     let Some(browser) = chromium() else {
-        eprintln!("SKIP headless-browser check of {}: chromium is not installed (apt-get install chromium; launch/setup.sh tries)", page.display());
+        eprintln!("SKIP headless-browser check of {}: chromium is not installed (apt-get install chromium; launch/setup.sh --tests tries)", page.display());
         return 0;
     };
     let (dom, console) = render(browser, page);

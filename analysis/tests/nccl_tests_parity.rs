@@ -18,7 +18,7 @@ fn tcpx_perf() -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
     assert!(
         p.exists(),
-        "{} missing: build the workspace first (bash launch/build.sh)",
+        "{} missing: build the workspace first (bash launch/build.sh --all)",
         p.display()
     );
     p

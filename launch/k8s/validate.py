@@ -26,7 +26,7 @@ try:
     import kubernetes_validate
     import yaml
 except ImportError as e:
-    print(f"validate.py: {e.name} is missing: pip install kubernetes-validate==1.37.0 (launch/setup.sh does)", file=sys.stderr)
+    print(f"validate.py: {e.name} is missing: pip install kubernetes-validate==1.37.0 (launch/setup.sh --tests does)", file=sys.stderr)
     sys.exit(64)
 
 

@@ -67,7 +67,7 @@ need_tools() {
   for tool in munged slurmctld slurmd srun sbatch scontrol; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
   done
-  [ ${#missing[@]} -eq 0 ] || cannot "${missing[*]} not found: apt-get install slurmctld slurmd slurm-client munge (or bash launch/setup.sh)"
+  [ ${#missing[@]} -eq 0 ] || cannot "${missing[*]} not found: apt-get install slurmctld slurmd slurm-client munge (or bash launch/setup.sh --tests)"
   [ -n "$(plugin_dir)" ] || cannot "Slurm's mpi_pmix.so not found: apt-get install slurm-wlm-basic-plugins"
 }
 

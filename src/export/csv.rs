@@ -1,7 +1,7 @@
 //! `results.csv`, `samples.csv`, `pairs.csv` (and `nccl_samples.csv` with `--baseline
-//! nccl`), exactly as `results/README.md` (schema version 4) specifies: the first column is
-//! `schema_version`, headers are written from the row structs below (even for a file without
-//! rows) so names and order cannot drift from the values, numbers are plain (bytes,
+//! nccl`), exactly as `results/README.md` specifies: the row types and the schema version are
+//! tcpx-schema's, which tcpx-analyze admits with, and headers are written from them (even for a
+//! file without rows) so names and order cannot drift from the values. Numbers are plain (bytes,
 //! microseconds, GB/s with GB = 10^9), and an unchecked `wrong` is empty. A `results.csv` row
 //! is the run's columns around [`SizeRow`], the per-size row `summary.json` holds too.
 
@@ -9,9 +9,9 @@ use std::io;
 use std::path::Path;
 
 use serde::Serialize;
+use tcpx_schema::{NcclSampleRow, PairRow, RankSampleRow, ResultRow, SampleRow, SCHEMA_VERSION, UNVERIFIED};
 
 use super::row::SizeRow;
-use super::SCHEMA_VERSION;
 use crate::report::{RunInfo, SizeResult};
 
 /// File names in the result directory.
@@ -24,119 +24,6 @@ pub const PAIRS_CSV: &str = "pairs.csv";
 pub const RANK_SAMPLES_CSV: &str = "rank_samples.csv";
 /// NCCL's per-iteration times, both timings (`--baseline nccl` only).
 pub const NCCL_SAMPLES_CSV: &str = "nccl_samples.csv";
-
-/// One row of `results.csv`.
-#[derive(Serialize, Default)]
-struct ResultRow<'a> {
-    schema_version: u32,
-    pattern: &'a str,
-    scope: &'a str,
-    dir: &'a str,
-    mem: &'a str,
-    size_bytes: u64,
-    count: u64,
-    #[serde(rename = "type")]
-    type_: &'a str,
-    iters: usize,
-    time_us: f64,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-    netbw_gbps: f64,
-    wrong: Option<u64>,
-    send_peers_in_flight: u32,
-    recv_peers_in_flight: u32,
-    time_min_us: f64,
-    time_median_us: f64,
-    time_p99_us: f64,
-    time_cv_pct: f64,
-    bytes_planned: u64,
-    /// A measured figure, or `unverified` where no source sees payload exactly.
-    bytes_moved: String,
-    /// `plugin`, `unpack`, `wire` joined by `+`; `none` when nothing could check the bytes.
-    bytes_verified_by: String,
-    wire_rx_bytes: Option<u64>,
-    wire_payload_ratio: Option<f64>,
-    wire_by_iface: String,
-    ranks: usize,
-    endpoints: usize,
-    nodes: usize,
-    plugin: &'a str,
-    abi: u32,
-    /// CPU time of the timed iterations per rank (mean over ranks), every thread of the rank.
-    cpu_user_s: f64,
-    cpu_sys_s: f64,
-    cpu_max_rank_s: f64,
-    cpu_cores_per_rank: f64,
-    /// User + system seconds over all ranks per GB of network bytes moved; empty without bytes.
-    cpu_s_per_gb: Option<f64>,
-    // `--baseline nccl` (schema 3): NCCL's figures beside tcpx-perf's; empty cells without it.
-    nccl_time_us: Option<f64>,
-    nccl_algbw_gbps: Option<f64>,
-    nccl_busbw_gbps: Option<f64>,
-    nccl_ratio: Option<f64>,
-    nccl_batch_time_us: Option<f64>,
-    nccl_batch_algbw_gbps: Option<f64>,
-    nccl_batch_busbw_gbps: Option<f64>,
-    nccl_wrong: Option<u64>,
-    // Schema 4: TCP loss counters of the hosts' network namespaces over the timed iterations;
-    // empty where no host could read them.
-    tcp_retrans_segs: Option<u64>,
-    tcp_timeouts: Option<u64>,
-}
-
-/// One row of `nccl_samples.csv` (`--baseline nccl`).
-#[derive(Serialize, Default)]
-struct NcclSampleRow<'a> {
-    schema_version: u32,
-    pattern: &'a str,
-    size_bytes: u64,
-    /// `barrier` (tcpx-perf's timing) or `batch` (nccl-tests').
-    timing: &'static str,
-    iter: usize,
-    time_us: f64,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-}
-
-/// One row of `samples.csv`.
-#[derive(Serialize, Default)]
-struct SampleRow<'a> {
-    schema_version: u32,
-    pattern: &'a str,
-    size_bytes: u64,
-    iter: usize,
-    time_us: f64,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-}
-
-/// One row of `rank_samples.csv`.
-#[derive(Serialize, Default)]
-struct RankSampleRow<'a> {
-    schema_version: u32,
-    pattern: &'a str,
-    size_bytes: u64,
-    iter: usize,
-    rank: usize,
-    time_us: f64,
-}
-
-/// One row of `pairs.csv`.
-#[derive(Serialize, Default)]
-struct PairRow<'a> {
-    schema_version: u32,
-    pattern: &'a str,
-    size_bytes: u64,
-    src_rank: usize,
-    src_gpu: usize,
-    src_host: &'a str,
-    dst_rank: usize,
-    dst_gpu: usize,
-    dst_host: &'a str,
-    bytes: u64,
-    time_us: f64,
-    gbps: f64,
-}
 
 /// Writes the three CSV files into `dir` (which must exist), replacing files of the same
 /// names. `samples.csv` bandwidths are computed per iteration from the sample time with the
@@ -236,7 +123,7 @@ fn result_row<'a>(info: &'a RunInfo, row: &SizeRow<'_>) -> ResultRow<'a> {
         bytes_planned: row.bytes_planned,
         bytes_moved: row
             .bytes_moved
-            .map_or_else(|| "unverified".to_string(), |b| b.to_string()),
+            .map_or_else(|| UNVERIFIED.to_string(), |b| b.to_string()),
         bytes_verified_by: row.verified_by(),
         wire_rx_bytes: row.bytes.wire_rx_bytes,
         wire_payload_ratio: row.bytes.wire_ratio(),
@@ -322,89 +209,17 @@ mod tests {
     use super::super::fixtures;
     use super::*;
 
-    /// The columns results/README.md specifies, file by file: the layout the row types must keep.
-    const RESULT_COLUMNS: &[&str] = &[
-        "schema_version",
-        "pattern",
-        "scope",
-        "dir",
-        "mem",
-        "size_bytes",
-        "count",
-        "type",
-        "iters",
-        "time_us",
-        "algbw_gbps",
-        "busbw_gbps",
-        "netbw_gbps",
-        "wrong",
-        "send_peers_in_flight",
-        "recv_peers_in_flight",
-        "time_min_us",
-        "time_median_us",
-        "time_p99_us",
-        "time_cv_pct",
-        "bytes_planned",
-        "bytes_moved",
-        "bytes_verified_by",
-        "wire_rx_bytes",
-        "wire_payload_ratio",
-        "wire_by_iface",
-        "ranks",
-        "endpoints",
-        "nodes",
-        "plugin",
-        "abi",
-        "cpu_user_s",
-        "cpu_sys_s",
-        "cpu_max_rank_s",
-        "cpu_cores_per_rank",
-        "cpu_s_per_gb",
-        "nccl_time_us",
-        "nccl_algbw_gbps",
-        "nccl_busbw_gbps",
-        "nccl_ratio",
-        "nccl_batch_time_us",
-        "nccl_batch_algbw_gbps",
-        "nccl_batch_busbw_gbps",
-        "nccl_wrong",
-        "tcp_retrans_segs",
-        "tcp_timeouts",
-    ];
-    const NCCL_SAMPLE_COLUMNS: &[&str] = &[
-        "schema_version",
-        "pattern",
-        "size_bytes",
-        "timing",
-        "iter",
-        "time_us",
-        "algbw_gbps",
-        "busbw_gbps",
-    ];
-    const SAMPLE_COLUMNS: &[&str] = &[
-        "schema_version",
-        "pattern",
-        "size_bytes",
-        "iter",
-        "time_us",
-        "algbw_gbps",
-        "busbw_gbps",
-    ];
-    const RANK_SAMPLE_COLUMNS: &[&str] = &["schema_version", "pattern", "size_bytes", "iter", "rank", "time_us"];
-    const PAIR_COLUMNS: &[&str] = &[
-        "schema_version",
-        "pattern",
-        "size_bytes",
-        "src_rank",
-        "src_gpu",
-        "src_host",
-        "dst_rank",
-        "dst_gpu",
-        "dst_host",
-        "bytes",
-        "time_us",
-        "gbps",
-    ];
+    /// results.csv's columns as tcpx-schema declares them (what tcpx-analyze admits by).
+    fn result_columns() -> Vec<String> {
+        tcpx_schema::RESULTS_COLUMNS
+            .iter()
+            .map(|c| c.name.to_string())
+            .collect()
+    }
+
+    fn columns<T: Serialize + Default>() -> Vec<String> {
+        header::<T>().expect("header")
+    }
 
     fn read(path: &Path) -> (Vec<String>, Vec<::csv::StringRecord>) {
         let mut r = ::csv::Reader::from_path(path).expect("open");
@@ -422,7 +237,7 @@ mod tests {
         write_all(tmp.path(), &info, &results).expect("write");
 
         let (h, rows) = read(&tmp.path().join(RESULTS_CSV));
-        assert_eq!(h, RESULT_COLUMNS);
+        assert_eq!(h, result_columns());
         assert_eq!(rows.len(), 2);
         let row = &rows[0];
         let get = |name: &str| row.get(h.iter().position(|c| c == name).expect(name)).expect(name);
@@ -459,7 +274,7 @@ mod tests {
         assert_eq!(&rows[1][h.iter().position(|c| c == "wrong").expect("wrong")], "");
 
         let (h, rows) = read(&tmp.path().join(SAMPLES_CSV));
-        assert_eq!(h, SAMPLE_COLUMNS);
+        assert_eq!(h, columns::<SampleRow>());
         assert_eq!(rows.len(), 6);
         assert_eq!(&rows[3][2], "1048576");
         assert_eq!(&rows[3][3], "0");
@@ -469,7 +284,7 @@ mod tests {
         assert!((algbw - 1048576.0 / 100.0 / 1e3).abs() < 1e-12);
 
         let (h, rows) = read(&tmp.path().join(PAIRS_CSV));
-        assert_eq!(h, PAIR_COLUMNS);
+        assert_eq!(h, columns::<PairRow>());
         assert_eq!(rows.len(), 4);
         // Hostnames with commas and quotes survive the round trip.
         assert_eq!(&rows[0][8], "b, \"quoted\"");
@@ -477,24 +292,14 @@ mod tests {
     }
 
     #[test]
-    fn every_row_type_has_the_documented_columns() {
-        let h = |cols: io::Result<Vec<String>>| cols.expect("header");
-        assert_eq!(h(header::<ResultRow>()), RESULT_COLUMNS);
-        assert_eq!(h(header::<SampleRow>()), SAMPLE_COLUMNS);
-        assert_eq!(h(header::<RankSampleRow>()), RANK_SAMPLE_COLUMNS);
-        assert_eq!(h(header::<PairRow>()), PAIR_COLUMNS);
-        assert_eq!(h(header::<NcclSampleRow>()), NCCL_SAMPLE_COLUMNS);
-    }
-
-    #[test]
     fn empty_run_still_has_headers() {
         let tmp = tempfile::tempdir().expect("tempdir");
         write_all(tmp.path(), &fixtures::info(), &[]).expect("write");
         for (name, cols) in [
-            (RESULTS_CSV, RESULT_COLUMNS),
-            (SAMPLES_CSV, SAMPLE_COLUMNS),
-            (RANK_SAMPLES_CSV, RANK_SAMPLE_COLUMNS),
-            (PAIRS_CSV, PAIR_COLUMNS),
+            (RESULTS_CSV, result_columns()),
+            (SAMPLES_CSV, columns::<SampleRow>()),
+            (RANK_SAMPLES_CSV, columns::<RankSampleRow>()),
+            (PAIRS_CSV, columns::<PairRow>()),
         ] {
             let (h, rows) = read(&tmp.path().join(name));
             assert_eq!(h, cols, "{name}");

@@ -25,8 +25,8 @@ pub mod table;
 
 pub use json::RunStatus;
 
-/// Schema version written in every result file.
-pub const SCHEMA_VERSION: u32 = 4;
+/// Schema version written in every result file (tcpx-schema's, which tcpx-analyze admits by).
+pub use tcpx_schema::SCHEMA_VERSION;
 
 /// The default result directory: `results/<YYYYmmddTHHMMSSZ>-<pattern>` (UTC, relative to
 /// the working directory). Second precision: two runs of one pattern started within the

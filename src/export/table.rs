@@ -9,7 +9,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{BandwidthGate, CpuCost, FindingLevel, RunInfo, SizeResult};
+use crate::placement::dry_run::{Row, NO_GPU};
+use crate::report::{BandwidthGate, CpuCost, FindingLevel, HostInfo, RunInfo, SizeResult};
 use tcpx_units::format_size;
 
 use super::{avg_busbw, wrong_total};
@@ -54,6 +55,32 @@ pub fn concluded(pattern: &str) -> String {
     format!("# Collective test concluded: {pattern}\n#\n")
 }
 
+/// Rank `h`'s GPUs as the header prints them: `GPUs 0,1`, with `-` for an endpoint whose GPU
+/// placement could not find (no GPU at that index, or no CUDA), and `no GPU` where it found
+/// none: an endpoint's index alone would read as "GPU 0" on a machine without GPUs. Without
+/// placement rows for the rank (none were gathered), the indices as the topology numbers them.
+fn gpus_of(h: &HostInfo, rows: &[Row]) -> String {
+    let placed: Vec<&Row> = rows.iter().filter(|r| r.rank == h.rank).collect();
+    if placed.is_empty() {
+        let gpus: Vec<String> = h.gpus.iter().map(usize::to_string).collect();
+        return format!("GPUs {}", gpus.join(","));
+    }
+    if placed.iter().all(|r| r.gpu_pci == NO_GPU) {
+        return "no GPU".into();
+    }
+    let gpus: Vec<String> = placed
+        .iter()
+        .map(|r| {
+            if r.gpu_pci == NO_GPU {
+                NO_GPU.to_string()
+            } else {
+                r.gpu.to_string()
+            }
+        })
+        .collect();
+    format!("GPUs {}", gpus.join(","))
+}
+
 /// The run description printed before the table: every line starts with `# `
 /// (nccl-tests' convention, so parsers skip it), then the two column header lines.
 pub fn header(info: &RunInfo) -> String {
@@ -90,14 +117,13 @@ pub fn header(info: &RunInfo) -> String {
         info.settings.ranks, info.settings.endpoints, info.settings.nodes, info.settings.gpus_per_rank
     );
     for h in &info.hosts {
-        let gpus: Vec<String> = h.gpus.iter().map(usize::to_string).collect();
         let _ = writeln!(
             s,
-            "#  Rank {:2} on {:>10} node {:2} GPUs {}",
+            "#  Rank {:2} on {:>10} node {:2} {}",
             h.rank,
             h.hostname,
             h.node,
-            gpus.join(",")
+            gpus_of(h, &info.placement.rows)
         );
     }
     let _ = writeln!(
@@ -494,6 +520,49 @@ mod tests {
             "# CPU of the whole run: 2.000 s user + 2.000 s system per rank (busiest rank 5.000 s) in 4.00 s, 1.00 cores per rank, 0.8000 CPU-s/GB (warm-up included)"
         );
         assert_eq!(cpu_footer(&[], None), "");
+    }
+
+    /// Placement's row for endpoint `endpoint` of rank 0: GPU `gpu` at `pci` (`-`: not found).
+    fn placed(endpoint: usize, gpu: usize, pci: &str) -> Row {
+        Row {
+            endpoint,
+            rank: 0,
+            host: "a".into(),
+            gpu,
+            gpu_pci: pci.into(),
+            gpu_numa: "-".into(),
+            nic: "lo".into(),
+            nic_dev: 0,
+            nic_pci: "-".into(),
+            nic_numa: "-".into(),
+            speed_gbps: 10.0,
+            mtu: None,
+            distance: "unknown".into(),
+            choice: crate::placement::Choice::Arithmetic,
+            cpus: "0-1".into(),
+            cpus_why: String::new(),
+        }
+    }
+
+    /// On a machine without GPUs placement finds none: the header says so instead of printing
+    /// the endpoint's index where a GPU's would be ("GPUs 0").
+    #[test]
+    fn header_says_no_gpu_where_placement_found_none() {
+        let mut info = fixtures::info();
+        let line = |info: &RunInfo| {
+            let h = header(info);
+            h.lines()
+                .find(|l| l.starts_with("#  Rank  0"))
+                .expect("rank 0's line")
+                .to_string()
+        };
+        info.placement.rows = vec![placed(0, 0, NO_GPU)];
+        assert_eq!(line(&info), "#  Rank  0 on          a node  0 no GPU");
+        info.placement.rows = vec![placed(0, 0, "0000:04:00.0")];
+        assert_eq!(line(&info), "#  Rank  0 on          a node  0 GPUs 0");
+        // Two endpoints on a one-GPU machine: the second has no GPU of its own.
+        info.placement.rows = vec![placed(0, 0, "0000:04:00.0"), placed(1, 1, NO_GPU)];
+        assert_eq!(line(&info), "#  Rank  0 on          a node  0 GPUs 0,-");
     }
 
     #[test]

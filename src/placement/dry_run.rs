@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+/// [`Row::gpu_pci`] of an endpoint whose GPU placement did not find (no GPU at its index, no CUDA).
+pub const NO_GPU: &str = "-";
+
 /// One endpoint's placement, ready to print.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Row {

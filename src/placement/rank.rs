@@ -93,7 +93,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
             rank: ep.rank,
             host: topo.hostnames[ep.rank].clone(),
             gpu: ep.gpu,
-            gpu_pci: gpu.pci.clone().unwrap_or_else(|| "-".into()),
+            gpu_pci: gpu.pci.clone().unwrap_or_else(|| super::dry_run::NO_GPU.into()),
             gpu_numa: numa(gpu.place.as_ref().and_then(|p| p.numa)),
             nic: names.join("+"),
             nic_dev: chosen.nics[0],

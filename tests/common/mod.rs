@@ -20,7 +20,7 @@ pub fn spawn_piped(cmd: &mut Command, what: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| {
-            panic!("cannot start {what} (is it installed? launch/setup.sh installs what the tests need): {e}")
+            panic!("cannot start {what} (is it installed? launch/setup.sh --tests installs what the tests need): {e}")
         })
 }
 

@@ -60,12 +60,16 @@ impl Table {
 /// `unverified`, with `bytes_verified_by` and the wire columns beside it. Schema 3: the `nccl_*`
 /// columns (`--baseline nccl`). Schema 4: the `tcp_*` columns.
 fn check_schema(file: &str, line: usize, v: Option<&str>) -> Result<(), ParseError> {
+    let admitted = |v: &str| tcpx_schema::SCHEMA_VERSIONS.iter().any(|s| s.to_string() == v);
     match v {
-        Some("1" | "2" | "3" | "4") => Ok(()),
+        Some(v) if admitted(v) => Ok(()),
         Some(other) => Err(ParseError::new(
             file,
             Some(line),
-            format!("schema_version {other:?} is not supported (1 to 4 expected)"),
+            format!(
+                "schema_version {other:?} is not supported ({} expected)",
+                crate::validate::admitted_versions()
+            ),
         )),
         None => Err(ParseError::new(file, Some(line), "missing schema_version")),
     }
@@ -111,7 +115,7 @@ pub fn parse_results_csv(file: &str, text: &str) -> Result<(Vec<Series>, BTreeMa
         if let (Some(p), Some(m)) = (t.get(r, "bytes_planned"), t.get(r, "bytes_moved")) {
             // "unverified": nothing saw the payload exactly (tcpx-perf's own check already failed
             // the run where a source saw a shortfall).
-            if !p.is_empty() && !m.is_empty() && m != "unverified" && p != m {
+            if !p.is_empty() && !m.is_empty() && m != tcpx_schema::UNVERIFIED && p != m {
                 return Err(ParseError::new(
                     file,
                     Some(ln),

@@ -20,8 +20,11 @@ mod summary;
 
 use columns::{check_figures, check_header};
 
-/// Schema versions of tcpx-perf result directories this reader knows (`results/README.md`).
-pub const SCHEMAS: [u64; 4] = [1, 2, 3, 4];
+/// `1 to 4`: the schema versions admitted ([`tcpx_schema::SCHEMA_VERSIONS`]), for messages.
+pub fn admitted_versions() -> String {
+    let v = tcpx_schema::SCHEMA_VERSIONS;
+    format!("{} to {}", v[0], v[v.len() - 1])
+}
 
 /// One refusal: `file:line: field: why` on one line (exit 3).
 fn refuse(file: &str, line: Option<usize>, field: &str, why: impl Display) -> Failure {
@@ -198,13 +201,17 @@ impl Schema {
         };
         let Some(v) = v
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|v| SCHEMAS.contains(v))
+            .filter(|v| u32::try_from(*v).is_ok_and(|v| tcpx_schema::SCHEMA_VERSIONS.contains(&v)))
         else {
             return Err(refuse(
                 file,
                 line,
                 "schema_version",
-                format!("{:?} is not a supported version (1 to 4)", v.unwrap_or("")),
+                format!(
+                    "{:?} is not a supported version ({})",
+                    v.unwrap_or(""),
+                    admitted_versions()
+                ),
             ));
         };
         match &self.first {

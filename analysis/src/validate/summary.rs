@@ -17,7 +17,7 @@ const COMPLETE_STATUSES: [&str; 4] = ["ok", "unchecked", "wrong-data", "below-mi
 fn same_count(json: Option<&Value>, cell: Option<&str>) -> bool {
     let j = json.filter(|v| !v.is_null()).and_then(Value::as_f64);
     let c = cell
-        .filter(|c| !c.is_empty() && *c != "unverified")
+        .filter(|c| !c.is_empty() && *c != tcpx_schema::UNVERIFIED)
         .and_then(|c| c.parse::<f64>().ok());
     j == c
 }

@@ -228,7 +228,7 @@ pub fn tcpx_perf() -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_tcpx-analyze")).with_file_name("tcpx-perf");
     assert!(
         p.exists(),
-        "{} missing: build the workspace first (bash launch/build.sh, or cargo build --release)",
+        "{} missing: build the workspace first (bash launch/build.sh --all, or cargo build --release --workspace)",
         p.display()
     );
     p
