@@ -160,8 +160,29 @@ const FIGURES_NEEDED: [&str; 12] = [
     "netbw_gbps",
 ];
 
+/// Columns that count (bytes, iterations, ranks, wrong elements): whole numbers where not
+/// empty (`bytes_moved` may say `unverified`).
+const COUNTS: [&str; 16] = [
+    "size_bytes",
+    "count",
+    "iters",
+    "wrong",
+    "send_peers_in_flight",
+    "recv_peers_in_flight",
+    "bytes_planned",
+    "bytes_moved",
+    "wire_rx_bytes",
+    "ranks",
+    "endpoints",
+    "nodes",
+    "abi",
+    "nccl_wrong",
+    "tcp_retrans_segs",
+    "tcp_timeouts",
+];
+
 /// Refuses a row whose figures are not finite and non-negative ([`FIGURES`]), or that lacks
-/// one every row has ([`FIGURES_NEEDED`]).
+/// one every row has ([`FIGURES_NEEDED`]), or whose counts are not whole numbers ([`COUNTS`]).
 pub(super) fn check_figures(csv: &Csv, line: usize, r: &[String]) -> Result<(), Failure> {
     for col in FIGURES {
         let Some(v) = csv.get(r, col) else { continue };
@@ -180,6 +201,19 @@ pub(super) fn check_figures(csv: &Csv, line: usize, r: &[String]) -> Result<(), 
                 Some(line),
                 col,
                 format!("{v:?} is not a finite number >= 0"),
+            ));
+        }
+    }
+    for col in COUNTS {
+        let Some(v) = csv.get(r, col).filter(|v| !v.is_empty() && *v != "unverified") else {
+            continue;
+        };
+        if v.parse::<u64>().is_err() {
+            return Err(refuse(
+                &csv.name,
+                Some(line),
+                col,
+                format!("{v:?} is not a whole number: a count"),
             ));
         }
     }
