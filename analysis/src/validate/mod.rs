@@ -676,6 +676,11 @@ mod tests {
         // 1e308 is not 0.44 within any rounding.
         assert!(!agrees(Printed::parse("1e308").unwrap(), 0.44, 1e-9));
         assert!(agrees(Printed::parse("0.444963").unwrap(), 0.4449628299, 1e-9));
+        // A hand-edited round figure does not widen its own tolerance: `2` is not 1.890 rounded,
+        // though 1.890 rounded to no decimals is 2; 4 significant digits pass.
+        assert!((Printed::parse("2").unwrap().excused() - 1e-3).abs() < 1e-15);
+        assert!(!agrees(Printed::parse("2").unwrap(), 1.890, 1e-9));
+        assert!(agrees(Printed::parse("1.890").unwrap(), 1.8904, 1e-9));
     }
 
     #[test]
