@@ -56,11 +56,21 @@ fn mpirun(apps: &[App], env: &[(&str, &str)]) -> Output {
     output_within(&mut cmd, Duration::from_secs(60), "mpirun")
 }
 
+/// Sizes whose `short-lie` shortfall the loopback's own packet headers cover: a send of S bytes
+/// moves S/2, and each message crosses `lo` in at least one segment carrying 66 bytes of
+/// headers (Ethernet 14, IP 20, TCP 32) that the interface counters count, so for S <= 128 the
+/// counters exceed the payload whatever else crosses `lo`, and however busy the host is.
+const TINY_SWEEP: &str = "--pattern sendrecv -b 16 -e 64 -f 2 -n 8 -w 1 --progress never";
+
 fn run(extra: &str, out: &Path, env: &[(&str, &str)]) -> Output {
+    run_sweep(SWEEP, extra, out, env)
+}
+
+fn run_sweep(sweep: &str, extra: &str, out: &Path, env: &[(&str, &str)]) -> Output {
     let app = App {
         np: 2,
         env: &[],
-        args: format!("{SWEEP} {extra} --out {}", out.display()),
+        args: format!("{sweep} {extra} --out {}", out.display()),
     };
     mpirun(&[app], env)
 }
@@ -185,14 +195,22 @@ impl Drop for Noise {
 /// while other traffic crosses `lo`: the counters cover the shortfall and the plugin's own sizes
 /// say all is well. Without the data check nothing saw the payload, so the run must not say
 /// `0 OK` or `ok`, and the gate must refuse it.
+///
+/// The counters cover the shortfall by construction, not by the noise's luck: at the tiny sizes
+/// of [`TINY_SWEEP`] the run's own packet headers exceed it. The noise used to have to cross `lo`
+/// inside each size's few milliseconds of timed iterations, which a busy host's scheduler did not
+/// grant (issue 34: the test failed under two busy loops). It still runs, as the busy loopback
+/// the test is about, but nothing depends on how much of it lands in the window.
 #[test]
 fn a_lying_plugin_on_a_busy_loopback_is_unchecked_and_refused() {
     let dir = scratch("short-lie");
     let noise = Noise::start(Duration::from_secs(20));
-    while noise.bytes.load(Ordering::Relaxed) < 64 << 20 {
+    let flowing = Instant::now() + Duration::from_secs(10);
+    while noise.bytes.load(Ordering::Relaxed) == 0 && Instant::now() < flowing {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let o = run(
+    let o = run_sweep(
+        TINY_SWEEP,
         "-c 0",
         &dir,
         &[("TCPXEMU_FAULT", "short-lie"), ("TCPXEMU_REPORT_SIZES", "1")],
@@ -200,7 +218,7 @@ fn a_lying_plugin_on_a_busy_loopback_is_unchecked_and_refused() {
     drop(noise);
     assert!(
         !String::from_utf8_lossy(&o.stderr).contains("did not put the data on the wire"),
-        "the loopback noise did not cover the shortfall, so this run tests nothing\n{}",
+        "the wire counters saw the shortfall, so this run tests nothing (the sizes' own headers no longer cover it?)\n{}",
         show(&o)
     );
     assert_unchecked(&o, &dir);

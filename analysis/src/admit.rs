@@ -2,8 +2,11 @@
 //! that lack something (a forced run, one below `NCCL_TESTS_MIN_BW`, an unchecked one, a
 //! results.csv whose completion is unknown) only where a flag names it. `gate`,
 //! `make-baseline` and `history add` all decide through this module, so they accept and refuse
-//! alike.
+//! alike. A baseline made from such runs keeps their waivers (issue 34): a gate against it needs
+//! the same flags and names them; and no run is compared with itself, whether it stands on both
+//! sides, a copy among the candidates, or among the runs a baseline was made from.
 
+use crate::baseline::{Baseline, Statistic, Unit};
 use crate::error::Failure;
 use crate::model::{Format, Run, Sample, Waiver};
 use std::collections::BTreeMap;
@@ -103,21 +106,117 @@ pub fn policy(runs: &mut [Run], allow: Allow) -> Result<Vec<String>, Failure> {
 /// The verdict's mark for the waivers `notes` ([`policy`]) allowed: ` (FORCED + UNCHECKED runs
 /// allowed)`, or nothing.
 pub fn verdict_mark(notes: &[String]) -> String {
-    let labels: Vec<&str> = [
-        Waiver::Incomplete,
-        Waiver::Forced,
-        Waiver::Unchecked,
-        Waiver::BelowMinBw,
-    ]
-    .iter()
-    .map(|w| w.label())
-    .filter(|l| notes.iter().any(|n| n.starts_with(&format!("{l} run allowed"))))
-    .collect();
+    let labels: Vec<&str> = Waiver::ALL
+        .iter()
+        .map(|w| w.label())
+        .filter(|l| notes.iter().any(|n| n.starts_with(&format!("{l} run allowed"))))
+        .collect();
     if labels.is_empty() {
         String::new()
     } else {
         format!(" ({} runs allowed)", labels.join(" + "))
     }
+}
+
+/// Every waiver the runs need ([`waivers`]), for the baseline made from them to record.
+pub fn waived(runs: &[Run]) -> Vec<(Waiver, String)> {
+    let mut out: Vec<(Waiver, String)> = runs.iter().flat_map(waivers).collect();
+    out.sort();
+    out
+}
+
+/// The policy of a gate against a baseline file: the waivers of the runs it was made from
+/// ([`Baseline::waivers`]) need the gate's flags as the runs themselves would, and come back as
+/// notes for the verdict's mark ([`verdict_mark`]).
+pub fn baseline_policy(b: &Baseline, allow: Allow) -> Result<Vec<String>, Failure> {
+    let mut notes = Vec::new();
+    for &w in &b.waivers {
+        let label = w.label();
+        let which = b
+            .waived
+            .iter()
+            .filter(|l| l.starts_with(&format!("{label}: ")))
+            .cloned()
+            .collect::<Vec<_>>();
+        let which = if which.is_empty() {
+            "the runs are not named".to_string()
+        } else {
+            which.join("; ")
+        };
+        if !allow.allows(w) {
+            return Err(Failure::Input(format!(
+                "{}: the baseline was made from {label} runs (make-baseline {}): a gate against it needs {} too, and its verdict says so",
+                b.file,
+                w.flag(),
+                w.flag()
+            )));
+        }
+        notes.push(format!(
+            "{label} run allowed by {}: baseline {} was made from such runs: {which}",
+            w.flag(),
+            b.file
+        ));
+    }
+    Ok(notes)
+}
+
+/// Refuses a candidate that is one of the reference runs ([`same_run`]: the same folder given on
+/// both sides, or a copy of it): a run compared with itself passes whatever it measured.
+pub fn disjoint(cands: &[Run], refs: &[Run]) -> Result<(), Failure> {
+    for c in cands {
+        if let Some((r, why)) = refs.iter().find_map(|r| same_run(r, c).map(|why| (r, why))) {
+            return Err(Failure::Input(format!(
+                "{}: content: {why}: the same run on both sides of the comparison (reference {}): a run compared with itself",
+                c.source, r.source
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A candidate's figure for a per-size entry of baseline `b`: its series of the baseline's
+/// pattern (and variant, where the baseline records one) at the entry's size.
+fn figure_for(c: &Run, b: &Baseline, size: u64, metric: crate::model::Metric) -> Option<f64> {
+    let variant = b.provenance.get("variant");
+    c.series
+        .iter()
+        .filter(|s| s.pattern == b.pattern && variant.is_none_or(|v| *v == s.variant))
+        .find_map(|s| s.rows.get(&size))
+        .map(|row| row.summary.get(metric))
+}
+
+/// Refuses a candidate that is one of the runs baseline `b` was made from: every per-size value
+/// the baseline holds for its run `i` equals the candidate's figure at full precision
+/// (`make-baseline` writes each run's figure exactly). Candidates read from a stdout table
+/// (2 decimals) are not judged so: equal by chance there.
+pub fn not_in_baseline(cands: &[Run], b: &Baseline) -> Result<(), Failure> {
+    let Some(n) = b.runs else { return Ok(()) };
+    let entries: Vec<_> = b
+        .entries
+        .iter()
+        .filter(|e| e.statistic == Statistic::PerSize && e.size_min == e.size_max && e.values.len() == n)
+        .filter(|e| e.unit != Unit::GiBps)
+        .collect();
+    if entries.is_empty() {
+        return Ok(());
+    }
+    for c in cands.iter().filter(|c| precise(c.format)) {
+        for i in 0..n {
+            let same = entries
+                .iter()
+                .all(|e| figure_for(c, b, e.size_min, e.metric).is_some_and(|v| equal(v, e.values[i], false)));
+            if same {
+                return Err(Failure::Input(format!(
+                    "{}: content: its {} figure(s) equal those of run {} of the {n} baseline {} was made from: the same run on both sides of the comparison: a run compared with itself",
+                    c.source,
+                    entries.len(),
+                    i + 1,
+                    b.file
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a format prints its figures to full precision (CSV, JSON) or rounded for reading

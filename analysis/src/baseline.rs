@@ -1,7 +1,7 @@
 //! Declarative baseline files (TOML). See `analysis/README.md` ("Baseline files").
 
 use crate::error::ParseError;
-use crate::model::{Family, Metric};
+use crate::model::{Family, Metric, Waiver};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tcpx_units::parse_size;
@@ -77,6 +77,12 @@ struct RawBaseline {
     shape: Shape,
     #[serde(default)]
     provenance: BTreeMap<String, toml::Value>,
+    /// The waivers its runs were admitted under (`make-baseline --allow-forced`: `["FORCED"]`).
+    #[serde(default)]
+    waivers: Vec<String>,
+    /// Which runs needed them, one line each.
+    #[serde(default)]
+    waived: Vec<String>,
     #[serde(default)]
     entry: Vec<RawEntry>,
 }
@@ -167,6 +173,11 @@ pub struct Baseline {
     pub runs: Option<usize>,
     pub job: Shape,
     pub provenance: BTreeMap<String, String>,
+    /// The waivers of the runs it was made from (forced, unchecked, ...): every gate against it
+    /// needs their flags and names them ([`crate::admit::baseline_policy`]).
+    pub waivers: Vec<Waiver>,
+    /// Which runs needed them (`waived`), one line each.
+    pub waived: Vec<String>,
     pub entries: Vec<Entry>,
 }
 
@@ -309,8 +320,11 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
             (k.clone(), s)
         })
         .collect();
+    let waivers = waivers_of(file, &raw.waivers, &raw.description)?;
     Ok(Baseline {
         file: file.to_string(),
+        waivers,
+        waived: raw.waived,
         name: raw.name,
         description: raw.description,
         family: Family::from_name(&raw.pattern),
@@ -321,6 +335,31 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
         provenance,
         entries,
     })
+}
+
+/// The waivers a baseline records (`waivers`), and those a baseline written before that field
+/// names only in its description (`make-baseline` wrote `FORCED run allowed by --allow-forced:
+/// ...` there): neither may be lost.
+fn waivers_of(file: &str, labels: &[String], description: &str) -> Result<Vec<Waiver>, ParseError> {
+    let mut out = Vec::new();
+    for l in labels {
+        let w = Waiver::from_label(l).ok_or_else(|| {
+            ParseError::new(
+                file,
+                None,
+                format!("waivers: {l:?} is not a waiver (INCOMPLETE, FORCED, UNCHECKED, BELOW-MIN-BW)"),
+            )
+        })?;
+        out.push(w);
+    }
+    for w in Waiver::ALL {
+        if description.contains(&format!("{} run allowed by {}", w.label(), w.flag())) {
+            out.push(w);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// Loads a baseline file from disk.
@@ -342,6 +381,7 @@ pub fn from_runs(
     runs: &[crate::model::Run],
     metrics: &[Metric],
     description: &str,
+    waived: &[(Waiver, String)],
 ) -> Result<String, String> {
     use std::fmt::Write;
     let first = runs.first().ok_or("no runs")?;
@@ -392,6 +432,22 @@ pub fn from_runs(
     let _ = writeln!(o, "pattern = {}", q(&ser.pattern));
     let _ = writeln!(o, "unit = \"GB/s\"");
     let _ = writeln!(o, "runs = {}", runs.len());
+    if !waived.is_empty() {
+        let mut labels: Vec<Waiver> = waived.iter().map(|(w, _)| *w).collect();
+        labels.sort();
+        labels.dedup();
+        let labels: Vec<String> = labels.iter().map(|w| q(w.label())).collect();
+        let lines: Vec<String> = waived
+            .iter()
+            .map(|(w, what)| q(&format!("{}: {what}", w.label())))
+            .collect();
+        let _ = writeln!(
+            o,
+            "# Made from runs only an --allow-* flag admits: every gate against this file needs the flag and names it."
+        );
+        let _ = writeln!(o, "waivers = [{}]", labels.join(", "));
+        let _ = writeln!(o, "waived = [{}]", lines.join(", "));
+    }
     let _ = writeln!(o, "\n[shape]");
     for (key, label) in [("endpoints", "endpoints"), ("ranks", "MPI ranks"), ("nodes", "nodes")] {
         if let Some(v) = shape0.get(label) {

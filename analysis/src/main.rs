@@ -355,10 +355,14 @@ fn references(
     if !runs.is_empty() {
         let mut refs = load_runs(&runs, &a.input)?;
         notes.extend(admit::policy(&mut refs, allow)?);
+        admit::disjoint(cands, &refs)?;
         out.push(Reference::Runs(refs));
     }
     for f in &files {
-        out.push(Reference::Baseline(Box::new(baseline::load(f)?)));
+        let b = baseline::load(f)?;
+        notes.extend(admit::baseline_policy(&b, allow)?);
+        admit::not_in_baseline(cands, &b)?;
+        out.push(Reference::Baseline(Box::new(b)));
     }
     Ok(out)
 }
@@ -559,6 +563,8 @@ fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
 
 fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
     let mut runs = load_runs(&a.inputs, &a.input)?;
+    // What each run needed, before the policy counts its status as ok.
+    let waived = admit::waived(&runs);
     let notes = admit::policy(&mut runs, a.allow)?;
     for n in &notes {
         println!("{n}");
@@ -574,7 +580,7 @@ fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
     } else {
         format!("{}{}: {}", a.description, admit::verdict_mark(&notes), notes.join("; "))
     };
-    let text = baseline::from_runs(&a.name, &runs, &ms, &description).map_err(Failure::Input)?;
+    let text = baseline::from_runs(&a.name, &runs, &ms, &description, &waived).map_err(Failure::Input)?;
     write_file(&a.out, &text)?;
     println!("wrote {}", a.out.display());
     Ok(exit::PASS)

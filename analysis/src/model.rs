@@ -211,6 +211,14 @@ pub enum Waiver {
 }
 
 impl Waiver {
+    /// Every waiver, in the order verdicts name them.
+    pub const ALL: [Waiver; 4] = [
+        Waiver::Incomplete,
+        Waiver::Forced,
+        Waiver::Unchecked,
+        Waiver::BelowMinBw,
+    ];
+
     /// The flag that allows it.
     pub fn flag(self) -> &'static str {
         match self {
@@ -223,14 +231,7 @@ impl Waiver {
 
     /// The waiver a verdict's label names ([`Waiver::label`]).
     pub fn from_label(l: &str) -> Option<Waiver> {
-        [
-            Waiver::Incomplete,
-            Waiver::Forced,
-            Waiver::Unchecked,
-            Waiver::BelowMinBw,
-        ]
-        .into_iter()
-        .find(|w| w.label() == l.trim())
+        Waiver::ALL.into_iter().find(|w| w.label() == l.trim())
     }
 
     /// How a verdict names it.

@@ -663,3 +663,155 @@ fn tcpx_perf_records_min_bw_and_probes_j_first() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(good.is_file());
 }
+
+/// Sets one results.csv cell (data row `row`, 0-based) of column `col`.
+fn set_cell(dir: &Path, file: &str, row: usize, col: &str, value: &str) {
+    let p = dir.join(file);
+    let text = std::fs::read_to_string(&p).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let at = lines[0].split(',').position(|h| h == col).unwrap();
+    let mut cells: Vec<String> = lines[row + 1].split(',').map(str::to_string).collect();
+    cells[at] = value.to_string();
+    lines[row + 1] = cells.join(",");
+    std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+}
+
+/// Issue 34 item 4: a figure edited to a round number (0.4449 -> `0.4`, -10%) hid in its own
+/// printed precision (`0.4` is 0.35..0.45); netbw was not checked at all. A figure is checked to
+/// the printed precision of the columns it derives from, and its own rounding counts only to 4
+/// significant digits, so an edit beyond the real figure's rounding is refused by `show`, the
+/// gate and `history add` alike.
+#[test]
+fn a_hand_edited_round_figure_is_refused() {
+    let d = tmpdir("admit-round");
+    for col in ["algbw_gbps", "busbw_gbps", "netbw_gbps"] {
+        let run = copy_dir(&ring(), &d.join(col));
+        set_cell(&run, "results.csv", 0, col, "0.4");
+        let (code, out) = show(&run);
+        assert_eq!(code, 3, "{col}: {out}");
+        assert!(out.contains(&format!("results.csv:2: {col}:")), "{col}: {out}");
+        assert_eq!(out.trim().lines().count(), 1, "{col}: one line: {out}");
+        let db = d.join(format!("{col}.sqlite"));
+        let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
+        assert_eq!(code, 3, "{col}: {out}");
+    }
+    // netbw must be bytes_planned / sending endpoints / time: doubled, it claims half the senders.
+    let run = copy_dir(&ring(), &d.join("netbw-double"));
+    let nb: f64 = std::fs::read_to_string(run.join("results.csv"))
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(12)
+        .unwrap()
+        .parse()
+        .unwrap();
+    set_cell(&run, "results.csv", 0, "netbw_gbps", &format!("{}", nb * 2.0));
+    let (code, out) = show(&run);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("results.csv:2: netbw_gbps:"), "{out}");
+    // samples.csv: a last number cut short (0.751904475972307 -> 0.75) and a file cut before its
+    // last size.
+    let run = copy_dir(&ring(), &d.join("samples-cut"));
+    let p = run.join("samples.csv");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let cut = text.trim_end().rsplit_once(',').unwrap().0.to_string() + ",0.75\n";
+    std::fs::write(&p, cut).unwrap();
+    let (code, out) = show(&run);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("samples.csv:") && out.contains("busbw_gbps"), "{out}");
+    let run = copy_dir(&ring(), &d.join("samples-short"));
+    let p = run.join("samples.csv");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let last_size = text.lines().last().unwrap().split(',').nth(2).unwrap().to_string();
+    let kept: String = text
+        .lines()
+        .filter(|l| l.split(',').nth(2) != Some(last_size.as_str()))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&p, kept).unwrap();
+    let (code, out) = show(&run);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!("size {last_size}")) && out.contains("0 samples"),
+        "{out}"
+    );
+    // The real runs, untouched, still pass: the check does not reject true figures.
+    let c0 = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tcpx-perf/sendrecv-2ranks-c0"
+    ));
+    for r in [ring(), c0].into_iter().chain((1..=12).map(real)) {
+        let (code, out) = show(&r);
+        assert_eq!(code, 0, "{}: {out}", r.display());
+    }
+}
+
+/// Issue 34 item 4: summary.json's configuration was stored as it stood: `channels: -2`,
+/// `window: 0`, `nodes: 0`, `ranks: 3` beside a results.csv of 2 ranks, `ranks: 1.5`, and
+/// its per-size figures were never compared with results.csv's. Each is refused in one line
+/// naming the file and the field.
+#[test]
+fn summary_json_config_is_in_range_and_agrees_with_the_csv() {
+    let d = tmpdir("admit-config");
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 13] = [
+        ("channels", |v| v["channels"] = (-2).into(), "channels"),
+        ("window", |v| v["window"] = 0.into(), "window"),
+        ("nodes", |v| v["nodes"] = 0.into(), "nodes"),
+        ("ranks", |v| v["ranks"] = 3.into(), "ranks"),
+        ("ranks-frac", |v| v["ranks"] = 1.5.into(), "ranks"),
+        ("iters", |v| v["iters"] = 4.into(), "iters"),
+        ("check", |v| v["check"] = false.into(), "check"),
+        (
+            "config-channels",
+            |v| v["config"]["channels"] = (-2).into(),
+            "config.channels",
+        ),
+        (
+            "busbw",
+            |v| v["results"][0]["busbw_gbps"] = 0.5.into(),
+            "results[0].busbw_gbps",
+        ),
+        (
+            "algbw",
+            |v| v["results"][1]["algbw_gbps"] = 0.5.into(),
+            "results[1].algbw_gbps",
+        ),
+        (
+            "netbw",
+            |v| v["results"][0]["netbw_gbps"] = 0.5.into(),
+            "results[0].netbw_gbps",
+        ),
+        ("res-iters", |v| v["results"][0]["iters"] = 4.into(), "results[0].iters"),
+        (
+            "res-size",
+            |v| v["results"][0]["bytes_planned"] = 2097152.5.into(),
+            "results[0].bytes_planned",
+        ),
+    ];
+    for (name, edit, field) in cases {
+        let run = copy_dir(&ring(), &d.join(name));
+        edit_summary(&run, edit);
+        let (code, out) = show(&run);
+        assert_eq!(code, 3, "{name}: {out}");
+        assert!(out.contains(&format!("summary.json: {field}:")), "{name}: {out}");
+        assert_eq!(out.trim().lines().count(), 1, "{name}: one line: {out}");
+    }
+    // results.csv: integers are integers, and its shape is summary.json's.
+    for (name, col, bad) in [
+        ("csv-ranks-frac", "ranks", "1.5"),
+        ("csv-ranks", "ranks", "3"),
+        ("csv-iters", "iters", "5.0"),
+    ] {
+        let run = copy_dir(&ring(), &d.join(name));
+        map_cells(&run, |h, v| if h == col { bad.to_string() } else { v.to_string() });
+        let (code, out) = show(&run);
+        assert_eq!(code, 3, "{name}: {out}");
+        assert!(out.contains(&format!("results.csv:2: {col}:")), "{name}: {out}");
+        let db = d.join(format!("{name}.sqlite"));
+        let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
+        assert_eq!(code, 3, "{name}: {out}");
+    }
+}

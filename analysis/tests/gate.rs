@@ -193,8 +193,16 @@ fn different_job_shapes_are_refused() {
     let (code, out) = gate(&two, &four, &["--force", "--allow-inconclusive"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("FORCED despite: different endpoints"), "{out}");
-    // The runs of one side disagree among themselves: refused too.
-    let (code, out) = run(&["gate", p(&two.join("r0")), p(&four.join("r0")), "-B", p(&four)]);
+    // The runs of one side disagree among themselves: refused too (a 4-endpoint candidate that is
+    // not one of the references: that would be a run compared with itself).
+    let other_four = write_run(
+        &d.join("other-four"),
+        &Spec {
+            seed: 99,
+            ..Spec::default()
+        },
+    );
+    let (code, out) = run(&["gate", p(&two.join("r0")), p(&other_four), "-B", p(&four)]);
     assert_eq!(code, 4, "{out}");
     assert!(out.contains("2 (candidate) vs 4 (candidate, reference runs)"), "{out}");
     // A 2-endpoint run against the 4-GPU NCCL baseline.
@@ -379,10 +387,12 @@ fn pattern_mismatch_and_unknown_collective_are_refused() {
 fn wrong_data_missing_sizes_incomplete_and_missing_files_fail_closed() {
     let d = tmpdir("closed");
     let base = write_run(&d.join("base"), &Spec::default());
+    // Another run than the base (another seed): the same figures would be the same run.
     let wrong = write_run(
         &d.join("wrong"),
         &Spec {
             wrong: Some(4096),
+            seed: 2,
             ..Spec::default()
         },
     );
@@ -661,4 +671,113 @@ fn runs_needed_command() {
     assert!(out.contains("unchanged configuration: 13"), "{out}");
     let (code, out) = run(&["runs-needed"]);
     assert_eq!(code, 64, "{out}");
+}
+
+/// Sets summary.json's `force` (a run forced past preflight's error findings).
+fn force(dir: &Path) {
+    let f = dir.join("summary.json");
+    let mut v = json_of(&f);
+    v["force"] = true.into();
+    std::fs::write(&f, v.to_string()).unwrap();
+}
+
+/// Issue 34 item 3: a baseline made with `--allow-forced` (or `--allow-unchecked`) from such runs
+/// gave a plain `PASS` (or INCONCLUSIVE) later. It records the waivers and the runs that needed
+/// them; a gate against it needs the same flag and names the waiver in its first line.
+#[test]
+fn a_baseline_remembers_its_waivers_and_every_verdict_names_them() {
+    let d = tmpdir("baseline-waivers");
+    let spec = Spec::default();
+    let cand = runs(&d, "cand", 5, 1.0, 0.02, 31, &spec);
+    let forced = runs(&d, "forced", 5, 1.0, 0.02, 32, &spec);
+    for i in 0..5 {
+        force(&forced.join(format!("r{i}")));
+    }
+    let unchecked = runs(
+        &d,
+        "unchecked",
+        5,
+        1.0,
+        0.02,
+        33,
+        &Spec {
+            wrong: None,
+            ..Spec::default()
+        },
+    );
+    for (refs, flag, label) in [
+        (&forced, "--allow-forced", "FORCED"),
+        (&unchecked, "--allow-unchecked", "UNCHECKED"),
+    ] {
+        let toml = d.join(format!("{label}.toml"));
+        let (code, out) = run(&["make-baseline", p(refs), "--name", "w", "-o", p(&toml), flag]);
+        assert_eq!(code, 0, "{out}");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        assert!(text.contains(&format!("waivers = [\"{label}\"]")), "{text}");
+        assert!(
+            text.contains(&format!("waived = [\"{label}: ")) && text.contains("/r4/"),
+            "which runs: {text}"
+        );
+        let b = tcpx_analyze::baseline::load(&toml).unwrap();
+        assert_eq!(b.waivers.len(), 1, "{b:?}");
+        // Without the flag: refused in one line naming the baseline and the flag.
+        let (code, out) = gate(&cand, &toml, &["--allow-inconclusive"]);
+        assert_eq!(code, 3, "{label}: {out}");
+        assert!(out.contains(p(&toml)) && out.contains(flag), "{label}: {out}");
+        assert_eq!(out.trim().lines().count(), 1, "{label}: {out}");
+        // With it: the verdict's first line says so.
+        let (code, out) = gate(&cand, &toml, &[flag, "--allow-inconclusive"]);
+        assert!(code == 0 || code == 1, "{label}: {out}");
+        let first = out.lines().next().unwrap();
+        assert!(first.contains(label), "{label}: {first}");
+        // A baseline written before the field, its waivers only in the description, counts too.
+        let old = d.join(format!("{label}-old.toml"));
+        let legacy: String = text
+            .lines()
+            .filter(|l| !l.starts_with("waive"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&old, legacy).unwrap();
+        let (code, out) = gate(&cand, &old, &["--allow-inconclusive"]);
+        assert_eq!(code, 3, "{label}: {out}");
+        assert!(out.contains(flag), "{label}: {out}");
+    }
+}
+
+/// Issue 34 item 3: `gate RUNS -B RUNS` passed: the same runs on both sides (or copies of
+/// reference runs among the candidates, or the runs a baseline was made from) compare a run
+/// with itself. Refused in one line, by content as `history` knows copies.
+#[test]
+fn the_same_run_on_both_sides_is_refused() {
+    let d = tmpdir("same-both-sides");
+    let spec = Spec::default();
+    let a = runs(&d, "a", 5, 1.0, 0.02, 41, &spec);
+    let (code, out) = gate(&a, &a, &["--allow-inconclusive"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("both sides"), "{out}");
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    // A copy of one reference run among otherwise new candidates, its line endings changed.
+    let b = runs(&d, "b", 4, 1.0, 0.02, 42, &spec);
+    let copy = b.join("r4");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["results.csv", "samples.csv", "pairs.csv", "summary.json"] {
+        let t = std::fs::read_to_string(a.join("r2").join(f)).unwrap();
+        std::fs::write(copy.join(f), t.replace('\n', "\r\n")).unwrap();
+    }
+    let (code, out) = gate(&b, &a, &["--allow-inconclusive"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("r4") && out.contains("both sides"), "{out}");
+    // The runs a baseline file was made from.
+    let toml = d.join("a.toml");
+    let (code, out) = run(&["make-baseline", p(&a), "--name", "a", "-o", p(&toml)]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = gate(&a.join("r3"), &toml, &["--allow-inconclusive"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("both sides") && out.contains(p(&toml)), "{out}");
+    // Distinct runs of one configuration still compare.
+    let c = runs(&d, "c", 5, 1.0, 0.02, 43, &spec);
+    let (code, out) = gate(&c, &a, &["--allow-inconclusive"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = gate(&c, &toml, &["--allow-inconclusive"]);
+    assert_eq!(code, 0, "{out}");
 }

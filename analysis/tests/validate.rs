@@ -70,10 +70,23 @@ fn assert_refused(out: (i32, String), file_and_row: &str, field: &str) {
     );
 }
 
+/// A copy that another commit's build measured with the same figures: not a copy of one run
+/// (`admit::same_run` compares provenance), so it may stand against the untouched fixture.
+fn another_commit(dir: &Path) {
+    edit_summary(dir, |v| v["tool"]["git_commit"] = "0123456789ab".into());
+}
+
 #[test]
 fn the_untouched_real_run_passes_the_checks() {
     let d = copy("ring-2ranks-c1", &tmpdir("valid-ok").join("r"));
-    // One run against itself: inconclusive (2), never refused as invalid (3).
+    let (code, out) = analyze(&["show", s(&d)]);
+    assert_eq!(code, 0, "{out}");
+    // Against itself (issue 34): refused as a run compared with itself, not judged.
+    let (code, out) = gate(&d, &[]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("the same run on both sides"), "{out}");
+    // Another run with those figures: one run per side, inconclusive (2), never invalid (3).
+    another_commit(&d);
     let (code, out) = gate(&d, &[]);
     assert_eq!(code, 2, "{out}");
 }
@@ -217,7 +230,9 @@ fn unchecked_runs_are_refused_unless_allowed_and_the_verdict_says_so() {
     for r in v["results"].as_array_mut().unwrap() {
         r["wrong"] = 0.into();
     }
+    v["check"] = true.into();
     std::fs::write(&sum, v.to_string()).unwrap();
+    another_commit(&reference);
     let (code, out) = analyze(&["gate", s(&c0), "-B", s(&reference)]);
     assert_refused((code, out.clone()), "c0/results.csv:2", "size 1048576 (sendrecv)");
     assert!(
@@ -262,6 +277,7 @@ fn unchecked_runs_are_refused_unless_allowed_and_the_verdict_says_so() {
     // What tcpx-perf will write for such runs: status "unchecked", per size verified = false.
     let st = copy("ring-2ranks-c1", &d.join("status"));
     edit_summary(&st, |v| v["status"] = "unchecked".into());
+    another_commit(&st);
     assert_refused(gate(&st, &[]), "summary.json", "status is \"unchecked\"");
     let (code, out) = gate(&st, &["--allow-unchecked"]);
     assert_eq!(code, 2, "{out}");

@@ -44,7 +44,8 @@ pub(super) fn check_header(res: &Csv, version: Option<u64>) -> Result<(), Failur
 
 /// Refuses a row whose counts and figures are not finite and non-negative (empty where not
 /// measured; `bytes_moved` may say `unverified`), or that leaves one empty that every row has
-/// ([`Empty::Refused`]). A NaN or a negative time is a broken file.
+/// ([`Empty::Refused`]), or whose counts are not whole numbers. A NaN or a negative time is a
+/// broken file.
 pub(super) fn check_figures(csv: &Csv, line: usize, r: &[String]) -> Result<(), Failure> {
     for col in RESULTS_COLUMNS.iter().filter(|c| c.is_number()) {
         let Some(v) = csv.get(r, col.name) else { continue };
@@ -68,6 +69,22 @@ pub(super) fn check_figures(csv: &Csv, line: usize, r: &[String]) -> Result<(), 
                 Some(line),
                 col.name,
                 format!("{v:?} is not a finite number >= 0"),
+            ));
+        }
+    }
+    let counts = RESULTS_COLUMNS
+        .iter()
+        .filter(|c| matches!(c.cell, tcpx_schema::Cell::Count | tcpx_schema::Cell::CountOrUnverified));
+    for col in counts {
+        let Some(v) = csv.get(r, col.name).filter(|v| !v.is_empty() && *v != UNVERIFIED) else {
+            continue;
+        };
+        if v.parse::<u64>().is_err() {
+            return Err(refuse(
+                &csv.name,
+                Some(line),
+                col.name,
+                format!("{v:?} is not a whole number: a count"),
             ));
         }
     }

@@ -16,6 +16,7 @@ use std::fmt::Display;
 use std::path::Path;
 
 mod columns;
+mod config;
 mod summary;
 
 use columns::{check_figures, check_header};
@@ -31,6 +32,11 @@ fn refuse(file: &str, line: Option<usize>, field: &str, why: impl Display) -> Fa
     let at = line.map_or(String::new(), |l| format!(":{l}"));
     Failure::Input(format!("{file}{at}: {field}: {why}"))
 }
+
+/// The rounding a printed figure is excused, relative to its value: 4 significant digits. A
+/// figure printed with fewer (a hand-edited `2` where 1.890 was measured) is checked as if it
+/// had them, so an edit cannot widen its own tolerance; tcpx-perf prints every figure in full.
+const EXCUSED_RELATIVE: f64 = 5e-4;
 
 /// A number as printed, with half a unit of its last printed digit (what rounding may hide).
 #[derive(Debug, Clone, Copy)]
@@ -53,11 +59,18 @@ impl Printed {
             half_ulp: 0.5 * 10f64.powi(exp - decimals),
         })
     }
+
+    /// What its rounding may have hidden, as far as that is excused: half a unit of its last
+    /// printed digit, at most [`EXCUSED_RELATIVE`] of its value.
+    fn excused(self) -> f64 {
+        self.half_ulp.min(EXCUSED_RELATIVE * self.value.abs())
+    }
 }
 
-/// Whether `v` equals `expected` (itself uncertain by `expected_err`) within rounding.
+/// Whether `v` equals `expected` (itself uncertain by `expected_err`, from the printed precision
+/// of the columns it derives from) within `v`'s own excused rounding.
 fn agrees(v: Printed, expected: f64, expected_err: f64) -> bool {
-    let slack = v.half_ulp + expected_err + 1e-9 * expected.abs().max(v.value.abs());
+    let slack = v.excused() + expected_err + 1e-9 * expected.abs().max(v.value.abs());
     (v.value - expected).abs() <= slack
 }
 
@@ -75,6 +88,8 @@ pub fn busbw_factor(pattern: &str, n: f64) -> Option<f64> {
 /// GB/s (GB = 10^9 bytes) of `bytes` in a printed time, with the error its rounding allows.
 fn gbps(bytes: f64, time_us: Printed) -> (f64, f64) {
     let at = |t: f64| bytes / t / 1e3;
+    // The time is an input here: its whole printed rounding counts (it is checked as a figure
+    // itself against samples.csv and summary.json, to its excused rounding).
     let (t, h) = (time_us.value, time_us.half_ulp);
     let v = at(t);
     // The time's true value lies in [t - h, t + h]; the bandwidth's, in the image of that.
@@ -187,6 +202,44 @@ fn check_algbw(file: &str, line: usize, size: Printed, time: Printed, algbw: Pri
     ))
 }
 
+/// netbw is network bytes sent per sending endpoint / time (README "Patterns"): with scope
+/// `all`, busbw itself; in any scope, `bytes_planned` (network bytes per iteration) / time is a
+/// whole number of sending endpoints, 1 to `endpoints`, times netbw.
+fn check_netbw(csv: &Csv, line: usize, r: &[String], time: Printed, busbw: Printed) -> Result<(), Failure> {
+    let Some(net) = csv.number(line, r, "netbw_gbps")? else {
+        return Ok(());
+    };
+    let bad = |why: String| Err(refuse(&csv.name, Some(line), "netbw_gbps", why));
+    if csv.get(r, "scope") == Some("all") && !agrees(net, busbw.value, busbw.excused()) {
+        return bad(format!(
+            "{} but busbw_gbps is {} and scope is all, where netbw is busbw: the figures contradict each other",
+            net.value, busbw.value
+        ));
+    }
+    let (Some(planned), Some(endpoints)) = (csv.number(line, r, "bytes_planned")?, csv.number(line, r, "endpoints")?)
+    else {
+        return Ok(());
+    };
+    let (all, err) = gbps(planned.value, time);
+    if net.value == 0.0 || all == 0.0 {
+        return if net.value == all {
+            Ok(())
+        } else {
+            bad(format!("{} but bytes_planned is {}", net.value, planned.value))
+        };
+    }
+    let senders = all / net.value;
+    let tolerance = senders * (err / all + net.excused() / net.value + 1e-9);
+    let whole = senders.round();
+    if (senders - whole).abs() > tolerance || whole < 1.0 || whole > endpoints.value {
+        return bad(format!(
+            "{} but bytes_planned / time_us = {} / {} us = {all:.6} GB/s, {senders:.4} times that: no whole number of sending endpoints (1 to {}): the figures contradict each other",
+            net.value, planned.value, time.value, endpoints.value
+        ));
+    }
+    Ok(())
+}
+
 /// The one schema version of a result directory: every row of every CSV and summary.json.
 #[derive(Default)]
 struct Schema {
@@ -267,7 +320,7 @@ fn check_results(
         // sendrecv and pairs need no endpoint count; ring and fullmesh are checked where known.
         let factor = busbw_factor(&pattern, n.unwrap_or(f64::NAN)).filter(|k| k.is_finite());
         if let Some(k) = factor {
-            if !agrees(busbw, algbw.value * k, algbw.half_ulp * k) {
+            if !agrees(busbw, algbw.value * k, algbw.excused() * k) {
                 return Err(refuse(
                     f,
                     Some(line),
@@ -281,6 +334,8 @@ fn check_results(
                 ));
             }
         }
+        check_netbw(csv, line, r, time, busbw)?;
+        config::check_shape_row(csv, line, r)?;
         if let Some(why) = unverified_row(csv, r) {
             run.unverified
                 .push(format!("{f}:{line}: size {} ({pattern}): {why}", size.value));
@@ -342,6 +397,7 @@ fn check_samples(
 ) -> Result<(), Failure> {
     let f = csv.name.as_str();
     let mut times: BTreeMap<(String, u64), (Vec<f64>, f64)> = BTreeMap::new();
+    let mut iters_seen: BTreeMap<(String, u64), Vec<u64>> = BTreeMap::new();
     for row in csv.rows_seen(schema) {
         let (line, r) = row?;
         let pattern = csv.get(r, "pattern").unwrap_or("").to_string();
@@ -360,7 +416,7 @@ fn check_samples(
         check_algbw(f, line, size, time, algbw)?;
         if let Some(k) = row.factor {
             let busbw = need("busbw_gbps")?;
-            if !agrees(busbw, algbw.value * k, algbw.half_ulp * k) {
+            if !agrees(busbw, algbw.value * k, algbw.excused() * k) {
                 return Err(refuse(
                     f,
                     Some(line),
@@ -369,9 +425,24 @@ fn check_samples(
                 ));
             }
         }
+        sample_iter(csv, line, r, row, iters_seen.entry(key.clone()).or_default())?;
         let e = times.entry(key).or_insert((Vec::new(), 0.0));
         e.0.push(time.value);
-        e.1 = e.1.max(time.half_ulp);
+        e.1 = e.1.max(time.excused());
+    }
+    // A size of results.csv without its samples: the file was cut.
+    for ((pattern, size), row) in sizes {
+        if let (Some(n), false) = (row.iters, times.contains_key(&(pattern.clone(), *size))) {
+            return Err(refuse(
+                f,
+                None,
+                "iter",
+                format!(
+                    "0 samples of {pattern} size {size}, but results.csv line {} says iters = {n}: the file is cut short",
+                    row.line
+                ),
+            ));
+        }
     }
     for ((pattern, size), (ts, half_ulp)) in &times {
         let row = &sizes[&(pattern.clone(), *size)];
@@ -389,7 +460,7 @@ fn check_samples(
         }
         let mean = ts.iter().sum::<f64>() / ts.len() as f64;
         let res = row.time_us;
-        let slack = half_ulp + res.half_ulp + 1e-9 * mean.abs().max(res.value);
+        let slack = half_ulp + res.excused() + 1e-9 * mean.abs().max(res.value);
         let ok = match reduction {
             "min" => res.value >= mean - slack,
             "max" => res.value <= mean + slack,
@@ -409,6 +480,27 @@ fn check_samples(
             ));
         }
     }
+    Ok(())
+}
+
+/// A samples.csv row's `iter`: a whole number below the size's `iters` (when known), each once.
+fn sample_iter(csv: &Csv, line: usize, r: &[String], row: &SizeRow, seen: &mut Vec<u64>) -> Result<(), Failure> {
+    let cell = csv.get(r, "iter").unwrap_or("");
+    let bad = |why: String| Err(refuse(&csv.name, Some(line), "iter", why));
+    let Ok(i) = cell.parse::<u64>() else {
+        return bad(format!("{cell:?} is not a whole number"));
+    };
+    if row.iters.is_some_and(|n| i >= n) {
+        return bad(format!(
+            "{i} but results.csv line {} says iters = {}: iterations count from 0",
+            row.line,
+            row.iters.unwrap_or(0)
+        ));
+    }
+    if seen.contains(&i) {
+        return bad(format!("iteration {i} of this size appears twice"));
+    }
+    seen.push(i);
     Ok(())
 }
 
@@ -466,6 +558,7 @@ pub fn tcpx_dir(dir: &Path, summary: &Value, run: &mut Run) -> Result<(), Failur
     let sizes = check_results(&res, &mut schema, endpoints, run)?;
     check_header(&res, schema.version())?;
     summary::check_summary_agrees(&sum_name, summary, &res, &sizes, run)?;
+    config::check_config(&sum_name, summary, &res)?;
     summary::check_state(&sum_name, summary, &res, &sizes, run)?;
     if let Some(s) = Csv::read(&dir.join("samples.csv"))? {
         let reduction = summary.get("time_reduction").and_then(Value::as_str).unwrap_or("avg");
@@ -590,6 +683,11 @@ mod tests {
         // 1e308 is not 0.44 within any rounding.
         assert!(!agrees(Printed::parse("1e308").unwrap(), 0.44, 1e-9));
         assert!(agrees(Printed::parse("0.444963").unwrap(), 0.4449628299, 1e-9));
+        // A hand-edited round figure does not widen its own tolerance: `2` is not 1.890 rounded,
+        // though 1.890 rounded to no decimals is 2; 4 significant digits pass.
+        assert!((Printed::parse("2").unwrap().excused() - 1e-3).abs() < 1e-15);
+        assert!(!agrees(Printed::parse("2").unwrap(), 1.890, 1e-9));
+        assert!(agrees(Printed::parse("1.890").unwrap(), 1.8904, 1e-9));
     }
 
     #[test]

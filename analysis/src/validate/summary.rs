@@ -229,7 +229,7 @@ pub(super) fn check_summary_agrees(
             .map(|(_, row)| row)
             .ok_or_else(|| refuse(sum_name, None, &field, format!("size {size} is not in {}", res.name)))?;
         if let Some(t) = r.get("time_us").and_then(Value::as_f64) {
-            let slack = row.time_us.half_ulp + 1e-9 * t.abs();
+            let slack = row.time_us.excused() + 1e-9 * t.abs();
             if (t - row.time_us.value).abs() > slack {
                 return Err(refuse(
                     sum_name,
@@ -240,6 +240,7 @@ pub(super) fn check_summary_agrees(
             }
         }
         agree_size(sum_name, i, r, res, row)?;
+        super::config::agree_figures(sum_name, i, r, res, row.line)?;
         if r.get("verified").and_then(Value::as_bool) == Some(false) {
             run.unverified
                 .push(format!("{sum_name}: results[{i}] (size {size}): verified is false"));
