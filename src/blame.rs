@@ -181,18 +181,15 @@ pub fn roots(accounts: &[Account]) -> Vec<Root> {
         blamers: &blamers,
     };
     let mut found: Vec<Root> = Vec::new();
-    for r in 0..accounts.len() {
+    for (r, account) in accounts.iter().enumerate() {
         let Some((root, reason)) = graph.resolve(r) else {
             continue;
         };
-        let at = match found.iter().position(|f| f.rank == root) {
-            Some(at) => at,
-            None => {
-                found.push(graph.root(root, reason));
-                found.len() - 1
-            }
-        };
-        if r != root && matches!(accounts[r], Account::Failed { .. }) {
+        let at = found.iter().position(|f| f.rank == root).unwrap_or_else(|| {
+            found.push(graph.root(root, reason));
+            found.len() - 1
+        });
+        if r != root && matches!(account, Account::Failed { .. }) {
             found[at].victims.push(r);
         }
     }
@@ -356,8 +353,8 @@ mod tests {
         let mut accounts = vec![Account::Unheard; 128];
         accounts[0] = closed_by(75);
         accounts[75] = timed_out_on(38);
-        for r in 40..50 {
-            accounts[r] = closed_by(38);
+        for account in &mut accounts[40..50] {
+            *account = closed_by(38);
         }
         let r = roots(&accounts);
         assert_eq!(r[0].rank, 38, "{r:?}");

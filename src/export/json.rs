@@ -103,7 +103,7 @@ pub struct Culprit {
     /// The rank's host name.
     pub host: String,
     /// The NIC of the comms involved, when known: the one its own error names, else the one
-    /// every error that blames it names (their side).
+    /// every error that blames it names (their side), else the one NIC all its endpoints use.
     pub nic: Option<String>,
     /// As `failure.phase`.
     pub phase: String,

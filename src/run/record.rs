@@ -163,6 +163,19 @@ impl State {
         RunStatus::RankFailed(self.failure(root, &self.accounts, others, then))
     }
 
+    /// The one NIC every endpoint of `rank` uses (its placement), if there is one.
+    fn only_nic(&self, rank: usize) -> Option<String> {
+        let mut nics = self
+            .info
+            .placement
+            .rows
+            .iter()
+            .filter(|r| r.rank == rank)
+            .map(|r| &r.nic);
+        let first = nics.next()?;
+        (!first.contains('+') && nics.all(|n| n == first)).then(|| first.clone())
+    }
+
     fn host(&self, rank: usize) -> String {
         self.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into())
     }
@@ -174,20 +187,17 @@ impl State {
             Account::Failed { phase, .. } => Some(phase.clone()),
             _ => None,
         });
-        let (phase, error, own) = match &accounts[root.rank] {
-            Account::Failed { phase, error } => {
-                let first = error.lines().next().unwrap_or(error).to_string();
-                (phase.clone(), first.clone(), Some(first))
-            }
-            _ => {
-                let said = match root.reason {
-                    Reason::Killed => "no word; its peers saw its connections closed (killed or crashed)",
-                    Reason::Silent => "no word within the grace (stopped, hung or unreachable)",
-                    _ => "no error of its own",
-                };
-                let phase = blamer_phase.unwrap_or_else(|| self.phase.to_string());
-                (phase, said.to_string(), None)
-            }
+        let (phase, error, own) = if let Account::Failed { phase, error } = &accounts[root.rank] {
+            let first = error.lines().next().unwrap_or(error).to_string();
+            (phase.clone(), first.clone(), Some(first))
+        } else {
+            let said = match root.reason {
+                Reason::Killed => "no word; its peers saw its connections closed (killed or crashed)",
+                Reason::Silent => "no word within the grace (stopped, hung or unreachable)",
+                _ => "no error of its own",
+            };
+            let phase = blamer_phase.unwrap_or_else(|| self.phase.to_string());
+            (phase, said.to_string(), None)
         };
         let host = self.host(root.rank);
         RankFailure {
@@ -199,7 +209,7 @@ impl State {
             culprit: Culprit {
                 rank: root.rank,
                 host,
-                nic: root.nic.clone(),
+                nic: root.nic.clone().or_else(|| self.only_nic(root.rank)),
                 phase,
                 reason: root.reason.name(),
                 error: own,
@@ -331,7 +341,9 @@ impl Record {
 
     /// The run ended early with `status`: the files say so, and no signal rewrites them.
     pub(super) fn end(&self, status: &RunStatus) -> Result<(), String> {
-        self.lock().map_or(Ok(()), |mut st| {
+        // Ended already: a signal's last words are on disk (or still being said while they
+        // wait for the other ranks' accounts), and stand.
+        self.lock().filter(|st| !st.ended).map_or(Ok(()), |mut st| {
             st.ended = true;
             st.write(status)
         })
@@ -340,7 +352,10 @@ impl Record {
     /// The sweep ran to the end: the final files (pictures too), `summary.json` last; after this
     /// no signal rewrites them. The directory, once every file is in place.
     pub(super) fn finish(&self, info: &RunInfo, status: &RunStatus) -> Result<Option<PathBuf>, String> {
-        let Some(mut st) = self.lock() else { return Ok(None) };
+        // Ended already: a signal is ending the run and its last words stand.
+        let Some(mut st) = self.lock().filter(|st| !st.ended) else {
+            return Ok(None);
+        };
         st.info = info.clone();
         let Some(dir) = st.dir.clone() else { return Ok(None) };
         export::write_results(&dir, &st.info, &st.results, st.planned, status).map_err(|e| e.to_string())?;
@@ -349,11 +364,12 @@ impl Record {
     }
 
     /// The run failed with `fatal` in `phase`, after the result directory was made. Rank 0
-    /// writes `summary.json` as `failed` (`complete: false`) naming the first rank that failed:
-    /// another rank's report, already taken or arriving within a second (its end may be what
-    /// broke rank 0's connections), before rank 0's own error, which then follows as `then`. The
-    /// error to print names that rank too. Other ranks, timeouts and a record already ended:
-    /// `fatal` as it is.
+    /// writes `summary.json` as `failed` (`complete: false`) naming the culprit: the root of
+    /// the blame graph of every account, rank 0's own error among them (the reports that name
+    /// the cause may arrive within a second: its end may be what broke rank 0's connections);
+    /// rank 0's own error then follows as `then` unless it is the cause. The error to print
+    /// names the culprit too. Other ranks, timeouts and a record already ended: `fatal` as it
+    /// is.
     pub(super) fn fail(&self, mpi: &Mpi, phase: &str, fatal: Fatal) -> Fatal {
         let own = match &fatal {
             _ if self.state.is_none() => return fatal,
