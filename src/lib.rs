@@ -6,9 +6,10 @@
 //!   (loader and safe ownership types), `tcpx-gpu` (CUDA at run time), `tcpx-plot` (SVGs),
 //!   `tcpx-units` (sizes, GB/s, medians, the `-a` reduction).
 //! - [`collectives`], [`topology`], [`contracts`], [`cputime`], [`wire`], [`tcp_stats`], [`stats`],
-//!   [`signals`]: vocabulary with no dependency inside the crate: the MPI operations the layers
+//!   [`signals`], [`blame`]: vocabulary with no dependency inside the crate: the MPI operations the layers
 //!   above need, endpoints and nodes, the plugin contracts tcpx-perf keeps, CPU time, NIC
-//!   counters, TCP loss counters, per-iteration statistics, SIGINT/SIGTERM turned into an event.
+//!   counters, TCP loss counters, per-iteration statistics, SIGINT/SIGTERM turned into an event,
+//!   the blame graph that names the rank which ended a run.
 //! - [`mpi_boot`]: MPI itself (implements [`collectives::Collectives`]).
 //! - [`plan`]: patterns turned into per-endpoint flows and buffers, the sweep's and the
 //!   iterations' settings.
@@ -25,6 +26,7 @@
 //!   plan, vet plugin, place, connect, sweep, finish.
 
 pub mod baseline;
+pub mod blame;
 pub mod cli;
 pub mod collectives;
 pub mod contracts;

@@ -13,7 +13,7 @@ use mpi::traits::{CommunicatorCollectives, Destination, Equivalence, Root, Sourc
 
 mod arrivals;
 use arrivals::Arrivals;
-pub use arrivals::TimeoutReports;
+pub use arrivals::{drained_since, TimeoutReports};
 
 /// The MPI world of this process. Fields drop in order: the arrivals' communicator and requests
 /// before MPI is finalised with the universe.
@@ -150,10 +150,24 @@ impl Mpi {
         self.arrivals.reported_failure()
     }
 
-    /// Rank 0: `f` runs, on the main thread, as soon as the first error of another rank is
-    /// taken, wherever rank 0 waits (every wait of this module takes the reports).
+    /// Rank 0: `f` runs, on the main thread, as soon as an error of another rank is taken,
+    /// wherever rank 0 waits (every wait of this module takes the reports).
     pub fn on_peer_failure(&self, f: impl Fn(&PeerFailure) + 'static) {
         self.arrivals.on_failure(Box::new(f));
+    }
+
+    /// Rank 0: `f(rank)` runs, on the main thread, when another rank says that it is alive and
+    /// ending on the launcher's signal.
+    pub fn on_peer_ending(&self, f: impl Fn(usize) + 'static) {
+        self.arrivals.on_ending(Box::new(f));
+    }
+
+    /// If a signal is ending this process, never returns. Other ranks tell rank 0 they are
+    /// ending (their phase and error with it, if `failed`) and wait for the signal thread to end
+    /// the process; rank 0 keeps taking their reports for its signal thread, which names a rank
+    /// that could not answer.
+    pub fn hold_if_ending(&self, failed: Option<(&str, &str)>) {
+        self.arrivals.hold_if_ending(failed);
     }
 
     /// Rank 0: `f(rank, signal, sender)` runs, on the main thread, when another rank reports
@@ -312,6 +326,9 @@ impl Collectives for Mpi {
     }
 
     fn peer_failure(&self) -> Option<PeerFailure> {
+        // Other ranks, asked while their workers wait (connect, every size): the moment to
+        // tell rank 0 of a signal that is ending this rank.
+        self.arrivals.tell_if_signalled();
         self.reported_failure()
     }
 }

@@ -21,6 +21,9 @@
 //! (`orted`, `prted`). A rank other than 0 that is signalled by anyone but its launcher (a person,
 //! a script, a scheduler's agent) says so on stderr, naming the sender: rank 0 then hears only
 //! mpirun's SIGTERM as the job ends, and without that line the job's output would blame mpirun.
+//! Whatever sent it, the signal is kept for the main thread ([`ending`]): after mpirun's
+//! SIGTERM every rank other than 0 tells rank 0 that it is alive and ending, so that a rank
+//! that cannot (killed with SIGKILL, stopped) is named as the silent one.
 //!
 //! A launcher that vanishes without a word must end the ranks too: `timeout 60 mpirun ...` in
 //! a terminal, on Ctrl-C, hands mpirun two SIGINTs at once (the terminal's and the one
@@ -39,8 +42,9 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Run with the signal and its sender (`mpirun (pid 4242)`; `None` when the kernel sent it).
-type LastWords = Box<dyn Fn(i32, Option<&str>) + Send>;
+/// Run with the signal and its sender (`mpirun (pid 4242)`; `None` when the kernel sent it),
+/// and whether the sender is this process's launcher (mpirun ending the whole job).
+type LastWords = Box<dyn Fn(i32, Option<&str>, bool) + Send>;
 
 /// The process runs; [`exit`] has decided its status; a signal is ending it.
 const RUNNING: u8 = 0;
@@ -53,6 +57,9 @@ static LAST_WORDS: Mutex<Option<LastWords>> = Mutex::new(None);
 /// A rank other than 0 signalled by a process other than its launcher: the signal's name and
 /// the sender, for the main thread to tell rank 0 ([`signalled_by_other`]).
 static BY_OTHER: Mutex<Option<(String, String)>> = Mutex::new(None);
+/// The signal ending this process: its name, its sender, whether the launcher sent it (see
+/// [`ending`]).
+static ENDING: Mutex<Option<Ending>> = Mutex::new(None);
 /// The launcher this process was started by (its parent at [`end_with_the_launcher`]) and its
 /// command, to name its exit as the sender of the SIGTERM that exit causes.
 static PARENT: AtomicI32 = AtomicI32::new(0);
@@ -78,6 +85,22 @@ pub fn install(rank: usize) {
         if signal <= 0 {
             continue;
         }
+        // Said before the state changes, so that a thread that sees the process ending finds
+        // who ended it.
+        let sender = sender_of(&info);
+        let from = sender.as_ref().map(Sender::describe);
+        let by_launcher = sender.as_ref().is_some_and(Sender::is_launcher);
+        let sent_by = from
+            .clone()
+            .unwrap_or_else(|| "the kernel (a terminal's Ctrl-C, say)".into());
+        if rank != 0 && !by_launcher {
+            *BY_OTHER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((name(signal), sent_by.clone()));
+        }
+        *ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Ending {
+            signal: name(signal),
+            from: from.clone(),
+            by_launcher,
+        });
         if STATE
             .compare_exchange(RUNNING, SIGNALLED, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
@@ -86,17 +109,10 @@ pub fn install(rank: usize) {
             // SAFETY: ends the process; nothing after it runs.
             unsafe { libc::_exit(EXIT_STATUS.load(Ordering::SeqCst)) };
         }
-        let sender = sender_of(&info);
-        let from = sender.as_ref().map(Sender::describe);
-        if rank != 0 && !sender.as_ref().is_some_and(Sender::is_launcher) {
-            let sent_by = from
-                .clone()
-                .unwrap_or_else(|| "the kernel (a terminal's Ctrl-C, say)".into());
-            *BY_OTHER.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((name(signal), sent_by));
+        if rank != 0 && !by_launcher {
             eprintln!(
-                "tcpx-perf: rank {rank}: {} from {}: this rank stops, and mpirun then ends the job",
-                name(signal),
-                from.as_deref().unwrap_or("the kernel (a terminal's Ctrl-C, say)")
+                "tcpx-perf: rank {rank}: {} from {sent_by}: this rank stops, and mpirun then ends the job",
+                name(signal)
             );
         }
         if let Some(words) = LAST_WORDS
@@ -106,7 +122,9 @@ pub fn install(rank: usize) {
         {
             // A panic (stderr gone with mpirun, say) must not keep this thread from ending the
             // process: the main thread waits for it.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| words(signal, from.as_deref())));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                words(signal, from.as_deref(), by_launcher);
+            }));
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -148,8 +166,9 @@ pub fn end_with_the_launcher() {
 /// What this process does when SIGINT or SIGTERM arrives, before it exits `128 + signal`
 /// (replaces what was registered before). `words` gets the signal and the process that sent
 /// it, as `name (pid N)` (`None` when the kernel did, as for Ctrl-C at a terminal): whether
-/// the scheduler, mpirun or a person ended the run.
-pub fn on_signal(words: impl Fn(i32, Option<&str>) + Send + 'static) {
+/// the scheduler, mpirun or a person ended the run; and whether the sender is the launcher
+/// (mpirun ending the whole job: every rank got it).
+pub fn on_signal(words: impl Fn(i32, Option<&str>, bool) + Send + 'static) {
     *LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Box::new(words));
 }
 
@@ -176,9 +195,14 @@ pub fn exit(status: i32) -> ! {
 /// a lingering rank moves no more data and reports no error (its peers going away is the
 /// signal's doing, not a fault to blame on them).
 pub fn hold_if_ending() {
-    if STATE.load(Ordering::SeqCst) == SIGNALLED {
+    if is_ending() {
         wait_for_the_signal_thread();
     }
+}
+
+/// Whether a signal is ending this process (its last words are being said).
+pub fn is_ending() -> bool {
+    STATE.load(Ordering::SeqCst) == SIGNALLED
 }
 
 /// The signal (`SIGTERM`) and its sender (`sh (pid 77)`) when a process other than the launcher
@@ -189,6 +213,23 @@ pub fn signalled_by_other() -> Option<(String, String)> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone()
+}
+
+/// The signal that is ending this process, once one is (whoever sent it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    /// `SIGTERM`, `SIGINT`.
+    pub signal: String,
+    /// `mpirun (pid 4242)`; `None` when the kernel sent it.
+    pub from: Option<String>,
+    /// The launcher sent it (mpirun ending the whole job, or its exit).
+    pub by_launcher: bool,
+}
+
+/// The signal ending this process, if one is: a rank other than 0 tells rank 0 that it is
+/// alive and ending (and what it saw), so that a rank that cannot say so is known as silent.
+pub fn ending() -> Option<Ending> {
+    ENDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
 }
 
 /// Parks this thread until the signal thread ends the process.

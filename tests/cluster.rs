@@ -401,6 +401,93 @@ fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
     }
 }
 
+/// kill -9 of one rank of 16 (8 nodes x 2 ranks x 2 NICs) mid-sweep: it has no chance to
+/// speak; the ranks whose connections it held blame it, the others answer mpirun's SIGTERM, so
+/// summary.json names it, with its node, as the culprit (`killed` or `silent`), never one of
+/// its victims (before: a victim, or `interrupted by SIGTERM from mpirun`).
+#[test]
+fn a_rank_killed_among_sixteen_is_the_culprit_in_summary_json() {
+    let Some(rig) = Rig::up(13, "--nodes 8 --nics 2 --rate 400mbit") else {
+        return;
+    };
+    let out = scratch("killed-of-16");
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args([
+            "run",
+            "-np",
+            "16",
+            "--",
+            "--pattern",
+            "fullmesh",
+            "-b",
+            "64K",
+            "-e",
+            "4M",
+        ])
+        .args(["-n", "20", "-w", "1", "-T", "20", "--progress", "never", "--out"])
+        .arg(&out)
+        .env("CLUSTER_RIG", rig.id.to_string())
+        .env("CLUSTER_STATE_DIR", &rig.state_dir)
+        .env("TCPX_PERF", BIN)
+        .env("TCPXEMU_FAULT", "slow")
+        .env("NCCL_DYNAMIC_CHUNK_SIZE", "524288")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let mut child = common::spawn_piped(&mut c, "cluster.sh run");
+    let start = std::time::Instant::now();
+    while !out.join("results.csv").exists() {
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "the run ended before its first size"
+        );
+        assert!(start.elapsed() < Duration::from_secs(90), "no size measured in 90 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim = 11;
+    let pid = rank_pid_below(child.id() as i32, victim).expect("rank 11's process");
+    // SAFETY: SIGKILL to a process this test started (through cluster.sh and mpirun).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let o = common::wait_within(child, Duration::from_secs(60), "cluster.sh run");
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+    assert_eq!(summary["status"], "failed", "{summary}\n{}", show(&o));
+    let culprit = &summary["failure"]["culprit"];
+    assert_eq!(culprit["rank"], victim, "{summary}\n{}", show(&o));
+    assert_eq!(culprit["host"], summary["hosts"][victim]["hostname"], "{summary}");
+    let reason = culprit["reason"].as_str().unwrap_or_default();
+    assert!(["killed", "silent"].contains(&reason), "{summary}");
+    let error = summary["error"].as_str().unwrap_or_default();
+    let host = summary["hosts"][victim]["hostname"].as_str().unwrap_or("?");
+    assert!(error.starts_with(&format!("rank 11 ({host}")), "{error}");
+}
+
+/// The process of `rank` (`OMPI_COMM_WORLD_RANK`) among the descendants of `root`.
+fn rank_pid_below(root: i32, rank: usize) -> Option<i32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    let mut parents = vec![root];
+    let mut seen = Vec::new();
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1));
+            if ppid == Some(&parent.to_string()) && !seen.contains(&pid) {
+                seen.push(pid);
+                parents.push(pid);
+            }
+        }
+    }
+    seen.into_iter().find(|pid| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        comm.trim() == "tcpx-perf" && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
+    })
+}
+
 /// A NIC that dies mid-run: the run ends within its -T deadline of the last completion (exit 3),
 /// with a one-line diagnosis naming the NIC, the nodes and the peer, and keeps the rows it
 /// measured. Once results survive a timeout (branch `endings`: partial results and an atomic

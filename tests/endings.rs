@@ -125,7 +125,11 @@ fn assert_interrupted(dir: &Path, o: &Output, s: &serde_json::Value, signal: &st
     assert_eq!(s["status"], "interrupted", "{}", show(o));
     assert_eq!(s["signal"], signal);
     let error = s["error"].as_str().unwrap_or_default();
+    // Rank 0 signalled by a process other than mpirun is named as the rank signalled.
+    let rank_0 = format!("rank 0 ({}) ", hostname());
     let from = error
+        .strip_prefix(&rank_0)
+        .unwrap_or(error)
         .strip_prefix(&format!("interrupted by {signal} from "))
         .unwrap_or_else(|| panic!("error names no sender: {error}"));
     let said = format!(
@@ -150,14 +154,22 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 /// A slow sweep on 4 ranks, struck by `signal` sent to `target` (None: mpirun itself) once two
 /// sizes are on disk.
 fn strike(name: &str, signal: i32, target: Option<usize>, extra: &str) -> (PathBuf, Output, Duration) {
+    strike_with(name, signal, target, extra, &[])
+}
+
+/// As [`strike`], with more of tcpx-emu's environment (`TCPXEMU_THREADS=shared`).
+fn strike_with(
+    name: &str,
+    signal: i32,
+    target: Option<usize>,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (PathBuf, Output, Duration) {
     let _alone = alone();
     let dir = scratch(name);
-    let mut child = spawn(mpirun(
-        4,
-        &format!("{SLOW_SWEEP} {extra}"),
-        &dir,
-        &[("TCPXEMU_FAULT", "slow")],
-    ));
+    let mut env = env.to_vec();
+    env.push(("TCPXEMU_FAULT", "slow"));
+    let mut child = spawn(mpirun(4, &format!("{SLOW_SWEEP} {extra}"), &dir, &env));
     wait_for_rows(&mut child, &dir, 2);
     let struck = Instant::now();
     kill(target.map_or(child.id() as i32, |r| rank_pid(&child, r)), signal);
@@ -177,6 +189,8 @@ fn sigterm_to_mpirun_keeps_every_finished_size() {
     // Whoever pressed Ctrl-C or sent SIGTERM, the ranks hear it from mpirun: the record says so.
     let from = assert_interrupted(&dir, &o, &s, "SIGTERM");
     assert!(from.starts_with("mpirun (pid "), "{s}");
+    // Every rank answered mpirun's SIGTERM: no rank is to blame.
+    assert!(s.get("failure").is_none(), "{s}");
     assert!(
         took < Duration::from_secs(5),
         "mpirun's second, then rank 0's write: took {took:?}"
@@ -246,29 +260,45 @@ fn sigint_to_rank_0_exits_130_with_the_sizes_done() {
         from.ends_with(&format!("(pid {})", std::process::id())),
         "the sender is this test: {s}"
     );
+    assert_culprit(&s, &o, 0, &["signalled"]);
     assert!(took < Duration::from_secs(5), "every rank stops at once, took {took:?}");
 }
 
-/// SIGTERM to one other rank: it stops, exits 143 a second later (its linger), mpirun ends the job with that status, and
-/// rank 0 still writes what was measured: `failed` naming rank 2 when a peer's error reached it
-/// first, else `interrupted` (mpirun's SIGTERM).
+/// SIGTERM to one other rank (from this test, not its launcher): it stops, exits 143 a second
+/// later (its linger), mpirun ends the job with that status, and rank 0 still writes what was
+/// measured, naming rank 2 and this test as the sender.
 #[test]
 fn sigterm_to_one_rank_exits_143() {
     let (dir, o, took) = strike("term-rank2", libc::SIGTERM, Some(2), "-T 20");
     assert_eq!(o.status.code(), Some(143), "{}", show(&o));
     let s = assert_partial(&dir, &o);
-    assert_rank_2_named(&s);
+    assert_eq!(s["status"], "interrupted", "{}", show(&o));
+    let c = assert_culprit(&s, &o, 2, &["signalled"]);
+    let sender = format!("(pid {})", std::process::id());
+    assert!(c["sender"].as_str().is_some_and(|f| f.ends_with(&sender)), "{s}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
-/// `interrupted`, or `failed` with rank 2 as the peer that went away (never a living rank).
-fn assert_rank_2_named(s: &serde_json::Value) {
-    if s["status"] == "failed" {
-        let e = s["error"].as_str().expect("error");
-        assert!(e.contains("[peer rank 2 "), "summary.json blames another rank: {e}");
-    } else {
-        assert_eq!(s["status"], "interrupted", "{s}");
+/// summary.json's `failure.culprit` is `rank` on this host for one of `reasons`, and `error`
+/// says so first; the culprit.
+fn assert_culprit(s: &serde_json::Value, o: &Output, rank: usize, reasons: &[&str]) -> serde_json::Value {
+    let c = &s["failure"]["culprit"];
+    assert_eq!(c["rank"], rank, "the culprit: {s}\n{}", show(o));
+    assert_eq!(s["failure"]["rank"], rank, "{s}");
+    assert_eq!(c["host"], hostname().as_str(), "{s}");
+    let reason = c["reason"].as_str().unwrap_or_default();
+    assert!(
+        reasons.contains(&reason),
+        "reason {reason}, not one of {reasons:?}: {s}"
+    );
+    let error = s["error"].as_str().unwrap_or_default();
+    if s["status"] != "timeout" {
+        assert!(
+            error.starts_with(&format!("rank {rank} ({}", hostname())),
+            "error names the culprit first: {error}"
+        );
     }
+    c.clone()
 }
 
 /// A rank that stops (SIGSTOP) hangs every other: after -T, rank 0 names it, writes
@@ -296,13 +326,34 @@ fn a_stopped_rank_is_a_timeout_naming_it() {
     assert!(took < Duration::from_secs(9), "took {took:?}\n{}", show(&o));
 }
 
-/// kill -9 of rank 2: whatever rank reports it, rank 2 is the one named, never a living rank.
+/// kill -9 of rank 2: it has no chance to speak; the others' errors blame it, or it does not
+/// answer mpirun's SIGTERM as they do. Rank 2 is the culprit, never a living rank, and the
+/// record says `failed` (before: often `interrupted by SIGTERM from mpirun`, rank 2 unnamed).
 #[test]
 fn a_killed_rank_is_named_by_its_own_number() {
     let (dir, o, _) = strike("kill-rank2", libc::SIGKILL, Some(2), "-T 20");
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     let s = assert_partial(&dir, &o);
-    assert_rank_2_named(&s);
+    assert_eq!(s["status"], "failed", "{}", show(&o));
+    assert_culprit(&s, &o, 2, &["killed", "silent"]);
+}
+
+/// The same with tcpx-emu's shared helper threads (`TCPXEMU_THREADS=shared`), where the
+/// survivors seldom see the dead peer before mpirun's SIGTERM: before, summary.json said
+/// `interrupted by SIGTERM from mpirun` and never named rank 2.
+#[test]
+fn a_killed_rank_is_named_in_shared_thread_mode() {
+    let (dir, o, _) = strike_with(
+        "kill-rank2-shared",
+        libc::SIGKILL,
+        Some(2),
+        "-T 20",
+        &[("TCPXEMU_THREADS", "shared")],
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    let s = assert_partial(&dir, &o);
+    assert_eq!(s["status"], "failed", "{}", show(&o));
+    assert_culprit(&s, &o, 2, &["killed", "silent"]);
 }
 
 /// A result directory that cannot be made: one line naming the path, exit 1, and no size
@@ -551,6 +602,59 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     assert_eq!(error, cause, "{}", show(&o));
 }
 
+/// SIGTERM from `sh` to rank 2 while every rank is still connecting (tcpx-emu's accept made
+/// to take 8 s with `TCPXEMU_FLOW_STEERING_MS`): the main thread waits for its setup workers
+/// there, and must still tell rank 0 (before, summary.json said `interrupted by SIGTERM from
+/// mpirun`; only rank 2's stderr named sh).
+#[test]
+fn a_signal_from_sh_during_connect_names_sh_and_the_rank() {
+    let _alone = alone();
+    let dir = scratch("term-by-sh-connect");
+    let env = [("TCPXEMU_FLOW_STEERING_MS", "8000")];
+    let mut child = spawn(mpirun(4, &format!("{SLOW_SWEEP} -T 20"), &dir, &env));
+    let start = Instant::now();
+    // The result directory exists once rank 0 has announced the run: connect comes next.
+    while !dir.exists() {
+        assert!(child.try_wait().expect("wait").is_none(), "mpirun ended before connect");
+        assert!(start.elapsed() < Duration::from_secs(20), "no result directory");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let target = rank_pid(&child, 2);
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {target}; sleep 5"))
+        .spawn()
+        .expect("sh");
+    let o = finish(child, Duration::from_secs(30));
+    let _ = sh.kill();
+    let _ = sh.wait();
+    assert_eq!(o.status.code(), Some(143), "{}", show(&o));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "ended in connect, not after it\n{}",
+        show(&o)
+    );
+    let s = summary(&dir);
+    assert_eq!(
+        (s["status"].as_str(), s["sizes_done"].as_u64()),
+        (Some("interrupted"), Some(0)),
+        "{s}"
+    );
+    let c = assert_culprit(&s, &o, 2, &["signalled"]);
+    assert_eq!(c["sender"], format!("sh (pid {})", sh.id()), "{s}");
+    assert_eq!(c["phase"], "connect", "{s}");
+    let error = s["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&format!(
+            "rank 2 ({}) interrupted by SIGTERM from sh (pid {})",
+            hostname(),
+            sh.id()
+        )),
+        "{error}"
+    );
+}
+
 /// Ctrl-C at a terminal running `timeout 60 mpirun ...`: SIGINT to the foreground process group,
 /// which holds timeout and mpirun but no rank (Open MPI puts each in a group of its own). mpirun
 /// gets it twice (the terminal's, and the one timeout forwards to its group), takes the second
@@ -627,4 +731,18 @@ fn a_stopped_rank_0_is_named_by_the_others() {
     );
     // -T 3 s, then the other ranks' 2 x 3 s grace and 5 s: about 14 s.
     assert!(took < Duration::from_secs(25), "took {took:?}\n{}", show(&o));
+    // Continued by mpirun as it ends the job, rank 0 knows it was stopped: summary.json names
+    // it too (before: `timeout` with no rank absent or silent).
+    let s = summary(&dir);
+    assert_eq!(s["status"], "timeout", "{s}\n{}", show(&o));
+    assert_eq!(s["complete"], false);
+    for list in ["absent_ranks", "silent_ranks"] {
+        assert_eq!(s["timeout"][list], serde_json::json!([0]), "{list}: {s}");
+    }
+    assert_culprit(&s, &o, 0, &["silent"]);
+    let error = s["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("timeout: rank(s) 0 did not arrive within -T 3 s and did not answer"),
+        "{error}"
+    );
 }

@@ -69,32 +69,86 @@ pub struct TimeoutDiagnosis {
     pub silent_ranks: Vec<usize>,
     /// Every rank's own account (rank 0's included), in rank order.
     pub reports: Vec<RankReport>,
+    /// The rank the diagnosis blames (summary.json's `failure`), if one.
+    #[serde(skip)]
+    pub culprit: Option<RankFailure>,
 }
 
-/// The first rank that failed, as rank 0 learned it (its report over MPI, or rank 0's own error),
-/// and what followed: what another rank or mpirun did next must not hide the cause.
+/// The rank that ended the run (the root of the blame graph, [`crate::blame`]), and what
+/// followed: what another rank or mpirun did next must not hide the cause.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RankFailure {
+    /// The culprit's rank (`culprit.rank`).
     pub rank: usize,
     /// The rank's host name.
     pub host: String,
-    /// `connect` (workers, comms, the baseline's communicators), `sweep` or `close`.
+    /// `connect` (workers, comms, the baseline's communicators), `sweep` or `close`: where the
+    /// culprit failed, or (when it said nothing) where the ranks that blame it did.
     pub phase: String,
-    /// The rank's own error, first line.
+    /// The culprit's own error, first line (for one that said nothing, or was signalled, what
+    /// is known of it).
     pub error: String,
     /// What happened after (rank 0's own error, the SIGTERM mpirun sent, a timeout); null when
     /// nothing did before the record was written.
     pub then: Option<String>,
+    /// Why this rank, of all that failed, is the one named.
+    pub culprit: Culprit,
+}
+
+/// The root of the blame graph: the rank that others' errors lead to and that blames nobody,
+/// reported a local error, was signalled, or said nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Culprit {
+    pub rank: usize,
+    /// The rank's host name.
+    pub host: String,
+    /// The NIC of the comms involved, when known: the one its own error names, else the one
+    /// every error that blames it names (their side), else the one NIC all its endpoints use.
+    pub nic: Option<String>,
+    /// As `failure.phase`.
+    pub phase: String,
+    /// `local-error` (its own plugin or system call failed), `silent` (blamed, or awaited, and
+    /// no word within the grace: stopped, hung or unreachable), `signalled` (by a process other
+    /// than its launcher: `sender`), `killed` (silent, and its peers saw its connections closed
+    /// or reset: kill -9, a crash), `blamed-by-N` (its error names no peer, or the blame goes
+    /// round in a circle, and N ranks' errors name it).
+    pub reason: String,
+    /// Its own error, first line; null when it said nothing.
+    pub error: Option<String>,
+    /// `signalled`: who sent the signal (`sh (pid 77)`).
+    pub sender: Option<String>,
+    /// How many ranks' own errors name it.
+    pub blamed_by: usize,
+    /// The ranks that failed after it (their chain of blame ends here), in rank order.
+    pub victims: Vec<usize>,
+    /// Other roots of the graph (ranks that failed on their own account too), headline first.
+    pub other_roots: Vec<usize>,
 }
 
 impl RankFailure {
-    /// `rank 2 (node1) failed in connect: ERROR[; then THEN]`: `error` in summary.json.
+    /// `rank 2 (node1) failed in connect: ERROR[; N rank(s) failed after it][; then THEN]`, or
+    /// for a rank that said nothing `rank 38 (node4, eth1) fell silent in sweep (...)`:
+    /// `error` in summary.json.
     pub fn line(&self) -> String {
+        let c = &self.culprit;
         let then = self.then.as_ref().map_or(String::new(), |t| format!("; then {t}"));
-        format!(
-            "rank {} ({}) failed in {}: {}{then}",
-            self.rank, self.host, self.phase, self.error
-        )
+        let after = match c.victims.len() {
+            0 => String::new(),
+            n => format!("; {n} rank(s) failed after it"),
+        };
+        let nic = c.nic.as_ref().map_or(String::new(), |n| format!(", {n}"));
+        let (rank, host, phase) = (self.rank, &self.host, &self.phase);
+        match c.reason.as_str() {
+            "silent" => format!(
+                "rank {rank} ({host}{nic}) fell silent in {phase} (stopped, hung or unreachable: no word within the grace); {} rank(s) blame it{after}{then}",
+                c.blamed_by
+            ),
+            "killed" => format!(
+                "rank {rank} ({host}{nic}) ended without a word in {phase} (killed or crashed: its peers saw its connections closed); {} rank(s) blame it{after}{then}",
+                c.blamed_by
+            ),
+            _ => format!("rank {rank} ({host}) failed in {phase}: {}{after}{then}", self.error),
+        }
     }
 }
 
@@ -105,6 +159,8 @@ pub struct SignalledRank {
     pub rank: usize,
     /// The rank's host name.
     pub host: String,
+    /// The phase the run was in when rank 0 heard of it.
+    pub phase: String,
     /// What rank 0 heard after (`SIGTERM from mpirun (pid 4242)`); `None` before it did.
     pub then: Option<String>,
 }
@@ -184,6 +240,42 @@ impl RunStatus {
         )
     }
 
+    /// The rank that ended the run, as summary.json's `failure` names it: a failed rank's
+    /// culprit, a rank signalled by a process other than its launcher, a timeout's silent rank.
+    pub fn failure(&self) -> Option<RankFailure> {
+        match self {
+            RunStatus::RankFailed(f) => Some(f.clone()),
+            RunStatus::Timeout(d) => d.culprit.clone(),
+            RunStatus::Interrupted {
+                signal,
+                from,
+                rank: Some(r),
+            } => {
+                let sent = from.as_deref().map_or(signal.clone(), |f| format!("{signal} from {f}"));
+                Some(RankFailure {
+                    rank: r.rank,
+                    host: r.host.clone(),
+                    phase: r.phase.clone(),
+                    error: format!("interrupted by {sent}"),
+                    then: r.then.clone(),
+                    culprit: Culprit {
+                        rank: r.rank,
+                        host: r.host.clone(),
+                        nic: None,
+                        phase: r.phase.clone(),
+                        reason: crate::blame::Reason::Signalled.name(),
+                        error: None,
+                        sender: from.clone(),
+                        blamed_by: 0,
+                        victims: Vec::new(),
+                        other_roots: Vec::new(),
+                    },
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Why the run ended early, in one line (`error` in summary.json).
     pub fn error(&self) -> Option<String> {
         match self {
@@ -234,10 +326,11 @@ struct Summary<'a> {
     /// `timeout`: the phase, `-T`, the ranks that did not arrive, every rank's own account.
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout: Option<&'a TimeoutDiagnosis>,
-    /// `failed` because a rank failed: the first one (rank, host, phase, its error) and what
-    /// followed.
+    /// The rank that ended the run (`failed`; `interrupted` by a signal to one rank; a
+    /// `timeout` with a silent rank): rank, host, phase, its error, what followed, and the
+    /// `culprit` (the blame graph's root: reason, NIC, victims).
     #[serde(skip_serializing_if = "Option::is_none")]
-    failure: Option<&'a RankFailure>,
+    failure: Option<RankFailure>,
     /// `--force`: the run went on despite error findings (listed in `placement.findings`).
     force: bool,
     tool: Tool<'a>,
@@ -302,10 +395,7 @@ pub fn write_summary(
             RunStatus::Timeout(d) => Some(d),
             _ => None,
         },
-        failure: match status {
-            RunStatus::RankFailed(f) => Some(f),
-            _ => None,
-        },
+        failure: status.failure(),
         tool: Tool {
             name: "tcpx-perf",
             version: &info.tool_version,

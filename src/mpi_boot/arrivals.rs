@@ -26,6 +26,9 @@ const SEP: char = '\u{1f}';
 /// The start of a report that a process other than the launcher signalled the rank: then the
 /// signal, [`SEP`], the sender.
 const SIGNALLED: &str = "\u{1}signalled: ";
+/// The start of a report that the rank is alive and ending on its launcher's signal (mpirun
+/// ending the job): a rank that cannot send it (killed, stopped) is silent.
+const ENDING: &str = "\u{1}ending";
 /// How often rank 0 looks for reports while it waits in a collective.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
@@ -41,8 +44,25 @@ pub struct TimeoutReports {
     pub reports: Vec<(usize, String)>,
 }
 
-/// What rank 0 does with the first error another rank reports.
+/// What rank 0 does with each error another rank reports.
 pub(super) type OnFailure = Box<dyn Fn(&PeerFailure)>;
+/// What rank 0 does when another rank says it is alive and ending on the launcher's signal.
+pub(super) type OnEnding = Box<dyn Fn(usize)>;
+
+/// When rank 0 last took the other ranks' reports (milliseconds since [`EPOCH`]): the signal
+/// thread, waiting for accounts, knows whether the main thread is taking them.
+static LAST_DRAIN_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn since_epoch(t: Instant) -> u64 {
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(t.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Rank 0: whether the main thread took the other ranks' reports at `t` or later.
+pub fn drained_since(t: Instant) -> bool {
+    LAST_DRAIN_MS.load(std::sync::atomic::Ordering::SeqCst) >= since_epoch(t).max(1)
+}
 /// What rank 0 does when another rank says who signalled it: rank, signal, sender.
 pub(super) type OnSignalled = Box<dyn Fn(usize, &str, &str)>;
 
@@ -61,7 +81,9 @@ pub(super) struct Arrivals {
     on_failure: RefCell<Option<OnFailure>>,
     /// Rank 0: told when another rank reports the signal that stops it.
     on_signalled: RefCell<Option<OnSignalled>>,
-    /// Non-root: this rank has told rank 0 who signalled it.
+    /// Rank 0: told when another rank says it is ending on the launcher's signal.
+    on_ending: RefCell<Option<OnEnding>>,
+    /// Non-root: this rank has told rank 0 who signalled it (or that it is ending).
     told_signal: Cell<bool>,
     /// Rank 0: the barrier that timed out, if one did.
     timed_out: Cell<Option<u64>>,
@@ -80,6 +102,7 @@ impl Arrivals {
             failure: RefCell::new(None),
             on_failure: RefCell::new(None),
             on_signalled: RefCell::new(None),
+            on_ending: RefCell::new(None),
             told_signal: Cell::new(false),
             timed_out: Cell::new(None),
             sends: RefCell::new(Vec::new()),
@@ -152,7 +175,7 @@ impl Arrivals {
         }
     }
 
-    /// Rank 0: `f` runs (on the main thread) when the first error of another rank arrives.
+    /// Rank 0: `f` runs (on the main thread) when an error of another rank arrives.
     pub(super) fn on_failure(&self, f: OnFailure) {
         *self.on_failure.borrow_mut() = Some(f);
     }
@@ -162,9 +185,16 @@ impl Arrivals {
         *self.on_signalled.borrow_mut() = Some(f);
     }
 
+    /// Rank 0: `f` runs (on the main thread) when another rank says it is ending on the
+    /// launcher's signal.
+    pub(super) fn on_ending(&self, f: OnEnding) {
+        *self.on_ending.borrow_mut() = Some(f);
+    }
+
     /// Non-root, once: when a process other than the launcher signalled this rank, sends rank 0
-    /// the signal and its sender (the signal thread cannot call MPI, so the main thread does,
-    /// wherever it waits, while the signal thread lingers).
+    /// the signal and its sender; when the launcher did, that this rank is alive and ending (a
+    /// rank that cannot say so is silent). The signal thread cannot call MPI, so the main
+    /// thread does, wherever it waits, while the signal thread lingers.
     pub(super) fn tell_if_signalled(&self) {
         if self.told_signal.get() || self.comm.rank() == 0 {
             return;
@@ -172,6 +202,30 @@ impl Arrivals {
         if let Some((signal, from)) = crate::signals::signalled_by_other() {
             self.told_signal.set(true);
             self.report(&format!("{SIGNALLED}{signal}{SEP}{from}"));
+        } else if crate::signals::ending().is_some_and(|e| e.by_launcher) {
+            self.told_signal.set(true);
+            self.report(ENDING);
+        }
+    }
+
+    /// If a signal is ending this process, never returns: other ranks tell rank 0 they are
+    /// ending (with `failed`, their phase and error, if they have one) and wait for the signal
+    /// thread to end the process; rank 0 takes the others' reports until its signal thread,
+    /// which waits for them, has written the record and ends the process.
+    pub(super) fn hold_if_ending(&self, failed: Option<(&str, &str)>) {
+        if !crate::signals::is_ending() {
+            return;
+        }
+        if self.comm.rank() != 0 {
+            self.tell_if_signalled();
+            if let Some((phase, error)) = failed {
+                self.report_failure(phase, error.lines().next().unwrap_or(error));
+            }
+            crate::signals::hold_if_ending();
+        }
+        loop {
+            self.drain();
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -229,6 +283,7 @@ impl Arrivals {
 
     /// Rank 0: takes every heartbeat and account that has arrived.
     fn drain(&self) {
+        LAST_DRAIN_MS.store(since_epoch(Instant::now()), std::sync::atomic::Ordering::SeqCst);
         while let Some(message) = self.comm.any_process().immediate_matched_probe_with_tag(ARRIVED) {
             let (bytes, status) = message.matched_receive_vec::<u8>();
             let seq = bytes
@@ -246,16 +301,20 @@ impl Arrivals {
             let text = String::from_utf8_lossy(&bytes).into_owned();
             if let Some(failed) = text.strip_prefix(FAILED) {
                 let (phase, error) = failed.split_once(SEP).unwrap_or(("", failed));
-                let first = PeerFailure {
+                let reported = PeerFailure {
                     rank,
                     phase: phase.to_string(),
                     error: error.to_string(),
                 };
                 if self.failure.borrow().is_none() {
-                    *self.failure.borrow_mut() = Some(first.clone());
-                    if let Some(tell) = self.on_failure.borrow().as_ref() {
-                        tell(&first);
-                    }
+                    *self.failure.borrow_mut() = Some(reported.clone());
+                }
+                if let Some(tell) = self.on_failure.borrow().as_ref() {
+                    tell(&reported);
+                }
+            } else if text == ENDING {
+                if let Some(tell) = self.on_ending.borrow().as_ref() {
+                    tell(rank);
                 }
             } else if let Some(signalled) = text.strip_prefix(SIGNALLED) {
                 let (signal, from) = signalled.split_once(SEP).unwrap_or((signalled, ""));

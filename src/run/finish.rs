@@ -57,9 +57,9 @@ pub(super) fn finish(
         info.nccl = Some(b.info().clone());
     }
     if let Some(fatal) = failure {
-        // A peer that stopped because a signal is ending the job is no failure to report.
-        mpi.tell_if_signalled();
-        crate::signals::hold_if_ending();
+        // A signal is ending the job: this rank's error goes to rank 0 as what it saw (it
+        // names the peer it blames), and the signal thread ends the process.
+        mpi.hold_if_ending(fatal.message().map(|m| (phase.get(), m)));
         if let Fatal::Stalled(msg) = &fatal {
             engine.disarm_watchdog();
             return Err(record::timed_out(settings, mpi, record, msg));
@@ -81,6 +81,7 @@ pub(super) fn finish(
         return Err(fatal);
     }
     phase.set(super::PHASES[3]);
+    record.set_phase(super::PHASES[3]);
     if let Some(b) = nccl.take() {
         info.nccl = Some(b.finish().map_err(Fatal::Here)?);
     }

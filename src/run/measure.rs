@@ -83,8 +83,7 @@ fn iterate(
     };
     for i in 0..it.warmup + it.iters {
         // A signal is ending the process: move no more data while the signal thread writes.
-        mpi.tell_if_signalled();
-        crate::signals::hold_if_ending();
+        mpi.hold_if_ending(None);
         let timed = i >= it.warmup;
         if i == it.warmup {
             // Every rank of the host is done with the warm-up before its counters are read.

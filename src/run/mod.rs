@@ -30,6 +30,7 @@ mod place;
 mod plan_mode;
 mod record;
 pub(crate) mod settings;
+mod stopped;
 mod sweep;
 mod vet;
 pub use plan_mode::plan;
@@ -85,6 +86,15 @@ pub(crate) enum Fatal {
 }
 
 impl Fatal {
+    /// What this rank says of its failure, if it has words of its own.
+    fn message(&self) -> Option<&str> {
+        match self {
+            Fatal::Here(m) | Fatal::Everywhere(m) | Fatal::Stalled(m) => Some(m),
+            Fatal::Reported { error, .. } => Some(error),
+            Fatal::Usage(_) | Fatal::TimedOut => None,
+        }
+    }
+
     /// A stall's message with the size it happened at.
     fn at_size(self, size: u64) -> Fatal {
         match self {
@@ -116,10 +126,10 @@ pub fn run(cli: Cli) -> i32 {
     };
     let phase = Cell::new(PHASES[0]);
     let outcome = run_with(&cli, &mpi, notes, &phase);
-    if outcome.is_err() {
-        // A peer that went away because a signal ended it is no fault to report.
-        mpi.tell_if_signalled();
-        crate::signals::hold_if_ending();
+    if let Err(fatal) = &outcome {
+        // A signal is ending the job: this rank's error goes to rank 0 as what it saw (it
+        // names the peer it blames), and the signal thread ends the process.
+        mpi.hold_if_ending(fatal.message().map(|m| (phase.get(), m)));
     }
     report_plugin_repeats(mpi.rank());
     match outcome {
@@ -251,9 +261,11 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
     // From here every failure leaves summary.json (complete: false) naming the first failure.
     let measured = (|| {
         phase.set(PHASES[1]);
+        record.set_phase(PHASES[1]);
         let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
         record.set_info(&info);
         phase.set(PHASES[2]);
+        record.set_phase(PHASES[2]);
         let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
             record.add(r).map_err(Fatal::Here)
         });

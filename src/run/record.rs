@@ -6,19 +6,28 @@
 //! `timeout` from another thread before the process exits; a timeout found by the run itself
 //! ([`timed_out`]) first gathers every rank's account. On other ranks a record holds nothing.
 //!
-//! The first failure is the record: a rank that fails tells rank 0 over MPI before it ends the
-//! job, and rank 0 takes that report wherever it waits (a barrier, a collective, its own
-//! workers: [`Mpi::on_peer_failure`]). From then on every status written says `failed`, naming
-//! that rank, its host, its phase and its error, and what followed (rank 0's own error, the
-//! SIGTERM mpirun sends once the failing rank aborts, a timeout) only as `then`.
+//! The culprit is the record. A rank that fails tells rank 0 over MPI before it ends the job
+//! (its error names the peer it blames, and says whether it was local), a rank signalled by a
+//! process other than its launcher says who, and after the launcher's SIGTERM every living rank
+//! says it is alive (with its error, if it has one): rank 0 takes these reports wherever it
+//! waits (a barrier, a collective, its own workers: [`Mpi::on_peer_failure`]) as each rank's
+//! [`Account`], and names the root of their blame graph ([`blame::roots`]): a rank that
+//! reported a local error, was signalled, blames nobody, or said nothing (silent: a kill -9, a
+//! stopped process). Every status written after says `failed` (or `interrupted` by that
+//! rank's signal), naming that rank, its host, NIC, phase and error; what followed (rank 0's
+//! own error, the SIGTERM mpirun sends once a rank aborts, a timeout) only as `then`; the
+//! victims counted. A stopped rank 0 finds out when it is continued ([`stopped`]) and names
+//! itself.
 
 use super::settings::Settings;
+use super::stopped;
 use super::{Fatal, Job};
+use crate::blame::{self, Account, Reason, Root};
 use crate::collectives::Collectives;
 use crate::engine::watchdog;
 use crate::export::{
     self,
-    json::{RankFailure, RankReport, SignalledRank, TimeoutDiagnosis},
+    json::{Culprit, RankFailure, RankReport, SignalledRank, TimeoutDiagnosis},
     RunStatus,
 };
 use crate::mpi_boot::Mpi;
@@ -28,6 +37,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod last_words;
+use last_words::last_words;
+
 struct State {
     dir: Option<PathBuf>,
     info: RunInfo,
@@ -36,12 +48,14 @@ struct State {
     limit_s: u64,
     /// Every rank's host name, to name a rank that failed.
     hosts: Vec<String>,
-    /// The first failure rank 0 learned of: every status written after says it.
-    first: Option<RankFailure>,
-    /// The first rank that a process other than mpirun signalled, with that signal and its
-    /// sender, when rank 0 heard of it before any failure: every status written after says
-    /// `interrupted`, naming that rank and sender.
-    signalled: Option<(SignalledRank, String, String)>,
+    /// What each rank said as the run ended (its error, the signal a process other than its
+    /// launcher sent it, that it is alive and ending) or that it said nothing: the blame
+    /// graph ([`blame::roots`]) names the rank that caused the ending from these.
+    accounts: Vec<Account>,
+    /// The phase rank 0 is in, for a culprit that said nothing of its own.
+    phase: &'static str,
+    /// The culprit the last write named (a report that does not change it is not rewritten).
+    named: Option<usize>,
     /// The final files are written: nothing may overwrite them.
     ended: bool,
 }
@@ -72,47 +86,158 @@ impl State {
         }
     }
 
-    /// `status` once a rank's failure is known: that failure, with `status` as what followed (a
-    /// complete run, which no failure can have preceded, stays as it is).
+    /// Rank 0's own timeout (`account`: what it waited in), naming rank 0 itself if it was
+    /// stopped past -T.
+    fn own_timeout(&self, account: &str) -> TimeoutDiagnosis {
+        let mut d = TimeoutDiagnosis {
+            limit_s: self.limit_s,
+            phase: account.to_string(),
+            absent_ranks: Vec::new(),
+            silent_ranks: Vec::new(),
+            reports: vec![RankReport {
+                rank: 0,
+                message: account.to_string(),
+            }],
+            culprit: None,
+        };
+        own_stop(&mut d, Duration::from_secs(self.limit_s));
+        d
+    }
+
+    /// Some rank failed or was signalled by a process other than its launcher.
+    fn has_cause(&self) -> bool {
+        self.accounts
+            .iter()
+            .any(|a| matches!(a, Account::Failed { .. } | Account::Signalled { .. }))
+    }
+
+    /// `status` once the cause is known: the blame graph's root, with `status` as what
+    /// followed (a complete run, which no failure can have preceded, stays as it is). A timeout
+    /// that no failure preceded stays a timeout, naming its silent rank.
     fn with_cause(&self, status: &RunStatus) -> RunStatus {
-        if let Some((rank, signal, from)) = &self.signalled {
-            if status.is_complete() || matches!(status, RunStatus::Interrupted { rank: Some(_), .. }) {
-                return status.clone();
+        let caused = matches!(
+            status,
+            RunStatus::RankFailed(_) | RunStatus::Interrupted { rank: Some(_), .. }
+        ) || matches!(status, RunStatus::Timeout(d) if d.culprit.is_some());
+        if status.is_complete() || caused {
+            return status.clone();
+        }
+        if let RunStatus::Timeout(d) = status {
+            if !self.has_cause() {
+                let mut accounts = self.accounts.clone();
+                for &r in d.silent_ranks.iter().chain(&d.absent_ranks) {
+                    if let Some(a) = accounts.get_mut(r) {
+                        *a = Account::Silent;
+                    }
+                }
+                let mut d = d.clone();
+                let roots = blame::roots(&accounts);
+                d.culprit = roots.first().map(|root| {
+                    let others = roots.iter().skip(1).map(|r| r.rank).collect();
+                    self.failure(root, &accounts, others, None)
+                });
+                return RunStatus::Timeout(d);
             }
-            let mut rank = rank.clone();
-            rank.then = match status {
-                RunStatus::Running => None,
-                RunStatus::Interrupted {
-                    signal, from: Some(f), ..
-                } => Some(format!("{signal} from {f}")),
-                RunStatus::Interrupted { signal, from: None, .. } => Some(signal.clone()),
-                other => other.error(),
-            };
+        }
+        let roots = blame::roots(&self.accounts);
+        let Some(root) = roots.first() else {
+            return status.clone();
+        };
+        if let Account::Signalled { signal, from } = &self.accounts[root.rank] {
             return RunStatus::Interrupted {
                 signal: signal.clone(),
                 from: Some(from.clone()),
-                rank: Some(rank),
+                rank: Some(SignalledRank {
+                    rank: root.rank,
+                    host: self.host(root.rank),
+                    phase: self.phase.to_string(),
+                    then: then_of_signal(status),
+                }),
             };
         }
-        let Some(first) = &self.first else {
-            return status.clone();
+        let then = match status {
+            RunStatus::Running | RunStatus::RankFailed(_) => None,
+            other => other.error(),
         };
-        if status.is_complete() || matches!(status, RunStatus::RankFailed(_)) {
-            return status.clone();
-        }
-        let mut failure = first.clone();
-        failure.then = status.error().or(failure.then);
-        RunStatus::RankFailed(failure)
+        let others = roots.iter().skip(1).map(|r| r.rank).collect();
+        RunStatus::RankFailed(self.failure(root, &self.accounts, others, then))
     }
 
-    /// `rank`'s failure as the record names it.
-    fn failure(&self, rank: usize, phase: &str, error: &str) -> RankFailure {
+    /// The one NIC every endpoint of `rank` uses (its placement), if there is one.
+    fn only_nic(&self, rank: usize) -> Option<String> {
+        let mut nics = self
+            .info
+            .placement
+            .rows
+            .iter()
+            .filter(|r| r.rank == rank)
+            .map(|r| &r.nic);
+        let first = nics.next()?;
+        (!first.contains('+') && nics.all(|n| n == first)).then(|| first.clone())
+    }
+
+    fn host(&self, rank: usize) -> String {
+        self.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into())
+    }
+
+    /// The record of `root` (of the graph of `accounts`): its own words, or for one that said
+    /// nothing, what its blamers show.
+    fn failure(&self, root: &Root, accounts: &[Account], other_roots: Vec<usize>, then: Option<String>) -> RankFailure {
+        let blamer_phase = root.blamed_by.iter().find_map(|&b| match &accounts[b] {
+            Account::Failed { phase, .. } => Some(phase.clone()),
+            _ => None,
+        });
+        let (phase, error, own) = if let Account::Failed { phase, error } = &accounts[root.rank] {
+            let first = error.lines().next().unwrap_or(error).to_string();
+            (phase.clone(), first.clone(), Some(first))
+        } else {
+            let said = match root.reason {
+                Reason::Killed => "no word; its peers saw its connections closed (killed or crashed)",
+                Reason::Silent => "no word within the grace (stopped, hung or unreachable)",
+                _ => "no error of its own",
+            };
+            let phase = blamer_phase.unwrap_or_else(|| self.phase.to_string());
+            (phase, said.to_string(), None)
+        };
+        let host = self.host(root.rank);
         RankFailure {
-            rank,
-            host: self.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into()),
-            phase: phase.to_string(),
-            error: error.lines().next().unwrap_or(error).to_string(),
-            then: None,
+            rank: root.rank,
+            host: host.clone(),
+            phase: phase.clone(),
+            error,
+            then,
+            culprit: Culprit {
+                rank: root.rank,
+                host,
+                nic: root.nic.clone().or_else(|| self.only_nic(root.rank)),
+                phase,
+                reason: root.reason.name(),
+                error: own,
+                sender: None,
+                blamed_by: root.blamed_by.len(),
+                victims: root.victims.clone(),
+                other_roots,
+            },
+        }
+    }
+
+    /// Takes `rank`'s account (a signal stands; a failure is not undone by a later "ending")
+    /// and says it on disk at once when the culprit changes, since mpirun may end the job
+    /// before rank 0 gets to its own ending.
+    fn take(&mut self, rank: usize, account: Account) {
+        let Some(slot) = self.accounts.get_mut(rank) else {
+            return;
+        };
+        match (&*slot, &account) {
+            (Account::Signalled { .. }, _) | (Account::Failed { .. }, Account::Fine) => return,
+            _ => *slot = account,
+        }
+        let named = blame::roots(&self.accounts).first().map(|r| r.rank);
+        if named.is_some() && named != self.named && self.has_cause() && !self.ended {
+            self.named = named;
+            if let Err(e) = self.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
         }
     }
 
@@ -162,56 +287,21 @@ impl Record {
             planned: job.plans.len(),
             limit_s: settings.timeout.as_secs(),
             hosts: job.topo.hostnames.clone(),
-            first: None,
-            signalled: None,
+            accounts: vec![Account::Unheard; job.topo.hostnames.len().max(1)],
+            phase: super::PHASES[1],
+            named: None,
             ended: false,
         }));
         hear_peers(mpi, &state);
+        stopped::watch();
         let interrupted = state.clone();
-        signals::on_signal(move |signal, from| {
-            let name = signals::name(signal);
-            // A size being written (the CSV files and summary.json, milliseconds) finishes
-            // first. Half a second at most, well inside the second mpirun leaves before SIGKILL:
-            // the final writes (pictures, fsync) or a hung file system may outlast it, and then
-            // summary.json stays as the last size left it (`running`, every size measured).
-            let Some(mut st) = lock_within(&interrupted, LAST_WORDS_LOCK_WAIT) else {
-                eprintln!("tcpx-perf: interrupted by {name}; the result directory was busy and is left as it was");
-                return;
-            };
-            if st.ended {
-                eprintln!("tcpx-perf: {name} after the results were written; they are left as they are");
-                return;
-            }
-            st.ended = true;
-            let status = st.with_cause(&RunStatus::Interrupted {
-                signal: name,
-                from: from.map(str::to_string),
-                rank: None,
-            });
-            let written = st.write_summary(&status);
-            eprintln!("tcpx-perf: {} {}", status.error().unwrap_or_default(), st.where_());
-            if let Err(e) = written {
-                eprintln!("tcpx-perf: error: {e}");
-            }
-            // The process ends right after this returns: keep the lock held until then, so the
-            // sweep cannot write its next size (status running) over the interrupted summary.
-            std::mem::forget(st);
-        });
+        signals::on_signal(move |signal, from, by_launcher| last_words(&interrupted, signal, from, by_launcher));
         let fired = state.clone();
         watchdog::on_fire(move |account| {
             let Some(st) = lock_within(&fired, Duration::from_millis(500)).filter(|st| !st.ended) else {
                 return;
             };
-            let diagnosis = TimeoutDiagnosis {
-                limit_s: st.limit_s,
-                phase: account.to_string(),
-                absent_ranks: Vec::new(),
-                silent_ranks: Vec::new(),
-                reports: vec![RankReport {
-                    rank: 0,
-                    message: account.to_string(),
-                }],
-            };
+            let diagnosis = st.own_timeout(account);
             if let Err(e) = st.write_summary(&RunStatus::Timeout(diagnosis)) {
                 eprintln!("tcpx-perf: error: {e}");
             }
@@ -220,6 +310,14 @@ impl Record {
         Record {
             state: Some(state),
             root_host: root_host(job),
+        }
+    }
+
+    /// The phase the run is in (`connect`, `sweep`, `close`), for a culprit whose own words
+    /// do not say.
+    pub(super) fn set_phase(&self, phase: &'static str) {
+        if let Some(mut st) = self.lock() {
+            st.phase = phase;
         }
     }
 
@@ -243,7 +341,9 @@ impl Record {
 
     /// The run ended early with `status`: the files say so, and no signal rewrites them.
     pub(super) fn end(&self, status: &RunStatus) -> Result<(), String> {
-        self.lock().map_or(Ok(()), |mut st| {
+        // Ended already: a signal's last words are on disk (or still being said while they
+        // wait for the other ranks' accounts), and stand.
+        self.lock().filter(|st| !st.ended).map_or(Ok(()), |mut st| {
             st.ended = true;
             st.write(status)
         })
@@ -252,7 +352,10 @@ impl Record {
     /// The sweep ran to the end: the final files (pictures too), `summary.json` last; after this
     /// no signal rewrites them. The directory, once every file is in place.
     pub(super) fn finish(&self, info: &RunInfo, status: &RunStatus) -> Result<Option<PathBuf>, String> {
-        let Some(mut st) = self.lock() else { return Ok(None) };
+        // Ended already: a signal is ending the run and its last words stand.
+        let Some(mut st) = self.lock().filter(|st| !st.ended) else {
+            return Ok(None);
+        };
         st.info = info.clone();
         let Some(dir) = st.dir.clone() else { return Ok(None) };
         export::write_results(&dir, &st.info, &st.results, st.planned, status).map_err(|e| e.to_string())?;
@@ -261,45 +364,73 @@ impl Record {
     }
 
     /// The run failed with `fatal` in `phase`, after the result directory was made. Rank 0
-    /// writes `summary.json` as `failed` (`complete: false`) naming the first rank that failed:
-    /// another rank's report, already taken or arriving within a second (its end may be what
-    /// broke rank 0's connections), before rank 0's own error, which then follows as `then`. The
-    /// error to print names that rank too. Other ranks, timeouts and a record already ended:
-    /// `fatal` as it is.
+    /// writes `summary.json` as `failed` (`complete: false`) naming the culprit: the root of
+    /// the blame graph of every account, rank 0's own error among them (the reports that name
+    /// the cause may arrive within a second: its end may be what broke rank 0's connections);
+    /// rank 0's own error then follows as `then` unless it is the cause. The error to print
+    /// names the culprit too. Other ranks, timeouts and a record already ended: `fatal` as it
+    /// is.
     pub(super) fn fail(&self, mpi: &Mpi, phase: &str, fatal: Fatal) -> Fatal {
         let own = match &fatal {
             _ if self.state.is_none() => return fatal,
-            Fatal::Here(m) | Fatal::Everywhere(m) => m.clone(),
+            Fatal::Here(m) | Fatal::Everywhere(m) => m.lines().next().unwrap_or(m).to_string(),
             Fatal::Reported { error, .. } => error.clone(),
             Fatal::Usage(_) | Fatal::Stalled(_) | Fatal::TimedOut => return fatal,
         };
+        if let Some(mut st) = self.lock().filter(|st| !st.ended) {
+            let account = Account::Failed {
+                phase: phase.to_string(),
+                error: own.clone(),
+            };
+            match &fatal {
+                Fatal::Here(_) => st.take(0, account),
+                Fatal::Reported { rank, .. } => st.take(*rank, account),
+                _ => {}
+            }
+        }
         if matches!(fatal, Fatal::Here(_)) {
-            await_peer_report(mpi);
+            self.await_cause(mpi);
         }
         let Some(mut st) = self.lock().filter(|st| !st.ended) else {
             return fatal;
         };
-        let failure = match (&st.first, &fatal) {
-            (Some(first), _) => {
-                let mut f = first.clone();
-                if !own.starts_with(&format!("rank {} failed", f.rank)) {
-                    f.then = Some(format!("rank 0: {}", own.lines().next().unwrap_or(&own)));
-                }
-                Some(f)
-            }
-            (None, Fatal::Reported { rank, error }) => Some(st.failure(*rank, phase, error)),
-            (None, Fatal::Here(_)) => Some(st.failure(0, phase, &own)),
-            // Every rank reached it: no rank to name.
-            _ => None,
-        };
         st.ended = true;
-        let status = failure.clone().map_or(RunStatus::Failed(own), RunStatus::RankFailed);
+        let root = blame::roots(&st.accounts).first().map(|r| r.rank);
+        let status = match (&fatal, root) {
+            (_, None) => RunStatus::Failed(own),
+            // Rank 0's own error follows the cause, unless it is the cause.
+            (Fatal::Here(_) | Fatal::Everywhere(_), Some(r)) if r != 0 => {
+                st.with_cause(&RunStatus::Failed(format!("rank 0: {own}")))
+            }
+            _ => st.with_cause(&RunStatus::Running),
+        };
         if let Err(e) = st.write(&status) {
             eprintln!("tcpx-perf: error: {e}");
         }
-        match (failure, fatal) {
-            (Some(f), Fatal::Here(_)) => Fatal::Here(f.line()),
+        match (status.error(), fatal) {
+            (Some(line), Fatal::Here(_)) => Fatal::Here(line),
             (_, fatal) => fatal,
+        }
+    }
+
+    /// Rank 0's own error may be the echo of another rank's end (a peer killed, or one that
+    /// failed and closes its connections as it goes): for up to a second the reports that name
+    /// the cause may still come, while the root of the blame graph is a rank that has not
+    /// spoken (mpirun's SIGTERM, if it comes first, writes the record with what is known).
+    fn await_cause(&self, mpi: &Mpi) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            // Takes the reports that have arrived (each is an account in the record).
+            let _ = mpi.reported_failure();
+            let settled = self.lock().is_none_or(|st| {
+                blame::roots(&st.accounts)
+                    .first()
+                    .is_some_and(|r| st.accounts[r.rank] != Account::Unheard)
+            });
+            if settled {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -315,39 +446,48 @@ impl Record {
     }
 }
 
-/// Rank 0: the first report of another rank, a failure or the signal a process other than
-/// mpirun sent it, becomes the record's cause and is on disk at once (taken on the main thread,
-/// wherever it waits), since mpirun may end the job before rank 0 gets to its own ending.
+/// Rank 0: every report of another rank (its error, the signal a process other than its
+/// launcher sent it, that it is alive and ending on the launcher's signal) is its account in
+/// the record, taken on the main thread wherever it waits; a new culprit is on disk at once.
 fn hear_peers(mpi: &Mpi, state: &Arc<Mutex<State>>) {
     let told = state.clone();
     mpi.on_peer_failure(move |f| {
-        // On the main thread, while it waits: say it on disk now, since mpirun may end the
-        // job (the failing rank aborts) before rank 0 gets to its own ending.
-        let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
-            return;
-        };
-        if st.first.is_none() && st.signalled.is_none() {
-            st.first = Some(st.failure(f.rank, &f.phase, &f.error));
-            if let Err(e) = st.write_summary(&RunStatus::Running) {
-                eprintln!("tcpx-perf: error: {e}");
-            }
+        if let Some(mut st) = lock_within(&told, LAST_WORDS_LOCK_WAIT) {
+            let account = Account::Failed {
+                phase: f.phase.clone(),
+                error: f.error.clone(),
+            };
+            st.take(f.rank, account);
         }
     });
     let heard = state.clone();
     mpi.on_peer_signalled(move |rank, signal, from| {
-        // As for a failure: on disk now, since mpirun ends the job once that rank exits.
-        let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT).filter(|st| !st.ended) else {
-            return;
-        };
-        if st.first.is_none() && st.signalled.is_none() {
-            let host = st.hosts.get(rank).cloned().unwrap_or_else(|| "unknown".into());
-            let who = SignalledRank { rank, host, then: None };
-            st.signalled = Some((who, signal.to_string(), from.to_string()));
-            if let Err(e) = st.write_summary(&RunStatus::Running) {
-                eprintln!("tcpx-perf: error: {e}");
-            }
+        if let Some(mut st) = lock_within(&heard, LAST_WORDS_LOCK_WAIT) {
+            let account = Account::Signalled {
+                signal: signal.to_string(),
+                from: from.to_string(),
+            };
+            st.take(rank, account);
         }
     });
+    let ending = state.clone();
+    mpi.on_peer_ending(move |rank| {
+        if let Some(mut st) = lock_within(&ending, LAST_WORDS_LOCK_WAIT) {
+            st.take(rank, Account::Fine);
+        }
+    });
+}
+
+/// `then` of a signalled culprit: what rank 0 heard after (`SIGTERM from mpirun (pid 42)`).
+fn then_of_signal(status: &RunStatus) -> Option<String> {
+    match status {
+        RunStatus::Running => None,
+        RunStatus::Interrupted {
+            signal, from: Some(f), ..
+        } => Some(format!("{signal} from {f}")),
+        RunStatus::Interrupted { signal, from: None, .. } => Some(signal.clone()),
+        other => other.error(),
+    }
 }
 
 /// The lock, unless another thread holds it for longer than `limit` (a write stuck on a
@@ -366,17 +506,6 @@ fn lock_within(state: &Mutex<State>, limit: Duration) -> Option<MutexGuard<'_, S
     }
 }
 
-/// Rank 0's own error may be the echo of another rank's end (a peer killed by a signal, or one
-/// that failed and closes its connections as it goes): for up to a second, that rank's report
-/// (the cause, which the record then holds) or mpirun's SIGTERM (whose last words write it) may
-/// still come.
-fn await_peer_report(mpi: &Mpi) {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while mpi.reported_failure().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// How long rank 0 waits for the other ranks' accounts after its own timeout.
 /// The line a rank other than 0 prints when rank 0 has not ended a timed-out job `waited` after
 /// this rank's own timeout: rank 0 is stopped, hung or unreachable, and did not arrive where
@@ -387,6 +516,24 @@ fn root_absent_line(rank: usize, root_host: &str, limit: Duration, waited: Durat
         limit.as_secs(),
         waited.as_secs()
     )
+}
+
+/// Rank 0 itself did not run for long enough to miss -T (stopped, see [`stopped`]): it is the
+/// rank that did not arrive and did not answer, whatever the others did.
+fn own_stop(d: &mut TimeoutDiagnosis, limit: Duration) {
+    let Some(gap) = stopped::missed(limit) else { return };
+    for list in [&mut d.absent_ranks, &mut d.silent_ranks] {
+        if !list.contains(&0) {
+            list.insert(0, 0);
+        }
+    }
+    if let Some(own) = d.reports.iter_mut().find(|r| r.rank == 0) {
+        own.message = format!(
+            "{} (rank 0 itself did not run for {:.1} s: stopped or frozen)",
+            own.message,
+            gap.as_secs_f64()
+        );
+    }
 }
 
 /// Rank 0's host name.
@@ -436,13 +583,15 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
             .into_iter()
             .map(|(rank, message)| RankReport { rank, message }),
     );
-    let diagnosis = TimeoutDiagnosis {
+    let mut diagnosis = TimeoutDiagnosis {
         limit_s: settings.timeout.as_secs(),
         phase: account,
         absent_ranks: heard.absent,
         silent_ranks: heard.silent,
         reports,
+        culprit: None,
     };
+    own_stop(&mut diagnosis, settings.timeout);
     let line = diagnosis.line();
     if let Err(e) = record.end(&RunStatus::Timeout(diagnosis)) {
         eprintln!("tcpx-perf: error: {e}");
@@ -456,22 +605,36 @@ pub(super) fn timed_out(settings: &Settings, mpi: &Mpi, record: &Record, message
 mod tests {
     use super::*;
 
-    fn state(first: Option<RankFailure>) -> State {
+    fn state(accounts: Vec<Account>) -> State {
         State {
             dir: None,
             info: crate::export::fixtures::info(),
             results: Vec::new(),
             planned: 3,
             limit_s: 20,
-            hosts: vec!["node0".into(), "node0".into(), "node1".into()],
-            first,
-            signalled: None,
+            hosts: vec!["node0".into(), "node0".into(), "node1".into(), "node1".into()],
+            accounts,
+            phase: "sweep",
+            named: None,
             ended: false,
         }
     }
 
-    /// A rank that told rank 0 who signalled it is the record: `interrupted` by that signal
-    /// and sender, mpirun's SIGTERM that follows only as `then`.
+    fn failed(phase: &str, error: &str) -> Account {
+        Account::Failed {
+            phase: phase.into(),
+            error: error.into(),
+        }
+    }
+
+    fn mpirun_sigterm() -> RunStatus {
+        RunStatus::Interrupted {
+            signal: "SIGTERM".into(),
+            from: Some("mpirun (pid 42)".into()),
+            rank: None,
+        }
+    }
+
     #[test]
     fn a_rank_0_that_never_ends_the_job_is_named_with_its_host() {
         let line = root_absent_line(2, "node0", Duration::from_secs(3), Duration::from_secs(9));
@@ -482,68 +645,61 @@ mod tests {
         assert!(line.contains("stopped, hung or unreachable"), "{line}");
     }
 
+    /// A rank that told rank 0 who signalled it is the record: `interrupted` by that signal
+    /// and sender, mpirun's SIGTERM that follows only as `then`.
     #[test]
     fn a_signalled_rank_outlives_mpiruns_sigterm() {
-        let mut st = state(None);
-        let who = SignalledRank {
-            rank: 2,
-            host: "node1".into(),
-            then: None,
+        let mut accounts = vec![Account::Unheard; 4];
+        accounts[2] = Account::Signalled {
+            signal: "SIGTERM".into(),
+            from: "sh (pid 77)".into(),
         };
-        st.signalled = Some((who, "SIGTERM".into(), "sh (pid 77)".into()));
+        let st = state(accounts);
         let running = st.with_cause(&RunStatus::Running);
         assert_eq!(running.as_str(), "interrupted");
         assert_eq!(
             running.error().as_deref(),
             Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77)")
         );
-        let then = st.with_cause(&RunStatus::Interrupted {
-            signal: "SIGTERM".into(),
-            from: Some("mpirun (pid 42)".into()),
-            rank: None,
-        });
+        let then = st.with_cause(&mpirun_sigterm());
         assert_eq!(
             then.error().as_deref(),
             Some("rank 2 (node1) interrupted by SIGTERM from sh (pid 77); then SIGTERM from mpirun (pid 42)")
         );
         assert_eq!(st.with_cause(&then), then, "applied twice, the same");
         assert_eq!(st.with_cause(&RunStatus::Ok), RunStatus::Ok);
+        let f = then.failure().expect("failure");
+        assert_eq!((f.culprit.rank, f.culprit.reason.as_str()), (2, "signalled"));
+        assert_eq!(f.culprit.sender.as_deref(), Some("sh (pid 77)"));
+        assert_eq!((f.phase.as_str(), f.host.as_str()), ("sweep", "node1"));
     }
 
     #[test]
     fn a_known_failure_outlives_what_follows() {
-        let st = state(None);
-        let first = st.failure(
-            2,
+        let mut accounts = vec![Account::Unheard; 4];
+        accounts[2] = failed(
             "connect",
             "spawning helper thread: Resource temporarily unavailable\nmore",
         );
-        assert_eq!(
-            first.line(),
-            "rank 2 (node1) failed in connect: spawning helper thread: Resource temporarily unavailable"
-        );
-        let st = state(Some(first));
-        let signalled = st.with_cause(&RunStatus::Interrupted {
-            signal: "SIGTERM".into(),
-            from: Some("mpirun (pid 42)".into()),
-            rank: None,
-        });
+        let st = state(accounts);
+        let signalled = st.with_cause(&mpirun_sigterm());
         assert_eq!(signalled.as_str(), "failed");
         let RunStatus::RankFailed(f) = &signalled else {
             panic!("{signalled:?}")
         };
         assert_eq!((f.rank, f.host.as_str()), (2, "node1"));
+        assert_eq!(f.culprit.reason, "local-error");
         assert_eq!(f.then.as_deref(), Some("interrupted by SIGTERM from mpirun (pid 42)"));
-        assert!(signalled
-            .error()
-            .unwrap()
-            .ends_with("; then interrupted by SIGTERM from mpirun (pid 42)"));
+        assert_eq!(
+            signalled.error().as_deref(),
+            Some("rank 2 (node1) failed in connect: spawning helper thread: Resource temporarily unavailable; then interrupted by SIGTERM from mpirun (pid 42)")
+        );
         // While rank 0 still waits: failed, nothing after yet.
         let RunStatus::RankFailed(f) = st.with_cause(&RunStatus::Running) else {
             panic!()
         };
         assert_eq!(f.then, None);
-        // A timeout that follows is what followed.
+        // What rank 0 saw after is what followed.
         let RunStatus::RankFailed(f) = st.with_cause(&RunStatus::Failed("rank 0: reset by peer".into())) else {
             panic!()
         };
@@ -555,6 +711,56 @@ mod tests {
             from: None,
             rank: None,
         };
-        assert_eq!(state(None).with_cause(&plain), plain);
+        assert_eq!(state(vec![Account::Unheard; 4]).with_cause(&plain), plain);
+    }
+
+    /// The 128-rank run's record, on 4 ranks: rank 0 heard first from a victim and failed
+    /// itself; the rank every error leads to said nothing and is the culprit.
+    #[test]
+    fn the_victim_heard_first_is_not_the_culprit() {
+        let peer = |n: usize| {
+            format!("endpoint 0: irecv failed: ncclRemoteError (6) [peer rank {n} gpu 0 (node1) over eth1]: peer {n} closed the connection with 1 receive(s) outstanding")
+        };
+        let mut st = state(vec![Account::Unheard; 4]);
+        st.take(1, failed("sweep", &peer(3)));
+        st.take(0, failed("sweep", &peer(1)));
+        st.take(2, failed("sweep", &peer(3)));
+        let status = st.with_cause(&RunStatus::Failed("rank 0: x".into()));
+        let RunStatus::RankFailed(f) = &status else {
+            panic!("{status:?}")
+        };
+        assert_eq!((f.rank, f.host.as_str(), f.phase.as_str()), (3, "node1", "sweep"));
+        let c = &f.culprit;
+        assert_eq!(
+            (c.reason.as_str(), c.nic.as_deref(), c.blamed_by),
+            ("killed", Some("eth1"), 2)
+        );
+        assert_eq!((c.victims.clone(), c.error.clone()), (vec![0, 1, 2], None));
+        assert_eq!(
+            status.error().as_deref(),
+            Some("rank 3 (node1, eth1) ended without a word in sweep (killed or crashed: its peers saw its connections closed); 2 rank(s) blame it; 3 rank(s) failed after it; then rank 0: x")
+        );
+        // A later "alive and ending" does not undo a failure.
+        st.take(1, Account::Fine);
+        assert!(matches!(st.accounts[1], Account::Failed { .. }));
+    }
+
+    /// A timeout that no failure preceded names its silent rank; rank 0 stopped past -T is one.
+    #[test]
+    fn a_timeout_names_its_silent_rank() {
+        let st = state(vec![Account::Unheard; 4]);
+        let d = TimeoutDiagnosis {
+            limit_s: 3,
+            phase: "barrier".into(),
+            absent_ranks: vec![0],
+            silent_ranks: vec![0],
+            reports: Vec::new(),
+            culprit: None,
+        };
+        let status = st.with_cause(&RunStatus::Timeout(d));
+        assert_eq!(status.as_str(), "timeout");
+        let f = status.failure().expect("a culprit");
+        assert_eq!((f.rank, f.culprit.reason.as_str()), (0, "silent"));
+        assert_eq!(st.with_cause(&status), status, "applied twice, the same");
     }
 }
