@@ -117,3 +117,85 @@ fn a_stale_claim_is_taken_over() {
     assert_eq!(summary(&out)["complete"], true);
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The `tcpx-perf` lines a job printed on stderr.
+fn said(o: &Output) -> Vec<String> {
+    stderr(o)
+        .lines()
+        .filter(|l| l.starts_with("tcpx-perf"))
+        .map(String::from)
+        .collect()
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A claim file that is a symbolic link, to a file elsewhere or dangling, is refused in one line
+/// naming it (exit 1): the file it points to is neither read, overwritten nor created, and the
+/// directory keeps just the link. (Before: the victim was overwritten with the job's line, its
+/// old first line printed as a stale claim, exit 0; a dangling link created its target.)
+#[test]
+fn a_claim_file_that_is_a_link_is_refused_and_nothing_is_written_through_it() {
+    let base = scratch("link");
+    let out = base.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let victim = base.join("victim");
+    std::fs::write(&victim, "root:x:0:0:precious\n").unwrap();
+    let outside = base.join("created-outside");
+    for target in [&victim, &outside] {
+        let link = out.join(CLAIM_FILE);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        let mut c = job("--pattern sendrecv -b 1M -e 1M -n 2 -w 1", &out);
+        let o = wait_within(spawn_piped(&mut c, "mpirun"), Duration::from_secs(60), "mpirun");
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert_eq!(
+            said(&o),
+            [format!(
+                "tcpx-perf: rank 0: error: {} is a symbolic link, not a file: refusing to write through it; remove it or choose another path",
+                link.display()
+            )],
+            "{}",
+            show(&o)
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("precious"), "{}", show(&o));
+        assert_eq!(entries(&out), [CLAIM_FILE], "nothing written in --out\n{}", show(&o));
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0:precious\n");
+    assert!(!outside.exists(), "the dangling link's target was created");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A job refused because `--out` holds a finished run changes nothing there: the claim keeps
+/// the line of the job that wrote the run, and no file is added. (Before: the refused job
+/// rewrote the claim with its own host and pid.)
+#[test]
+fn a_job_refused_by_a_finished_folder_changes_nothing_in_it() {
+    let out = scratch("finished");
+    std::fs::create_dir_all(&out).unwrap();
+    let writer = "host elsewhere, pid 999999, started 2026-01-01T00:00:00Z\n";
+    std::fs::write(out.join(CLAIM_FILE), writer).unwrap();
+    std::fs::write(out.join("results.csv"), "size_bytes\n").unwrap();
+    let mut c = job("--pattern sendrecv -b 1M -e 1M -n 2 -w 1", &out);
+    let o = wait_within(spawn_piped(&mut c, "mpirun"), Duration::from_secs(60), "mpirun");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(
+        said(&o),
+        [format!(
+            "tcpx-perf: rank 0: error: result directory {} exists and is not empty: choose another --out",
+            out.display()
+        )],
+        "{}",
+        show(&o)
+    );
+    assert_eq!(std::fs::read_to_string(out.join(CLAIM_FILE)).unwrap(), writer);
+    assert_eq!(entries(&out), [CLAIM_FILE, "results.csv"]);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -48,6 +48,18 @@ fn ratio(r: f64) -> String {
     }
 }
 
+/// Text from the input (folder names, patterns, reasons) as Markdown shows it literally: `&` and
+/// `<` as entities, so a name holding `<!--` or a tag cannot hide or restyle the rest of a PR
+/// comment. (`>` alone starts no HTML and stays readable in a terminal.)
+fn text(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;")
+}
+
+/// [`text`] for a table cell: a `|` would end the cell, a line break the row.
+fn cell(s: &str) -> String {
+    text(s).replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
 fn n_ref(n: Option<usize>) -> String {
     n.map_or("const".into(), |n| n.to_string())
 }
@@ -60,8 +72,8 @@ fn comparison_row(c: &Comparison) -> String {
     };
     format!(
         "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
-        c.pattern,
-        c.label,
+        cell(&c.pattern),
+        cell(&c.label),
         c.metric,
         o.n_candidate,
         n_ref(o.n_reference),
@@ -71,7 +83,7 @@ fn comparison_row(c: &Comparison) -> String {
         p(c.p_adjusted),
         pair(o.resolves),
         verdict,
-        o.reason
+        cell(&o.reason)
     )
 }
 
@@ -81,10 +93,11 @@ fn size_row(r: &SizeRow, with_reference: bool) -> String {
     } else {
         r.note.clone()
     };
+    let note = cell(&note);
     format!(
         "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {note} |",
-        r.pattern,
-        r.label,
+        cell(&r.pattern),
+        cell(&r.label),
         r.metric,
         r.n_candidate,
         n_ref(r.n_reference),
@@ -101,11 +114,11 @@ pub fn markdown(r: &Report, title: &str) -> String {
     let s = &r.settings;
     let floor = 1.0 - s.threshold;
     let mut o = String::new();
-    let _ = writeln!(o, "## {title}: {}\n", r.verdict.to_uppercase());
+    let _ = writeln!(o, "## {title}: {}\n", text(&r.verdict.to_uppercase()));
     let _ = writeln!(o, "- exit code: {}", r.exit_code);
-    let _ = writeln!(o, "- candidate: {}", r.candidate.join(", "));
+    let _ = writeln!(o, "- candidate: {}", text(&r.candidate.join(", ")));
     for x in &r.references {
-        let _ = writeln!(o, "- reference: {x}");
+        let _ = writeln!(o, "- reference: {}", text(x));
     }
     let _ = writeln!(
         o,
@@ -134,14 +147,14 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.problems.is_empty() {
         let _ = writeln!(o, "### Invalid or missing input\n");
         for x in &r.problems {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
         o.push('\n');
     }
     if !r.refusals.is_empty() {
         let _ = writeln!(o, "### Refused (apples-to-oranges; `--force` to override)\n");
         for x in &r.refusals {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
         o.push('\n');
     }
@@ -180,7 +193,7 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(o, "\n### Warnings\n");
         for x in &r.warnings {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
     }
     o
