@@ -446,7 +446,11 @@ fn vs_nccl_tests_refuses_an_existing_or_linked_out_folder() {
             format!("vs-nccl-tests: VS_OUT {out_dir} exists (or cannot be made): choose a new folder\n")
         );
     }
-    assert_eq!(std::fs::read_dir(&elsewhere).expect("read").count(), 0, "written through the link");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).expect("read").count(),
+        0,
+        "written through the link"
+    );
     assert!(!tmp.join("nowhere").exists());
     let _ = std::fs::remove_dir_all(&tmp);
 }

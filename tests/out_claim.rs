@@ -259,7 +259,14 @@ fn plan_json_is_whole_or_absent_and_never_through_a_link() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     if let Some(full) = FullTmpfs::mount(&base.join("full")) {
         let file = full.0.join("plan.json");
-        let o = alone(&["--plan", "64x8x4", "--pattern", "fullmesh", "--plan-json", file.to_str().unwrap()]);
+        let o = alone(&[
+            "--plan",
+            "64x8x4",
+            "--pattern",
+            "fullmesh",
+            "--plan-json",
+            file.to_str().unwrap(),
+        ]);
         assert!(!matches!(o.status.code(), Some(0 | 101)), "{}", show(&o));
         assert_eq!(
             said(&o),
@@ -281,7 +288,10 @@ fn plan_json_is_whole_or_absent_and_never_through_a_link() {
 fn a_closed_pipe_keeps_the_plan_s_exit_status() {
     let args = ["--plan", "64x8x4", "--pattern", "fullmesh"];
     let mut c = Command::new("sh");
-    c.arg("-c").arg(format!("ulimit -n 1024; exec {BIN} \"$@\"")).arg("sh").args(args);
+    c.arg("-c")
+        .arg(format!("ulimit -n 1024; exec {BIN} \"$@\""))
+        .arg("sh")
+        .args(args);
     let reference = common::output_within(&mut c, Duration::from_secs(60), "tcpx-perf --plan");
     assert_eq!(reference.status.code(), Some(1), "{}", show(&reference));
     let (reader, writer) = std::io::pipe().unwrap();
