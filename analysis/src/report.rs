@@ -48,11 +48,23 @@ fn ratio(r: f64) -> String {
     }
 }
 
-/// Text from the input (folder names, patterns, reasons) as Markdown shows it literally: `&` and
-/// `<` as entities, so a name holding `<!--` or a tag cannot hide or restyle the rest of a PR
-/// comment. (`>` alone starts no HTML and stays readable in a terminal.)
+/// Text from the input (folder names, patterns, reasons) as Markdown shows it literally: a `<`
+/// that could open HTML (a tag, `</`, `<!--`, `<?`, an autolink: a letter, `/`, `!` or `?`
+/// follows) and an `&` that could start an entity become entities, so a name holding `<!--` or
+/// a tag cannot hide or restyle the rest of a PR comment. Prose such as `bandwidth < 0.01` stays
+/// as it is, readable in a terminal.
 fn text(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;")
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let next = chars.peek().copied().unwrap_or(' ');
+        match c {
+            '<' if next.is_ascii_alphabetic() || matches!(next, '/' | '!' | '?') => out.push_str("&lt;"),
+            '&' if next.is_ascii_alphanumeric() || next == '#' => out.push_str("&amp;"),
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// [`text`] for a table cell: a `|` would end the cell, a line break the row.
@@ -202,4 +214,24 @@ pub fn markdown(r: &Report, title: &str) -> String {
 /// The JSON verdict.
 pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cell, text};
+
+    #[test]
+    fn input_text_cannot_open_html_but_prose_stays_readable() {
+        assert_eq!(text("run<!--x"), "run&lt;!--x");
+        assert_eq!(
+            text("<b>bold</b> <?x <https://e>"),
+            "&lt;b>bold&lt;/b> &lt;?x &lt;https://e>"
+        );
+        assert_eq!(text("&amp; &#60; &lt;"), "&amp;amp; &amp;#60; &amp;lt;");
+        assert_eq!(
+            text("bandwidth < 0.01 GB/s & more, a<3"),
+            "bandwidth < 0.01 GB/s & more, a<3"
+        );
+        assert_eq!(cell("a|b\nc"), "a\\|b c");
+    }
 }
