@@ -82,7 +82,8 @@ fn markdown_shows_a_folder_name_literally() {
     assert!(text.contains("cand&lt;!--hide &lt;b>x a|b"), "{text}");
 }
 
-/// `--markdown`, `--json`, `make-baseline -o` and `history report -o` naming a symbolic link
+/// `--markdown`, `--json`, `make-baseline -o`, `history report -o` and `history add --db` naming
+/// a symbolic link
 /// (to a file elsewhere, or dangling) are refused in one line naming it; the file it points to
 /// is neither written nor created.
 #[test]
@@ -100,7 +101,8 @@ fn no_report_or_baseline_is_written_through_a_link() {
     let db = d.join("h.db");
     let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&base)]);
     assert_eq!(code, 0, "{out}");
-    let cases: [Vec<&str>; 4] = [
+    let cases: [Vec<&str>; 5] = [
+        vec!["history", "add", "--db", s(&link), s(&base)],
         vec!["gate", s(&cand), "--baseline", s(&base), "--markdown", s(&link)],
         vec!["gate", s(&cand), "--baseline", s(&base), "--json", s(&link)],
         vec!["make-baseline", "--name", "x", "-o", s(&link), s(&base)],
