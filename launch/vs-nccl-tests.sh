@@ -29,7 +29,7 @@
 # (16M 1G 4), ITERS (20), WARMUP (5; tcpx-perf warms up before every size, nccl-tests once
 # before the sweep: each tool as its users run it), ROUNDS (3), VARIANTS ('name=tcpx-perf args;...',
 # default one column "tcpx-perf" with no extra args), RUN_TIMEOUT (seconds per run, 900),
-# VS_OUT (results/<UTC time>-vs-nccl-tests: every run's output, NCCL's logs, raw.csv, table.md),
+# VS_OUT (results/<UTC time>-vs-nccl-tests, a new folder: every run's output, NCCL's logs, raw.csv, table.md),
 # VS_NCCL_SUBSYS (NCCL_DEBUG_SUBSYS of the logs, INIT,NET), HOSTFILE (passed to mpirun).
 # Exit: 0 table printed; 1 a run failed (its log is named); 2 setup error.
 set -uo pipefail
@@ -144,7 +144,13 @@ case $(basename "$PLUGIN") in
 esac
 source launch/mpirun-args.sh
 [ -n "${HOSTFILE:-}" ] && MPIRUN_ARGS+=(--hostfile "$HOSTFILE")
-mkdir -p "$VS_OUT/logs" || die "cannot create $VS_OUT"
+# A folder of its own, made here: an existing VS_OUT (another comparison's, or a link planted
+# where it goes) is refused before anything is written, so no file of this script goes through a
+# link or joins another run's.
+mkdir -p "$(dirname "$VS_OUT")" || die "cannot create $(dirname "$VS_OUT")"
+{ [ ! -e "$VS_OUT" ] && [ ! -L "$VS_OUT" ] && mkdir "$VS_OUT" 2>/dev/null; } ||
+  die "VS_OUT $VS_OUT exists (or cannot be made): choose a new folder"
+mkdir "$VS_OUT/logs" || die "cannot create $VS_OUT/logs"
 VS_OUT=$(realpath "$VS_OUT")
 raw=$VS_OUT/raw.csv
 echo "tool,variant,pattern,round,size_bytes,busbw_gbps" >"$raw"

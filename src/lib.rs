@@ -25,6 +25,11 @@
 //! - [`run`]: one benchmark run: the flags typed once ([`run`]'s `settings`), then the phases
 //!   plan, vet plugin, place, connect, sweep, finish.
 
+// print!/println!/eprint!/eprintln! that never panic on a closed stdout or stderr (a pipe to
+// `head`): the exit status stays the run's (see tcpx_files::console).
+#[macro_use]
+extern crate tcpx_files;
+
 pub mod baseline;
 pub mod blame;
 pub mod cli;

@@ -1,5 +1,10 @@
 //! `tcpx-perf`: see `tcpx-perf --help` and the README.
 
+// print!/println!/eprint!/eprintln! that never panic on a closed stdout or stderr (a pipe to
+// `head`): the exit status stays the run's (see tcpx_files::console).
+#[macro_use]
+extern crate tcpx_files;
+
 use clap::Parser;
 use tcpx_perf::run::{launched, launcher_rank, EXIT_USAGE};
 

@@ -815,3 +815,159 @@ fn k8s_scripts_pass_shellcheck_and_the_dockerfile_lints() {
         Err(_) => eprintln!("hadolint not installed: the Dockerfile was not linted"),
     }
 }
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A value that is no Kubernetes label value (`;`, a newline, `$(id)`, spaces, 70 characters)
+/// given to `--queue` is refused in one line naming the flag, exit 64, no manifest; a valid one
+/// is written. (Before: written into the label as given.)
+#[test]
+fn a_queue_that_is_no_label_value_is_refused() {
+    let long = "q".repeat(70);
+    for bad in ["q;x", "q\nx", "$(id)", "my queue", long.as_str(), "-q", "q."] {
+        let out = render(&["--nodes", "2", "--queue", bad], &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{bad:?}\n{}", show(&out));
+        assert_eq!(stderr.lines().count(), 1, "{bad:?}: one line\n{stderr}");
+        assert!(
+            stderr.starts_with("render.sh: --queue ") && stderr.contains("is not a Kubernetes label value"),
+            "{bad:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{bad:?}: no manifest on bad input");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let docs = documents(&render_to(dir.path(), &["--nodes", "2", "--queue", "team-a.q_1"], &[]));
+    assert_eq!(docs[1]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a.q_1");
+}
+
+/// validate.py refuses what the API server would: a cut-off copy of a manifest render.sh wrote
+/// (whatever is left still parses) and a label value that breaks Kubernetes' rules. (Before: ok.)
+#[test]
+fn validator_refuses_a_cut_off_manifest_and_a_bad_label_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = render_to(&dir.path().join("p"), &["--nodes", "4", "--form", "pods"], &[]);
+    let text = std::fs::read_to_string(&file).expect("manifest");
+    // Cut after the third pod's first line, as a full disk left it.
+    let cut_at = text.match_indices("\n---\n").nth(3).expect("4 documents").0 + 5;
+    let cut = dir.path().join("cut.yaml");
+    std::fs::write(&cut, &text[..cut_at]).expect("write");
+    let mut docs = documents(&file);
+    docs[0]["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("q;x");
+    let label = dir.path().join("label.yaml");
+    write_docs(&label, &docs);
+    let out = validate(&[&file, &cut, &label]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!stdout.contains(&format!("{}: cut off", file.display())), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{}: cut off: it does not end with '# end of manifest: 3 objects' for the 3 documents it holds (render it again)",
+            cut.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{}: document 0: ConfigMap/tcpx-perf: .metadata.labels.app.kubernetes.io/instance: 'q;x' is not a Kubernetes label value",
+            label.display()
+        )),
+        "{stdout}"
+    );
+}
+
+/// `--out`'s manifest is never written through a link: a link at DIR/NAME.yaml (to a file
+/// elsewhere, or dangling) is refused in one line, exit 1, the file it points to untouched.
+#[test]
+fn render_never_writes_through_a_link() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).expect("mkdir");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").expect("write");
+    let outside = dir.path().join("created-outside");
+    let link = out_dir.join("tcpx-perf.yaml");
+    for target in [&victim, &outside] {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).expect("symlink");
+        let out = render(&["--nodes", "2", "--out", out_dir.to_str().expect("utf-8")], &[]);
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "render.sh: {} is a symbolic link or not a file: refusing to write through it; remove it\n",
+                link.display()
+            )
+        );
+        assert_eq!(names_in(&out_dir), ["tcpx-perf.yaml"], "no temporary left");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
+    assert!(!outside.exists());
+}
+
+/// A 16 KiB tmpfs at `dir` (needs root, as CI has; without it the caller skips, saying so),
+/// unmounted on drop.
+struct SmallTmpfs(PathBuf);
+impl SmallTmpfs {
+    fn mount(dir: &Path) -> Option<SmallTmpfs> {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs at {} (needs root)", dir.display());
+        }
+        ok.then(|| SmallTmpfs(dir.to_path_buf()))
+    }
+}
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// On a full disk (16 KiB tmpfs, 64 nodes in the pods form, a 400 KB manifest) render.sh exits
+/// 1 with one line naming the file and the cause, prints no "wrote", and leaves neither a
+/// cut-off manifest nor a temporary, buffered Python or not; to a full stdout, the same exit.
+/// (Before: with PYTHONUNBUFFERED=1, 2 of 64 pods cut mid-line, "wrote ...", exit 0; without, a
+/// traceback and a .yaml.tmp left behind.)
+#[test]
+fn a_full_disk_leaves_no_manifest_and_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let Some(full) = SmallTmpfs::mount(&dir.path().join("full")) else {
+        return;
+    };
+    let out_dir = full.0.to_str().expect("utf-8");
+    for env in [&[("PYTHONUNBUFFERED", "1")][..], &[]] {
+        let out = render(&["--nodes", "64", "--form", "pods", "--out", out_dir], env);
+        assert_eq!(out.status.code(), Some(1), "{env:?}\n{}", show(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("render.sh: cannot write {out_dir}/tcpx-perf.yaml: No space left on device\n"),
+            "{env:?}"
+        );
+        assert!(out.stdout.is_empty(), "{env:?}: {}", show(&out));
+        assert!(names_in(&full.0).is_empty(), "{env:?}: {:?} left", names_in(&full.0));
+    }
+    let file = std::fs::File::create(full.0.join("stdout.yaml")).expect("create");
+    let mut cmd = Command::new("bash");
+    cmd.args(["launch/k8s/render.sh", "--nodes", "64", "--form", "pods"])
+        .current_dir(repo())
+        .stdout(file)
+        .stderr(std::process::Stdio::piped());
+    let out = cmd.output().expect("bash");
+    assert_eq!(out.status.code(), Some(1), "a manifest cut off on stdout is an error");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "render.sh: cannot write the manifest to stdout: No space left on device\n"
+    );
+}

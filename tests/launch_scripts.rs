@@ -634,4 +634,43 @@ fn test_sh_installs_the_suite_s_tools_and_names_the_slowest_binaries() {
         "{stdout}"
     );
     assert!(stdout.contains("tests: 37 passed, 0 failed, 1 skipped"), "{stdout}");
+/// `launch/vs-nccl-tests.sh` writes only into a folder it made: a `VS_OUT` that exists, or is
+/// a link (to a folder elsewhere, or dangling), is refused in one line (exit 2) before anything
+/// is written, and nothing appears where the link points. (Before: raw.csv, logs and runs were
+/// written through the link.)
+#[test]
+fn vs_nccl_tests_refuses_an_existing_or_linked_out_folder() {
+    let tmp = std::env::temp_dir().join(format!("tcpx-perf-vs-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    stand_in_nccl_tests(&tmp);
+    let elsewhere = tmp.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    let linked = tmp.join("linked");
+    std::os::unix::fs::symlink(&elsewhere, &linked).expect("symlink");
+    let dangling = tmp.join("dangling");
+    std::os::unix::fs::symlink(tmp.join("nowhere"), &dangling).expect("symlink");
+    let nt = tmp.display().to_string();
+    for out in [&linked, &dangling, &elsewhere] {
+        let out_dir = out.display().to_string();
+        let env = [
+            ("NCCL_TESTS", nt.as_str()),
+            ("TCPX_PERF", BIN),
+            ("TCPXEMU_MODE", "host"),
+            ("VS_OUT", out_dir.as_str()),
+        ];
+        let o = bash(Path::new("launch/vs-nccl-tests.sh"), &[], &env, Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{out_dir}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!("vs-nccl-tests: VS_OUT {out_dir} exists (or cannot be made): choose a new folder\n")
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).expect("read").count(),
+        0,
+        "written through the link"
+    );
+    assert!(!tmp.join("nowhere").exists());
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -1,6 +1,8 @@
 //! One job per result directory (`--out`): two real `mpirun` jobs started together on one
 //! directory, one refused naming the other, the directory holding one run; a claim left by a job
-//! that is gone is taken over. Real ranks, real tcpx-emu sockets, real file locks.
+//! that is gone is taken over. Real ranks, real tcpx-emu sockets, real file locks. And what
+//! tcpx-perf writes never goes through a link, is whole or absent on a full disk (`--plan-json`),
+//! and a closed pipe does not turn an exit status into a panic.
 
 mod common;
 use common::{mpirun_command, show, spawn_piped, summary, wait_within};
@@ -116,4 +118,184 @@ fn a_stale_claim_is_taken_over() {
     assert!(!now.contains("999999") && now.contains(", pid "), "{now}");
     assert_eq!(summary(&out)["complete"], true);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The `tcpx-perf` lines a job printed on stderr.
+fn said(o: &Output) -> Vec<String> {
+    stderr(o)
+        .lines()
+        .filter(|l| l.starts_with("tcpx-perf"))
+        .map(String::from)
+        .collect()
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A claim file that is a symbolic link, to a file elsewhere or dangling, is refused in one line
+/// naming it (exit 1): the file it points to is neither read, overwritten nor created, and the
+/// directory keeps just the link. (Before: the victim was overwritten with the job's line, its
+/// old first line printed as a stale claim, exit 0; a dangling link created its target.)
+#[test]
+fn a_claim_file_that_is_a_link_is_refused_and_nothing_is_written_through_it() {
+    let base = scratch("link");
+    let out = base.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let victim = base.join("victim");
+    std::fs::write(&victim, "root:x:0:0:precious\n").unwrap();
+    let outside = base.join("created-outside");
+    for target in [&victim, &outside] {
+        let link = out.join(CLAIM_FILE);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        let mut c = job("--pattern sendrecv -b 1M -e 1M -n 2 -w 1", &out);
+        let o = wait_within(spawn_piped(&mut c, "mpirun"), Duration::from_secs(60), "mpirun");
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert_eq!(
+            said(&o),
+            [format!(
+                "tcpx-perf: rank 0: error: {} is a symbolic link, not a file: refusing to write through it; remove it or choose another path",
+                link.display()
+            )],
+            "{}",
+            show(&o)
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("precious"), "{}", show(&o));
+        assert_eq!(entries(&out), [CLAIM_FILE], "nothing written in --out\n{}", show(&o));
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0:precious\n");
+    assert!(!outside.exists(), "the dangling link's target was created");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A job refused because `--out` holds a finished run changes nothing there: the claim keeps
+/// the line of the job that wrote the run, and no file is added. (Before: the refused job
+/// rewrote the claim with its own host and pid.)
+#[test]
+fn a_job_refused_by_a_finished_folder_changes_nothing_in_it() {
+    let out = scratch("finished");
+    std::fs::create_dir_all(&out).unwrap();
+    let writer = "host elsewhere, pid 999999, started 2026-01-01T00:00:00Z\n";
+    std::fs::write(out.join(CLAIM_FILE), writer).unwrap();
+    std::fs::write(out.join("results.csv"), "size_bytes\n").unwrap();
+    let mut c = job("--pattern sendrecv -b 1M -e 1M -n 2 -w 1", &out);
+    let o = wait_within(spawn_piped(&mut c, "mpirun"), Duration::from_secs(60), "mpirun");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(
+        said(&o),
+        [format!(
+            "tcpx-perf: rank 0: error: result directory {} exists and is not empty: choose another --out",
+            out.display()
+        )],
+        "{}",
+        show(&o)
+    );
+    assert_eq!(std::fs::read_to_string(out.join(CLAIM_FILE)).unwrap(), writer);
+    assert_eq!(entries(&out), [CLAIM_FILE, "results.csv"]);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `tcpx-perf ARGS` (no mpirun: `--plan` runs alone), with stdout and stderr captured.
+fn alone(args: &[&str]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args(args);
+    common::output_within(&mut c, Duration::from_secs(60), "tcpx-perf --plan")
+}
+
+/// A 16 KiB tmpfs at `dir`, filled (needs root, as CI has; without it the caller skips, saying
+/// so), unmounted on drop.
+struct FullTmpfs(PathBuf);
+impl FullTmpfs {
+    fn mount(dir: &Path) -> Option<FullTmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs at {} (needs root)", dir.display());
+            return None;
+        }
+        let _ = std::fs::write(dir.join("filler"), vec![b'x'; 64 << 10]);
+        Some(FullTmpfs(dir.to_path_buf()))
+    }
+}
+impl Drop for FullTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `--plan-json` is written whole or not at all, never through a link: on a full disk one line
+/// naming the file and the cause, a non-zero exit and no file (before: a 0-byte file); a link
+/// at the path is refused, the file it points to untouched.
+#[test]
+fn plan_json_is_whole_or_absent_and_never_through_a_link() {
+    let base = scratch("plan-json");
+    std::fs::create_dir_all(&base).unwrap();
+    let victim = base.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let link = base.join("plan.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = alone(&["--plan", "2x8x4", "--plan-json", link.to_str().unwrap()]);
+    assert!(!matches!(o.status.code(), Some(0 | 101)), "{}", show(&o));
+    assert_eq!(
+        said(&o),
+        [format!(
+            "tcpx-perf: error: --plan-json {0}: {0} is a symbolic link, not a file: refusing to write through it; remove it or choose another path",
+            link.display()
+        )],
+        "{}",
+        show(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    if let Some(full) = FullTmpfs::mount(&base.join("full")) {
+        let file = full.0.join("plan.json");
+        let o = alone(&[
+            "--plan",
+            "64x8x4",
+            "--pattern",
+            "fullmesh",
+            "--plan-json",
+            file.to_str().unwrap(),
+        ]);
+        assert!(!matches!(o.status.code(), Some(0 | 101)), "{}", show(&o));
+        assert_eq!(
+            said(&o),
+            [format!(
+                "tcpx-perf: error: --plan-json {0}: cannot write {0}: No space left on device (os error 28)",
+                file.display()
+            )],
+            "{}",
+            show(&o)
+        );
+        assert_eq!(entries(&full.0), ["filler"], "no cut-off plan, no temporary");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A closed stdout and stderr (`tcpx-perf --plan ... 2>&1 | head -1`) keep the plan's exit
+/// status (1: does not fit) instead of a panic's 101.
+#[test]
+fn a_closed_pipe_keeps_the_plan_s_exit_status() {
+    let args = ["--plan", "64x8x4", "--pattern", "fullmesh"];
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("ulimit -n 1024; exec {BIN} \"$@\""))
+        .arg("sh")
+        .args(args);
+    let reference = common::output_within(&mut c, Duration::from_secs(60), "tcpx-perf --plan");
+    assert_eq!(reference.status.code(), Some(1), "{}", show(&reference));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = c.stdout(writer.try_clone().unwrap()).stderr(writer).status().unwrap();
+    assert_eq!(status.code(), Some(1));
 }

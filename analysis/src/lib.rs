@@ -3,6 +3,11 @@
 //!
 //! The binary (`src/main.rs`) is a thin clap front end over this library.
 
+// print!/println!/eprint!/eprintln! that never panic on a closed stdout or stderr (a pipe to
+// `head`): the exit status stays the run's (see tcpx_files::console).
+#[macro_use]
+extern crate tcpx_files;
+
 pub mod admit;
 pub mod baseline;
 pub mod compare;

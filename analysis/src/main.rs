@@ -1,5 +1,10 @@
 //! `tcpx-analyze`: compare tcpx-perf / nccl-tests results with baselines, gate CI, plot.
 
+// print!/println!/eprint!/eprintln! that never panic on a closed stdout or stderr (a pipe to
+// `head`): the exit status stays the run's (see tcpx_files::console).
+#[macro_use]
+extern crate tcpx_files;
+
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -367,8 +372,11 @@ fn references(
     Ok(out)
 }
 
+/// Writes a report or baseline whole or not at all, never through a link: a full disk is an
+/// error naming `p` (`cannot write P: No space left on device`), never a cut-off file.
 fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
-    std::fs::write(p, text).map_err(|e| Failure::Input(format!("{}: cannot write: {e}", p.display())))
+    tcpx_files::write_bytes(p, tcpx_files::Durability::Synced, text.as_bytes())
+        .map_err(|e| Failure::Input(e.to_string()))
 }
 
 /// Writes a minimal JSON verdict when the analysis could not even start (CI still gets a file).
@@ -381,7 +389,9 @@ fn write_failure_json(a: &CompareArgs, f: &Failure) {
             "problems": [f.to_string()],
             "comparisons": [],
         });
-        let _ = std::fs::write(p, serde_json::to_string_pretty(&v).unwrap_or_default());
+        if let Err(e) = write_file(p, &serde_json::to_string_pretty(&v).unwrap_or_default()) {
+            eprintln!("tcpx-analyze: {e}");
+        }
     }
 }
 

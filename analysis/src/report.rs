@@ -48,6 +48,30 @@ fn ratio(r: f64) -> String {
     }
 }
 
+/// Text from the input (folder names, patterns, reasons) as Markdown shows it literally: a `<`
+/// that could open HTML (a tag, `</`, `<!--`, `<?`, an autolink: a letter, `/`, `!` or `?`
+/// follows) and an `&` that could start an entity become entities, so a name holding `<!--` or
+/// a tag cannot hide or restyle the rest of a PR comment. Prose such as `bandwidth < 0.01` stays
+/// as it is, readable in a terminal.
+fn text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let next = chars.peek().copied().unwrap_or(' ');
+        match c {
+            '<' if next.is_ascii_alphabetic() || matches!(next, '/' | '!' | '?') => out.push_str("&lt;"),
+            '&' if next.is_ascii_alphanumeric() || next == '#' => out.push_str("&amp;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`text`] for a table cell: a `|` would end the cell, a line break the row.
+fn cell(s: &str) -> String {
+    text(s).replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
 fn n_ref(n: Option<usize>) -> String {
     n.map_or("const".into(), |n| n.to_string())
 }
@@ -60,8 +84,8 @@ fn comparison_row(c: &Comparison) -> String {
     };
     format!(
         "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
-        c.pattern,
-        c.label,
+        cell(&c.pattern),
+        cell(&c.label),
         c.metric,
         o.n_candidate,
         n_ref(o.n_reference),
@@ -71,7 +95,7 @@ fn comparison_row(c: &Comparison) -> String {
         p(c.p_adjusted),
         pair(o.resolves),
         verdict,
-        o.reason
+        cell(&o.reason)
     )
 }
 
@@ -81,10 +105,11 @@ fn size_row(r: &SizeRow, with_reference: bool) -> String {
     } else {
         r.note.clone()
     };
+    let note = cell(&note);
     format!(
         "| {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {note} |",
-        r.pattern,
-        r.label,
+        cell(&r.pattern),
+        cell(&r.label),
         r.metric,
         r.n_candidate,
         n_ref(r.n_reference),
@@ -101,11 +126,11 @@ pub fn markdown(r: &Report, title: &str) -> String {
     let s = &r.settings;
     let floor = 1.0 - s.threshold;
     let mut o = String::new();
-    let _ = writeln!(o, "## {title}: {}\n", r.verdict.to_uppercase());
+    let _ = writeln!(o, "## {title}: {}\n", text(&r.verdict.to_uppercase()));
     let _ = writeln!(o, "- exit code: {}", r.exit_code);
-    let _ = writeln!(o, "- candidate: {}", r.candidate.join(", "));
+    let _ = writeln!(o, "- candidate: {}", text(&r.candidate.join(", ")));
     for x in &r.references {
-        let _ = writeln!(o, "- reference: {x}");
+        let _ = writeln!(o, "- reference: {}", text(x));
     }
     let _ = writeln!(
         o,
@@ -134,14 +159,14 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.problems.is_empty() {
         let _ = writeln!(o, "### Invalid or missing input\n");
         for x in &r.problems {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
         o.push('\n');
     }
     if !r.refusals.is_empty() {
         let _ = writeln!(o, "### Refused (apples-to-oranges; `--force` to override)\n");
         for x in &r.refusals {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
         o.push('\n');
     }
@@ -180,7 +205,7 @@ pub fn markdown(r: &Report, title: &str) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(o, "\n### Warnings\n");
         for x in &r.warnings {
-            let _ = writeln!(o, "- {x}");
+            let _ = writeln!(o, "- {}", text(x));
         }
     }
     o
@@ -189,4 +214,24 @@ pub fn markdown(r: &Report, title: &str) -> String {
 /// The JSON verdict.
 pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cell, text};
+
+    #[test]
+    fn input_text_cannot_open_html_but_prose_stays_readable() {
+        assert_eq!(text("run<!--x"), "run&lt;!--x");
+        assert_eq!(
+            text("<b>bold</b> <?x <https://e>"),
+            "&lt;b>bold&lt;/b> &lt;?x &lt;https://e>"
+        );
+        assert_eq!(text("&amp; &#60; &lt;"), "&amp;amp; &amp;#60; &amp;lt;");
+        assert_eq!(
+            text("bandwidth < 0.01 GB/s & more, a<3"),
+            "bandwidth < 0.01 GB/s & more, a<3"
+        );
+        assert_eq!(cell("a|b\nc"), "a\\|b c");
+    }
 }

@@ -12,8 +12,11 @@ fields are those of kubernetes-sigs/jobset v0.12.0's CRD (launch/k8s/schema/).
 
 import argparse
 import json
+import os
 import re
 import sys
+
+import k8s_labels
 
 # Where GKE's node image keeps the NVIDIA driver's libraries and where containers expect them
 # (nccl-test.yaml, nccl-test-latest.yaml: volume "libraries", hostPath
@@ -305,13 +308,19 @@ def main():
     p.add_argument("--entry", required=True)
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--host", action="append", default=[])
+    p.add_argument("--out", help="write this file whole (or not at all) instead of stdout")
     p.add_argument("launch", nargs=argparse.REMAINDER)
     o = p.parse_args()
     o.launch = o.launch[1:] if o.launch[:1] == ["--"] else o.launch
     with open(o.entry, encoding="utf-8") as f:
         entry = f.read()
+    if o.queue and (why := k8s_labels.value_problem(o.queue)):
+        fail(64, f"--queue {why}")
     objects = [config_map(o, entry)]
     objects += [jobset(o)] if o.form == "jobset" else pods(o)
+    for obj in objects:
+        for field, why in k8s_labels.problems(obj):
+            fail(64, f"{obj['kind']}/{obj['metadata']['name']}: {field}: {why}")
     out = [
         f"# tcpx-perf on {o.nodes} GKE A3-high nodes ({o.nodes * GPUS} ranks), {o.form} form.",
         "# Written by launch/k8s/render.sh from launch/tcpx-env.sh: render again rather than edit.",
@@ -320,7 +329,85 @@ def main():
     for obj in objects:
         out.append("---")
         out += emit(obj)
-    sys.stdout.write("\n".join(out) + "\n")
+    # The last line, so that a cut-off copy is known as one (validate.py checks it).
+    out.append(f"{END_MARK}{len(objects)} objects")
+    text = "\n".join(out) + "\n"
+    if o.out:
+        write_whole(o.out, text)
+    else:
+        try:
+            # Straight to the descriptor, every write checked: Python's buffered stdout can
+            # lose a short write to a full disk without an error.
+            sys.stdout.flush()
+            write_all(sys.stdout.fileno(), text.encode("utf-8"))
+        except OSError as e:
+            # Nothing more reaches a closed or full stdout; Python's own flush at exit must not
+            # print a traceback either.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            fail(1, f"cannot write the manifest to stdout: {e.strerror or e}")
+
+
+# The manifest's last line: END_MARK, then the number of objects it holds.
+END_MARK = "# end of manifest: "
+
+
+def fail(code, msg):
+    print(f"render.sh: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def write_all(fd, data):
+    """Writes every byte of `data` to `fd`; a short write is continued, an error raised."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_whole(path, text):
+    """Writes `path` whole or not at all, never through a link: a new temporary sibling
+    (O_CREAT | O_EXCL | O_NOFOLLOW), every write checked, fsync, close, read back and compared,
+    then renamed into place and the directory synced. Any failure (a full disk) is one line and
+    exit 1, the temporary removed and `path` as it was."""
+    data = text.encode("utf-8")
+    folder = os.path.dirname(path) or "."
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+        fail(1, f"{path} is a symbolic link or not a file: refusing to write through it; remove it")
+    tmp = None
+    try:
+        for n in range(64):
+            name = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{n}.tmp")
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                continue
+            tmp = name
+            break
+        else:
+            raise FileExistsError(f"no free temporary name beside {path}")
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with open(tmp, "rb") as f:
+            if f.read() != data:
+                raise OSError(f"{tmp} does not read back as written")
+        if os.path.islink(path):
+            raise OSError(f"{path} became a symbolic link while it was written")
+        os.rename(tmp, path)
+        tmp = None
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        fail(1, f"cannot write {path}: {e.strerror or e}")
 
 
 if __name__ == "__main__":

@@ -13,14 +13,16 @@
 #   --image IMG       the tcpx-perf image (launch/k8s/Dockerfile; default tcpx-perf:dev)
 #   --name NAME       name of every object, and the pods' DNS names (default tcpx-perf)
 #   --out DIR         write DIR/NAME.yaml instead of printing to stdout
-#   --queue Q         Kueue LocalQueue (label kueue.x-k8s.io/queue-name; JobSet form only)
+#   --queue Q         Kueue LocalQueue (label kueue.x-k8s.io/queue-name; JobSet form only; a
+#                     Kubernetes label value: at most 63 of A-Za-z0-9-_. , alphanumeric ends)
 #   --deadline S      seconds the whole job may run, results' copying included
 #                     (activeDeadlineSeconds; default 7200)
 #   --ssh-port P      the port of the pods' sshd, on the node's network (default 2222)
 #   --plugin-image I, --rxdm-image I   TCPX's plugin and RxDM images (a matched pair)
 #   -- ARGS           tcpx-perf arguments, after TCPX_PERF_ARGS (as a3-high.sh's)
 # Output depends only on the arguments and the files of launch/: no time, no randomness.
-# Bad input: one line on stderr and exit 64.
+# Bad input: one line on stderr and exit 64. A manifest that cannot be written whole (a full
+# disk, a link at --out's file): one line on stderr and exit 1, no file and no temporary left.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -93,17 +95,19 @@ launch=(mpirun --allow-run-as-root -np "$((nodes * 8))" -hostfile "$hostfile_pat
   target/release/tcpx-perf "${TCPX_PERF_ARGS[@]}" "$@")
 
 command -v python3 >/dev/null 2>&1 || { echo "render.sh: python3 is needed to write the YAML (apt-get install python3)" >&2; exit 1; }
-args=(--form "$form" --nodes "$nodes" --name "$name" --image "$image" --queue "$queue"
-  --deadline "$deadline" --ssh-port "$ssh_port" --plugin-image "$plugin_image" --rxdm-image "$rxdm_image"
-  --tcpx-lib "$TCPX_LIB" --plugin "$PLUGIN" --uds "$prefix" --ld-library-path "$TCPX_LD_LIBRARY_PATH"
-  --hostfile-path "$hostfile_path" --entry "$here/entry.sh")
-for kv in "${TCPX_ENV[@]}"; do args+=(--env "$kv"); done
-for h in "${hosts[@]}"; do args+=(--host "$h"); done
+# --flag=VALUE: a value that begins with '-' stays a value (and is judged by manifests.py).
+args=(--form="$form" --nodes="$nodes" --name="$name" --image="$image" --queue="$queue"
+  --deadline="$deadline" --ssh-port="$ssh_port" --plugin-image="$plugin_image" --rxdm-image="$rxdm_image"
+  --tcpx-lib="$TCPX_LIB" --plugin="$PLUGIN" --uds="$prefix" --ld-library-path="$TCPX_LD_LIBRARY_PATH"
+  --hostfile-path="$hostfile_path" --entry="$here/entry.sh")
+for kv in "${TCPX_ENV[@]}"; do args+=(--env="$kv"); done
+for h in "${hosts[@]}"; do args+=(--host="$h"); done
 if [ -z "$out" ]; then
   python3 "$here/manifests.py" "${args[@]}" -- "${launch[@]}"
 else
   mkdir -p "$out"
-  python3 "$here/manifests.py" "${args[@]}" -- "${launch[@]}" >"$out/$name.yaml.tmp"
-  mv "$out/$name.yaml.tmp" "$out/$name.yaml"
+  # manifests.py writes the file whole or not at all (temporary, checked writes, fsync, read
+  # back, rename), never through a link; on failure one line and exit 1, nothing left behind.
+  python3 "$here/manifests.py" "${args[@]}" --out="$out/$name.yaml" -- "${launch[@]}"
   echo "render.sh: wrote $out/$name.yaml ($form, $nodes nodes, $((nodes * 8)) ranks)"
 fi

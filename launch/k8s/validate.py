@@ -9,6 +9,10 @@ kubernetes-validate package ships them (strict: unknown fields are errors, as wi
 (launch/k8s/schema/jobset-v0.12.0.json, unknown fields made errors the same way), and each of its
 Job templates once more as a batch/v1 Job. CEL rules (x-kubernetes-validations) are not evaluated.
 
+Label values are checked against Kubernetes' rules (k8s_labels.py), as the API server checks them. A
+manifest written by render.sh must end with its "# end of manifest: N objects" line and hold N
+objects: a cut-off copy (a full disk) is invalid even where what is left parses.
+
 Prints one line per invalid object (file, document, kind/name, field path, reason) and "ok" lines
 for valid ones; exit 0 when every object is valid, 1 otherwise, 64 on bad usage.
 """
@@ -19,6 +23,10 @@ import sys
 
 K8S_VERSION = "1.33"  # native sidecars (init containers with restartPolicy Always) are GA here
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import k8s_labels  # noqa: E402 (beside this file)
+from manifests import END_MARK  # noqa: E402
 JOBSET_SCHEMA = os.path.join(HERE, "schema", "jobset-v0.12.0.json")
 
 try:
@@ -69,6 +77,21 @@ def core_errors(doc):
 def errors(doc, jobset):
     if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
         return ["not a Kubernetes object (no apiVersion/kind)"]
+    labels = [f"{field}: {why}" for field, why in k8s_labels.problems(doc)]
+    return labels + shape_errors(doc, jobset)
+
+
+def cut_off(text, count):
+    """Why a manifest render.sh wrote is not whole, or None (other files are not checked)."""
+    if "# Written by launch/k8s/render.sh" not in text:
+        return None
+    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    if not text.endswith("\n") or last != f"{END_MARK}{count} objects":
+        return f"cut off: it does not end with '{END_MARK}{count} objects' for the {count} documents it holds (render it again)"
+    return None
+
+
+def shape_errors(doc, jobset):
     if doc["kind"] != "JobSet":
         return core_errors(doc)
     if doc["apiVersion"] != "jobset.x-k8s.io/v1alpha2":
@@ -102,11 +125,15 @@ def main(argv):
     for path in argv:
         try:
             with open(path, encoding="utf-8") as f:
-                docs = [d for d in yaml.safe_load_all(f) if d is not None]
-        except (OSError, yaml.YAMLError) as e:
+                text = f.read()
+            docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        except (OSError, UnicodeError, yaml.YAMLError) as e:
             print(f"{path}: cannot read: {e}".replace("\n", " "))
             bad += 1
             continue
+        if why := cut_off(text, len(docs)):
+            print(f"{path}: {why}")
+            bad += 1
         for n, doc in enumerate(docs):
             what = f"{doc.get('kind', '?')}/{doc.get('metadata', {}).get('name', '?')}" if isinstance(doc, dict) else "?"
             found = errors(doc, jobset)

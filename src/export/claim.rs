@@ -9,9 +9,11 @@
 //! naming its job (host, pid, start time), which a refused job prints; it stays in the directory
 //! as a note of who wrote it. The file is opened, never created exclusively and never removed, so
 //! every job locks the same inode: there is no window in which two jobs each lock a different
-//! file under the one name.
+//! file under the one name. It is opened without following a link (a link is refused, naming
+//! it), and rewritten only once locked in a directory holding nothing else: a refused job
+//! changes nothing in the directory it refused.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -35,16 +37,11 @@ pub fn claim(dir: &Path) -> io::Result<Option<String>> {
     if held.as_ref().is_some_and(|(d, _)| d == dir) {
         return Ok(None);
     }
-    fs::create_dir_all(dir).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!(
-                "cannot create result directory {}: {e}; choose another --out",
-                dir.display()
-            ),
-        )
-    })?;
     let path = dir.join(CLAIM_FILE);
+    if fs::symlink_metadata(&path).is_err() {
+        // A folder of someone else's files is refused before a claim file is made in it.
+        super::prepare_out_dir(dir)?;
+    }
     let cannot = |e: io::Error| {
         io::Error::new(
             e.kind(),
@@ -54,13 +51,15 @@ pub fn claim(dir: &Path) -> io::Result<Option<String>> {
             ),
         )
     };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(cannot)?;
+    // Never through a link: a claim file that is a symbolic link (to any file, or dangling) or
+    // a hard link to a file elsewhere is refused in one line naming it.
+    let mut file = tcpx_files::open_own_file(&path).map_err(|e| {
+        if e.kind() == io::ErrorKind::InvalidInput {
+            e
+        } else {
+            cannot(e)
+        }
+    })?;
     match file.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
@@ -80,6 +79,9 @@ pub fn claim(dir: &Path) -> io::Result<Option<String>> {
             )))
         }
     }
+    // Locked, and only now rewritten: a finished run's folder (or one written to since the
+    // check above) is refused with its claim left as it was.
+    super::prepare_out_dir(dir)?;
     let before = read_line(&mut file).map_err(cannot)?;
     let mine = format!(
         "host {}, pid {}, started {}",

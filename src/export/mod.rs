@@ -101,19 +101,7 @@ pub fn write_results(
 /// fsync of every file in `dir` and of `dir` itself (its renames). Per-size writes skip this:
 /// the page cache keeps them through any end of the process, and a signal leaves about a second.
 fn sync_files(dir: &Path) -> io::Result<()> {
-    let named = |e: io::Error, p: &Path| io::Error::new(e.kind(), format!("cannot write {}: {e}", p.display()));
-    for entry in fs::read_dir(dir).map_err(|e| named(e, dir))? {
-        let path = entry.map_err(|e| named(e, dir))?.path();
-        if path.is_file() {
-            fs::File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| named(e, &path))?;
-        }
-    }
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    tcpx_files::sync_dir_files(dir)
 }
 
 /// The result directory after one more size: every CSV row so far and `summary.json` with
@@ -140,13 +128,14 @@ pub fn probe_out_dir(dir: &Path) -> io::Result<()> {
     claim::claim(dir)?;
     prepare_out_dir(dir)?;
     let probe = dir.join(PROBE_FILE);
-    let written = (|| {
-        let mut f = fs::File::create(&probe)?;
-        io::Write::write_all(&mut f, b"tcpx-perf checks that the result directory takes files\n")?;
-        f.sync_all()
-    })();
-    let removed = fs::remove_file(&probe);
-    written.and(removed).map_err(|e| {
+    let written = tcpx_files::create_new(&probe).and_then(|mut f| {
+        let r = io::Write::write_all(&mut f, b"tcpx-perf checks that the result directory takes files\n")
+            .and_then(|()| f.sync_all());
+        // Removed only once this job made it: a name it could not create is not its own.
+        let removed = fs::remove_file(&probe);
+        r.and(tcpx_files::close(f)).and(removed)
+    });
+    written.map_err(|e| {
         io::Error::new(
             e.kind(),
             format!(
@@ -157,48 +146,13 @@ pub fn probe_out_dir(dir: &Path) -> io::Result<()> {
     })
 }
 
-static TEMPORARIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A temporary sibling of `path`, unique in this process (two threads may write one file).
-fn temporary(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let n = TEMPORARIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
-}
-
-/// Writes `path` via a temporary sibling and a rename, so `path` is either absent, its previous
-/// whole version, or whole. An error names `path`.
+/// Writes `path` whole or not at all, never through a link ([`tcpx_files::write_whole`]); the
+/// page cache suffices here, [`write_results`] syncs the finished directory. An error names `path`.
 pub(crate) fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut io::BufWriter<fs::File>) -> io::Result<()>,
 ) -> io::Result<()> {
-    publish(path, |tmp| {
-        (|| {
-            let mut w = io::BufWriter::new(fs::File::create(tmp)?);
-            write(&mut w)?;
-            io::Write::flush(&mut w)
-        })()
-        .map_err(|e| e.to_string())
-    })
-    .map_err(io::Error::other)
-}
-
-/// Lets `write` make the file at a temporary path, then renames it to `path` (a failed write
-/// leaves no temporary and the old `path`, if any). The error names `path`.
-pub(crate) fn publish(path: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
-    let tmp = temporary(path);
-    let result = write(&tmp).and_then(|()| fs::rename(&tmp, path).map_err(|e| e.to_string()));
-    match result {
-        Err(e) => {
-            // Best effort: do not leave the temporary behind; the original error matters more.
-            let _ = fs::remove_file(&tmp);
-            Err(format!("cannot write {}: {e}", path.display()))
-        }
-        Ok(()) => Ok(()),
-    }
+    tcpx_files::write_whole(path, tcpx_files::Durability::Cached, write)
 }
 
 /// Mean of `busbw_gbps` over the rows, as nccl-tests' "Avg bus bandwidth"; `None` without

@@ -16,7 +16,7 @@
 //! - booleans are the strings `"true"`/`"false"` and NaN is `"nan"`, as nccl-tests writes them;
 //!   times are UTC (nccl-tests: local time).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -347,12 +347,15 @@ pub fn check_destination(path: &Path) -> io::Result<()> {
     };
     let probe = dir.join(format!(".tcpx-perf-json-probe.{}", std::process::id()));
     let written = fs::create_dir_all(dir).and_then(|()| {
-        let r = File::create(&probe).and_then(|mut f| {
-            f.write_all(b"tcpx-perf checks that -J can be written\n")?;
-            f.sync_all()
-        });
-        let _ = fs::remove_file(&probe);
-        r
+        tcpx_files::create_new(&probe).and_then(|mut f| {
+            let r = f
+                .write_all(b"tcpx-perf checks that -J can be written\n")
+                .and_then(|()| f.sync_all())
+                .and(tcpx_files::close(f));
+            // Removed only once this job made it.
+            let _ = fs::remove_file(&probe);
+            r
+        })
     });
     written.map_err(|e| {
         io::Error::new(
@@ -366,24 +369,20 @@ pub fn check_destination(path: &Path) -> io::Result<()> {
     })
 }
 
-/// Writes the document to `path`, never replacing a file: if `path` exists, to the first free
+/// Writes the document to `path`, never replacing a file (nor a link): if `path` exists, to the first free
 /// `path.0`, `path.1`, ... as nccl-tests. Written whole to a temporary file first, then linked
 /// into place (a link never replaces a file), so a reader never finds half a document. The path
 /// written.
 pub fn write(path: &Path, doc: &NcclTestsJson) -> io::Result<PathBuf> {
     let text = serde_json::to_string(doc).map_err(io::Error::other)?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "nccl-tests.json".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    // Created exclusively, never through a link; a name is linked to it below, so a link at
+    // `path` is passed over as any existing file is, never written through.
+    let (tmp, mut file) =
+        tcpx_files::create_temporary(path).map_err(|e| io::Error::new(e.kind(), format!("-J {e}")))?;
     let written = (|| {
-        let mut file = File::create(&tmp)?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
+        tcpx_files::close(file)?;
         let mut candidate = path.to_path_buf();
         for n in 0..=1000 {
             match fs::hard_link(&tmp, &candidate) {

@@ -18,13 +18,23 @@ pub fn write_plots(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> Result
     if results.is_empty() {
         return Ok(());
     }
-    super::publish(&dir.join(BANDWIDTH_SVG), |tmp| {
-        tcpx_plot::bandwidth(tmp, &chart(info), &lines(results), &[])
-    })?;
+    // tcpx-plot writes each whole or not at all, never through a link.
+    let bandwidth = dir.join(BANDWIDTH_SVG);
+    tcpx_plot::bandwidth(&bandwidth, &chart(info), &lines(results), &[]).map_err(|e| naming(&bandwidth, e))?;
     if info.settings.endpoints > 2 {
-        super::publish(&dir.join(LINKS_SVG), |tmp| links(tmp, info, results))?;
+        let path = dir.join(LINKS_SVG);
+        links(&path, info, results).map_err(|e| naming(&path, e))?;
     }
     Ok(())
+}
+
+/// A drawing error with the file it was for (a write error names it already).
+fn naming(path: &Path, e: String) -> String {
+    if e.contains(&*path.to_string_lossy()) {
+        e
+    } else {
+        format!("cannot write {}: {e}", path.display())
+    }
 }
 
 fn chart(info: &RunInfo) -> BandwidthChart {

@@ -53,7 +53,11 @@ pub fn plan(cli: &Cli) -> i32 {
     if let Some(path) = &cli.plan_json {
         let written = serde_json::to_string_pretty(&report)
             .map_err(|e| e.to_string())
-            .and_then(|text| std::fs::write(path, text + "\n").map_err(|e| e.to_string()));
+            .and_then(|text| {
+                // Whole or absent (a full disk leaves no cut-off plan), never through a link.
+                tcpx_files::write_bytes(path, tcpx_files::Durability::Synced, (text + "\n").as_bytes())
+                    .map_err(|e| e.to_string())
+            });
         if let Err(e) = written {
             eprintln!("tcpx-perf: error: --plan-json {}: {e}", path.display());
             return EXIT_ERROR;

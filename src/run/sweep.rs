@@ -86,9 +86,10 @@ pub(super) fn sweep(
             Ok(r) => {
                 if rank == 0 {
                     let line = table::row(&r, &settings.sweep.pattern.to_string());
-                    match &progress {
-                        Some(bar) => bar.println(line.trim_end()),
-                        None => println!("{}", line.trim_end()),
+                    if let Some(bar) = &progress {
+                        bar.println(line.trim_end());
+                    } else {
+                        println!("{}", line.trim_end());
                     }
                 }
                 let after = after_size(plan, &r);

@@ -194,7 +194,9 @@ fn report(a: &ReportArgs) -> Result<i32, Failure> {
     let db = Db::open(&a.db.db, false)?;
     let d = detect(&db, &s)?;
     let page = super::report_html::html(&d, &a.db.db.display().to_string());
-    std::fs::write(&a.out, page).map_err(|e| Failure::Input(format!("{}: cannot write: {e}", a.out.display())))?;
+    // Whole or absent (a full disk leaves no cut-off page), never through a link.
+    tcpx_files::write_bytes(&a.out, tcpx_files::Durability::Synced, page.as_bytes())
+        .map_err(|e| Failure::Input(e.to_string()))?;
     println!(
         "wrote {} ({} series, {} change points)",
         a.out.display(),

@@ -152,12 +152,16 @@ impl Db {
                     .map_err(|e| Failure::Input(format!("{}: cannot create: {e}", dir.display())))?;
             }
         }
-        let conn = if create {
-            Connection::open(path)
+        // Never through a link: a database name that is a symbolic link is refused, naming it
+        // (SQLite's NOFOLLOW alone says only "unable to open database file").
+        tcpx_files::refuse_non_file(path).map_err(|e| Failure::Input(e.to_string()))?;
+        let flags = if create {
+            rusqlite::OpenFlags::default()
         } else {
-            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        }
-        .map_err(|e| sql(path, e))?;
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+        };
+        let conn = Connection::open_with_flags(path, flags | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW)
+            .map_err(|e| sql(path, e))?;
         let mut db = Db {
             conn,
             path: path.to_path_buf(),

@@ -119,8 +119,20 @@ fn draw_err(x: DrawingAreaErrorKind<std::io::Error>) -> String {
 }
 
 /// Value (or time) vs size on a log2 x axis: measured lines (with their bands) and reference
-/// levels and points overlaid, legend in the upper right.
+/// levels and points overlaid, legend in the upper right. Written to `out` whole or not at all,
+/// never through a link ([`tcpx_files::write_whole`]).
 pub fn bandwidth(out: &Path, chart: &BandwidthChart, lines: &[Line], refs: &[Reference]) -> Result<(), String> {
+    let mut svg = String::new();
+    draw_bandwidth(&mut svg, chart, lines, refs)?;
+    save(out, &svg)
+}
+
+/// The finished picture to `out`, synced; the error names `out`.
+fn save(out: &Path, svg: &str) -> Result<(), String> {
+    tcpx_files::write_bytes(out, tcpx_files::Durability::Synced, svg.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn draw_bandwidth(svg: &mut String, chart: &BandwidthChart, lines: &[Line], refs: &[Reference]) -> Result<(), String> {
     let log_y = chart.log_y;
     let ty = |y: f64| if log_y { y.max(1e-12).log10() } else { y };
     let mut xs: Vec<f64> = lines.iter().flat_map(|l| l.points.iter().map(|p| x_of(p.0))).collect();
@@ -164,7 +176,7 @@ pub fn bandwidth(out: &Path, chart: &BandwidthChart, lines: &[Line], refs: &[Ref
     } else {
         (0.0, 1.0)
     };
-    let root = SVGBackend::new(out, (1000, 620)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (1000, 620)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let mut ch = ChartBuilder::on(&root)
         .caption(&chart.title, ("sans-serif", 22))
@@ -296,7 +308,14 @@ fn viridis(t: f64) -> RGBColor {
 }
 
 /// Heatmap of a link matrix with a GB/s colour bar; values printed in the cells up to 16 x 16.
+/// Written as [`bandwidth`] is.
 pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
+    let mut svg = String::new();
+    draw_heatmap(&mut svg, h)?;
+    save(out, &svg)
+}
+
+fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
     if h.cells.is_empty() {
         return Err("no links to plot".into());
     }
@@ -305,7 +324,7 @@ pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
     let hi = h.cells.iter().map(|c| c.gbps).fold(f64::NEG_INFINITY, f64::max);
     let span = if hi > lo { hi - lo } else { 1.0 };
     let side = (60 * n as u32).clamp(300, 900);
-    let root = SVGBackend::new(out, (side + 260, side + 120)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (side + 260, side + 120)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let (left, right) = root.split_horizontally(side + 110);
     let mut chart = ChartBuilder::on(&left)
