@@ -338,6 +338,59 @@ fn max_peers_bounds_the_peers_in_flight() {
     }
 }
 
+/// `--connect rounds`: fullmesh runs round by round, each `--max-peers` round on its own comms
+/// (connected before its warm-up, closed after it); the same bytes as `--connect all`, every
+/// byte checked, one peer in flight, and fewer fds held at the peak (closing frees them: a round's
+/// comms that stayed open would pile up to `all`'s).
+#[test]
+fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
+    let mut runs = Vec::new();
+    for mode in ["all", "rounds"] {
+        let dir = scratch(&format!("connect-{mode}"));
+        let o = run(
+            4,
+            &format!("--pattern fullmesh --connect {mode} --max-peers 1 -b 64K -e 1M -f 16 -n 3 -w 1 --chunk 64K --progress never"),
+            &dir,
+            &[],
+        );
+        assert_clean(&o, &dir, 2, 4);
+        let rows = csv_rows(&dir, "results.csv");
+        for r in &rows {
+            assert_eq!(r["recv_peers_in_flight"], "1", "{mode}: {r:?}");
+        }
+        let setup = summary(&dir)["placement"]["setup"].clone();
+        assert_eq!(setup["connect"], mode, "{setup}");
+        assert!(setup["first_timed_s"].as_f64().is_some_and(|s| s > 0.0), "{setup}");
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(stdout.contains("first timed iteration"), "{stdout}");
+        let pairs = csv_rows(&dir, "pairs.csv");
+        runs.push((rows, setup, pairs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let (all, rounds) = (&runs[0], &runs[1]);
+    for (a, r) in all.0.iter().zip(&rounds.0) {
+        assert_eq!(a["bytes_planned"], r["bytes_planned"], "{a:?} {r:?}");
+        assert_eq!(r["bytes_moved"], r["bytes_planned"], "{r:?}");
+    }
+    // 4 ranks, one peer at a time: 3 rounds, each connected once per size (2 sizes).
+    let per_round = rounds.1["rounds"].as_array().expect("rounds").clone();
+    assert_eq!(per_round.len(), 3, "{}", rounds.1);
+    for r in &per_round {
+        assert_eq!(r["connects"], 2, "{r}");
+        assert_eq!(r["comms"], 4 * 2 * 2, "one peer each way, 2 channels: {r}");
+    }
+    assert_eq!(all.1["rounds"].as_array().map(Vec::len), Some(1), "{}", all.1);
+    // Every pair measured, from its own round.
+    assert_eq!(all.2.len(), rounds.2.len());
+    assert!(rounds.2.iter().all(|p| p["gbps"].parse::<f64>().unwrap() > 0.0));
+    let fds = |s: &serde_json::Value| -> Vec<u64> {
+        s["fds_peak"].as_array().expect("fds_peak").iter().map(|v| v.as_u64().unwrap()).collect()
+    };
+    for (rank, (a, r)) in fds(&all.1).iter().zip(fds(&rounds.1)).enumerate() {
+        assert!(r < *a, "rank {rank}: {r} fds at the peak with --connect rounds, {a} with all");
+    }
+}
+
 /// TCPX logs a WARN on every host-memory receive (tcpx-emu presenting itself as TCPX does the
 /// same): thousands of identical lines per run. They are printed three times per rank, then
 /// counted, and each rank lists the count when it ends.

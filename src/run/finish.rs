@@ -49,7 +49,12 @@ pub(super) fn finish(
     record: &Record,
     phase: &std::cell::Cell<&'static str>,
 ) -> Result<i32, Fatal> {
-    let Connected { engine, mut nccl } = connected;
+    let Connected {
+        engine,
+        mut nccl,
+        links,
+        mut setup,
+    } = connected;
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
     let link_findings = add_link_findings(&mut info, &results);
@@ -81,6 +86,9 @@ pub(super) fn finish(
         return Err(fatal);
     }
     phase.set(super::PHASES[3]);
+    // Every connect of the run and the peaks over all of them (every rank got here).
+    links.complete(mpi, &mut setup);
+    info.placement.setup = Some(setup);
     if let Some(b) = nccl.take() {
         info.nccl = Some(b.finish().map_err(Fatal::Here)?);
     }

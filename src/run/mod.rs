@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod connect;
+mod links;
 mod finish;
 mod measure;
 mod place;
