@@ -402,7 +402,7 @@ fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
 /// bytes planned and moved.
 #[test]
 fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
-    let Some(rig) = Rig::up(23, "--nodes 8 --nics 2") else {
+    let Some(rig) = Rig::up(13, "--nodes 8 --nics 2") else {
         return;
     };
     let mut peaks = Vec::new();

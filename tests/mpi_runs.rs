@@ -372,11 +372,13 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
         assert_eq!(a["bytes_planned"], r["bytes_planned"], "{a:?} {r:?}");
         assert_eq!(r["bytes_moved"], r["bytes_planned"], "{r:?}");
     }
-    // 4 ranks, one peer at a time: 3 rounds, each connected once per size (2 sizes).
+    // 4 ranks, one peer at a time: 3 rounds; the second size walks them backwards from the one
+    // the first size ended with (kept open): 3 + 2 connects.
     let per_round = rounds.1["rounds"].as_array().expect("rounds").clone();
     assert_eq!(per_round.len(), 3, "{}", rounds.1);
+    let connects: Vec<u64> = per_round.iter().map(|r| r["connects"].as_u64().unwrap()).collect();
+    assert_eq!(connects, [2, 2, 1], "{}", rounds.1);
     for r in &per_round {
-        assert_eq!(r["connects"], 2, "{r}");
         assert_eq!(r["comms"], 4 * 2 * 2, "one peer each way, 2 channels: {r}");
     }
     assert_eq!(all.1["rounds"].as_array().map(Vec::len), Some(1), "{}", all.1);
@@ -389,6 +391,35 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
     for (rank, (a, r)) in fds(&all.1).iter().zip(fds(&rounds.1)).enumerate() {
         assert!(r < *a, "rank {rank}: {r} fds at the peak with --connect rounds, {a} with all");
     }
+}
+
+/// A comm that fails while a later round connects (`--connect rounds`): the error names the
+/// round, the comm (its peer rank, GPU and host) and the plugin's reason, and the job ends.
+#[test]
+fn a_failed_connect_names_the_round_and_the_peer() {
+    let dir = scratch("connect-round-fails");
+    // Rank 2's listen comms from the third on fail: round 0 has two (one peer, two channels),
+    // round 1 (shift 2: rank 2 hears from rank 0) is the first to fail.
+    let o = run(
+        4,
+        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
+        &dir,
+        &[
+            ("TCPXEMU_FAULT", "accept"),
+            ("TCPXEMU_FAULT_AFTER", "2"),
+            ("TCPXEMU_FAULT_RANK", "2"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("rank 2: error:"))
+        .unwrap_or_else(|| panic!("no error line from rank 2: {}", show(&o)));
+    assert!(line.contains("round 1"), "{line}");
+    assert!(line.contains("accept from rank 0 gpu 0 on "), "{line}");
+    assert!(line.contains("TCPXEMU_FAULT=accept"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// TCPX logs a WARN on every host-memory receive (tcpx-emu presenting itself as TCPX does the

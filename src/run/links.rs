@@ -7,7 +7,9 @@
 //! alone are connected (unless they are the set already open: one-round patterns, or the last
 //! round of a size and the first of the next when they are the same), its warm-up and timed
 //! iterations run on its flows only, then they are closed (send, receive and listen comms) before
-//! the next round connects. No connect is inside a timed iteration in either mode.
+//! the next round connects. Sizes alternate the direction they walk their rounds in, so a size
+//! starts with the round the previous one ended with. No connect is inside a timed iteration in
+//! either mode.
 
 use super::Fatal;
 use crate::cli::ConnectMode;
@@ -66,6 +68,20 @@ impl Links {
         match self.mode {
             ConnectMode::All => 1,
             ConnectMode::Rounds => plan.rounds(),
+        }
+    }
+
+    /// The order a size runs its parts in: the rounds in order, or backwards when the last
+    /// round's comms are the ones open (the previous size ended with them), so that a size
+    /// boundary costs no connect. A size's figures do not depend on the order of its rounds.
+    pub fn order(&self, plan: &Arc<Plan>) -> Vec<usize> {
+        let parts = self.parts_of(plan);
+        let last_is_open =
+            parts > 1 && self.open.as_deref() == Some(&self.part(plan, parts - 1).plan.connections());
+        if last_is_open {
+            (0..parts).rev().collect()
+        } else {
+            (0..parts).collect()
         }
     }
 

@@ -113,7 +113,7 @@ fn by_parts(
 ) -> Result<Sampled, Fatal> {
     let engine = bench.engine;
     let mut total: Option<Sampled> = None;
-    for round in 0..links.parts_of(plan) {
+    for round in links.order(plan) {
         let part = links.part(plan, round);
         links.open(engine, bench.mpi, round, part.plan.connections())?;
         engine.prepare(part.plan.clone()).map_err(Fatal::Here)?;
