@@ -394,7 +394,7 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
 }
 
 /// A comm that fails while a later round connects (`--connect rounds`): the error names the
-/// round, the comm (its peer rank, GPU and host) and the plugin's reason, and the job ends.
+/// round, the peer (rank, GPU and host) and the plugin's reason, and the job ends.
 #[test]
 fn a_failed_connect_names_the_round_and_the_peer() {
     let dir = scratch("connect-round-fails");
@@ -417,7 +417,7 @@ fn a_failed_connect_names_the_round_and_the_peer() {
         .find(|l| l.contains("rank 2: error:"))
         .unwrap_or_else(|| panic!("no error line from rank 2: {}", show(&o)));
     assert!(line.contains("round 1"), "{line}");
-    assert!(line.contains("accept from rank 0 gpu 0 on "), "{line}");
+    assert!(line.contains("peer rank 0 gpu 0 ("), "{line}");
     assert!(line.contains("TCPXEMU_FAULT=accept"), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }

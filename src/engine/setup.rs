@@ -48,8 +48,6 @@ struct Pool {
     recvs: Mutex<Vec<Option<RecvComm>>>,
     remaining: AtomicUsize,
     failed: Mutex<Option<String>>,
-    /// The comm whose plugin call failed, to name it in the error.
-    failed_task: Mutex<Option<Task>>,
     stop: AtomicBool,
     /// Per thread: nanoseconds since `epoch` when its current plugin call began, 0 = none.
     in_call: Vec<AtomicU64>,
@@ -111,10 +109,7 @@ impl Pool {
                         std::thread::sleep(IDLE);
                     }
                 }
-                Err(e) => {
-                    Self::lock(&self.failed_task).get_or_insert(task);
-                    return self.fail(e.to_string());
-                }
+                Err(e) => return self.fail(e.to_string()),
             }
         }
     }
@@ -153,7 +148,6 @@ pub fn establish(
         sends: Mutex::new((0..connects).map(|_| None).collect()),
         recvs: Mutex::new((0..accepts).map(|_| None).collect()),
         failed: Mutex::new(None),
-        failed_task: Mutex::new(None),
         stop: AtomicBool::new(false),
         in_call: (0..max_threads).map(|_| AtomicU64::new(0)).collect(),
         epoch: start,
@@ -206,11 +200,7 @@ pub fn establish(
         // Setup threads still inside a blocking call are waited for here (scope end).
     });
     if let Some(e) = Pool::lock(&pool.failed).take() {
-        // A plugin's error names the comm (peer and host) it came from.
-        return Err(match Pool::lock(&pool.failed_task).take() {
-            Some(task) => format!("{}: {e}", describe(&task)),
-            None => e,
-        });
+        return Err(e);
     }
     let sends = pool
         .sends
