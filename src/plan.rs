@@ -478,8 +478,8 @@ impl Plan {
             .collect();
         RoundPlan {
             plan: Arc::new(Plan {
-                flows,
                 fills,
+                flows,
                 ..Plan::clone(self)
             }),
             whole_index,
@@ -566,7 +566,10 @@ mod tests {
             let round = plan.round_only(r);
             assert!(round.plan.flows.iter().all(|f| f.round == 0));
             for (f, &w) in round.plan.flows.iter().zip(&round.whole_index) {
-                assert_eq!((f.src, f.dst, f.len), (plan.flows[w as usize].src, plan.flows[w as usize].dst, f.len));
+                assert_eq!(
+                    (f.src, f.dst, f.len),
+                    (plan.flows[w as usize].src, plan.flows[w as usize].dst, f.len)
+                );
                 seen[w as usize] += 1;
             }
             assert_eq!(round.plan.connections().len(), 5, "one peer per endpoint in round {r}");

@@ -414,12 +414,17 @@ fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
         ));
         assert!(o.status.success(), "{mode}: {}", show(&o));
         let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json"))
+                .expect("json");
         assert_eq!(summary["complete"], true);
         let rows = csv_rows(&out.join("results.csv"));
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0]["wrong"], "0", "{mode}: {:?}", rows[0]);
-        assert_eq!(rows[0]["bytes_moved"], rows[0]["bytes_planned"], "{mode}: {:?}", rows[0]);
+        assert_eq!(
+            rows[0]["bytes_moved"], rows[0]["bytes_planned"],
+            "{mode}: {:?}",
+            rows[0]
+        );
         let setup = &summary["placement"]["setup"];
         assert_eq!(setup["connect"], mode);
         let fds: Vec<u64> = setup["fds_peak"]

@@ -386,10 +386,18 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
     assert_eq!(all.2.len(), rounds.2.len());
     assert!(rounds.2.iter().all(|p| p["gbps"].parse::<f64>().unwrap() > 0.0));
     let fds = |s: &serde_json::Value| -> Vec<u64> {
-        s["fds_peak"].as_array().expect("fds_peak").iter().map(|v| v.as_u64().unwrap()).collect()
+        s["fds_peak"]
+            .as_array()
+            .expect("fds_peak")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
     };
     for (rank, (a, r)) in fds(&all.1).iter().zip(fds(&rounds.1)).enumerate() {
-        assert!(r < *a, "rank {rank}: {r} fds at the peak with --connect rounds, {a} with all");
+        assert!(
+            r < *a,
+            "rank {rank}: {r} fds at the peak with --connect rounds, {a} with all"
+        );
     }
 }
 

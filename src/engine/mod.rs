@@ -2,7 +2,8 @@
 //!
 //! The calling thread (the only one that talks to MPI, through [`Collectives`]) drives a crew of
 //! worker threads, one per endpoint of this rank, in lock-step phases: listen, exchange handles,
-//! connect, then per size prepare / (fill, barrier, run, verify) x iterations / totals, and close.
+//! connect, then per size prepare / (fill, barrier, run, verify) x iterations / totals, and close
+//! (with `--connect rounds`, listen to release once per round: the run layer's `links`).
 //! Every phase has a deadline (`-T`): the progress loop reports a stall itself, and a watchdog
 //! thread ends the process with a state dump if a phase (an MPI barrier, a plugin call that
 //! blocks) outlives it.
@@ -91,7 +92,9 @@ enum Command {
     Connect(Arc<HashMap<HandleKey, NetHandle>>),
     Prepare(Arc<Plan>),
     Fill(u32),
-    Run { timed: bool },
+    Run {
+        timed: bool,
+    },
     Verify(u32),
     Totals,
     /// Closes every comm, keeping the buffer (`--connect rounds`: the round is done).

@@ -123,9 +123,9 @@ impl SetupReport {
         } else {
             String::new()
         };
-        let first = self
-            .first_timed_s
-            .map_or(String::new(), |s| format!("; first timed iteration {s:.3} s after launch"));
+        let first = self.first_timed_s.map_or(String::new(), |s| {
+            format!("; first timed iteration {s:.3} s after launch")
+        });
         format!(
             "# setup: {:.3} s (buffers, listen, handle exchange, connect/accept) for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint{rounds}{first}\n",
             self.seconds, self.comms, self.connect_seconds, self.max_setup_threads

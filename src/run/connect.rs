@@ -3,9 +3,9 @@
 //! rank 0 prints the baseline's header (the setup line follows with the first size's row, once
 //! the time to the first timed iteration is known).
 
+use super::links::Links;
 use super::place::Ready;
 use super::settings::Settings;
-use super::links::Links;
 use super::vet::Resources;
 use super::{agree, Fatal, Job};
 use crate::baseline::NcclBaseline;
@@ -61,14 +61,12 @@ pub(super) fn connect(
     )?;
     let mut links = Links::new(tr.connect, job.buffer_len, tr.channels);
     let first = links.part(&job.plans[0], 0).plan.connections();
-    let connect = links
-        .open(&engine, mpi, 0, first)?
-        .expect("nothing was open before");
+    let connect = links.open(&engine, mpi, 0, first)?.expect("nothing was open before");
     // The slowest rank's setup, from starting its workers to its last comm.
     let started = mpi.gather_f64(&[setup_start.elapsed().as_secs_f64()]);
     let mut setup_report = SetupReport {
         seconds: started.iter().copied().fold(0.0, f64::max),
-        connect_seconds: connect.connect_seconds,
+        connect_seconds: connect.endpoint_seconds,
         comms: connect.comms,
         sockets_per_node: std::mem::take(&mut info.placement.sockets_per_node),
         max_setup_threads: connect.setup_threads,

@@ -43,7 +43,7 @@ pub(super) struct Connect {
     /// Listen, handle exchange, connect/accept.
     pub seconds: f64,
     /// Of which the slowest endpoint's connect/accept.
-    pub connect_seconds: f64,
+    pub endpoint_seconds: f64,
     pub setup_threads: usize,
     pub comms: usize,
 }
@@ -76,8 +76,7 @@ impl Links {
     /// boundary costs no connect. A size's figures do not depend on the order of its rounds.
     pub fn order(&self, plan: &Arc<Plan>) -> Vec<usize> {
         let parts = self.parts_of(plan);
-        let last_is_open =
-            parts > 1 && self.open.as_deref() == Some(&self.part(plan, parts - 1).plan.connections());
+        let last_is_open = parts > 1 && self.open.as_deref() == Some(&self.part(plan, parts - 1).plan.connections());
         if last_is_open {
             (0..parts).rev().collect()
         } else {
@@ -115,6 +114,11 @@ impl Links {
             ConnectMode::Rounds => format!("--connect rounds, round {round}: "),
         };
         if self.open.take().is_some() {
+            // No rank closes a comm its peer may still be reading from (a warm-up's last
+            // iteration has no barrier after it).
+            engine
+                .meet(mpi, "barrier before closing a round's comms")
+                .map_err(Fatal::Stalled)?;
             engine
                 .release()
                 .map_err(|e| Fatal::Here(format!("{which}closing the comms: {e}")))?;
@@ -137,7 +141,7 @@ impl Links {
         let max = |i: usize| all.iter().skip(i).step_by(3).copied().fold(0.0, f64::max);
         let connect = Connect {
             seconds: max(0),
-            connect_seconds: max(1),
+            endpoint_seconds: max(1),
             setup_threads: max(2) as usize,
             comms,
         };

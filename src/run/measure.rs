@@ -208,7 +208,11 @@ fn iterate(
 /// Reductions over ranks, the byte check, and the size's result.
 fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result<SizeResult, Fatal> {
     let Bench {
-        mpi, engine, topo, probe, ..
+        mpi,
+        engine,
+        topo,
+        probe,
+        ..
     } = *bench;
     // Every rank is here before the reductions, which have no deadline of their own.
     engine

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod connect;
-mod links;
 mod finish;
+mod links;
 mod measure;
 mod place;
 mod plan_mode;
