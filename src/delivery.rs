@@ -169,37 +169,51 @@ impl WireProbe {
         }
     }
 
-    /// Exchanges every host's counter deltas over the interval in one collective (every rank
-    /// calls it): the interfaces' bytes as [`WireBytes`], one per host and readable interface,
-    /// and the TCP loss counters of each network namespace once (`None` when no host could read
-    /// them).
+    /// Exchanges every host's counter deltas, summed over the `(before, after)` intervals, in
+    /// one collective (every rank calls it): the interfaces' bytes as [`WireBytes`], one per
+    /// host and readable interface, and the TCP loss counters of each network namespace once
+    /// (`None` when no host could read them). Several intervals: a size run round by round
+    /// (`--connect rounds`) counts its timed traffic only, never the connects between rounds.
     pub fn exchange(
         &self,
         coll: &dyn Collectives,
         topo: &Topology,
-        before: &Snapshot,
-        after: &Snapshot,
+        intervals: &[(Snapshot, Snapshot)],
     ) -> (Vec<WireBytes>, Option<TcpActivity>) {
         // Per interface: rx, tx, devmem (-1 = none); -1 rx = no reading. Then the namespace key,
         // retransmitted segments and timeouts (-1 key = no reading). f64 is exact below 2^53.
         let n = self.ifaces.len();
         let stride = 3 * n + 3;
         let mut mine = vec![-1.0; stride];
-        if self.leader {
-            for (i, (b, a)) in before.ifaces.iter().zip(&after.ifaces).enumerate() {
-                if let (Some(b), Some(a)) = (b, a) {
-                    let d = b.delta(a);
-                    mine[3 * i] = d.rx_bytes as f64;
-                    mine[3 * i + 1] = d.tx_bytes as f64;
-                    mine[3 * i + 2] = d.devmem_pkts.map_or(-1.0, |v| v as f64);
+        if self.leader && !intervals.is_empty() {
+            for i in 0..n {
+                // Summed over the intervals; no reading in any of them is no reading.
+                let deltas: Option<Vec<IfaceCounters>> = intervals
+                    .iter()
+                    .map(|(before, after)| match (before.ifaces.get(i)?, after.ifaces.get(i)?) {
+                        (Some(b), Some(a)) => Some(b.delta(a)),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(deltas) = deltas {
+                    mine[3 * i] = deltas.iter().map(|d| d.rx_bytes as f64).sum();
+                    mine[3 * i + 1] = deltas.iter().map(|d| d.tx_bytes as f64).sum();
+                    let devmem: Option<Vec<u64>> = deltas.iter().map(|d| d.devmem_pkts).collect();
+                    mine[3 * i + 2] = devmem.map_or(-1.0, |v| v.iter().sum::<u64>() as f64);
                 }
             }
         }
-        if let (Some((k, b)), Some((k2, a))) = (before.tcp, after.tcp) {
-            if k == k2 {
-                let d = b.delta(&a);
-                mine[3 * n..].copy_from_slice(&[k as f64, d.retrans_segs as f64, d.timeouts as f64]);
-            }
+        let tcp: Option<Vec<(u64, TcpCounters)>> = intervals
+            .iter()
+            .map(|(before, after)| match (before.tcp, after.tcp) {
+                (Some((k, b)), Some((k2, a))) if k == k2 => Some((k, b.delta(&a))),
+                _ => None,
+            })
+            .collect();
+        if let Some(tcp) = tcp.filter(|t| !t.is_empty() && t.iter().all(|(k, _)| *k == t[0].0)) {
+            let retrans: u64 = tcp.iter().map(|(_, d)| d.retrans_segs).sum();
+            let timeouts: u64 = tcp.iter().map(|(_, d)| d.timeouts).sum();
+            mine[3 * n..].copy_from_slice(&[tcp[0].0 as f64, retrans as f64, timeouts as f64]);
         }
         let all = coll.gather_f64(&mine);
         let rows = || all.chunks(stride).enumerate().take(topo.ranks());

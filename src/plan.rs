@@ -423,6 +423,70 @@ impl Plan {
     }
 }
 
+/// One `--max-peers` round of a plan on its own (`--connect rounds`): its flows as round 0 of a
+/// plan, the fills they send from, and where each flow sits in the whole plan.
+#[derive(Debug, Clone)]
+pub struct RoundPlan {
+    pub plan: Arc<Plan>,
+    /// Per flow of `plan`, its index in the whole plan (per-pair times are the whole plan's).
+    pub whole_index: Vec<u32>,
+}
+
+impl Plan {
+    /// How many `--max-peers` rounds the plan's flows take (at least 1).
+    pub fn rounds(&self) -> usize {
+        self.flows.iter().map(|f| f.round as usize + 1).max().unwrap_or(1)
+    }
+
+    /// Round `round` alone: its flows (as round 0, so that they are timed from the round's start),
+    /// and every endpoint's fills cut to the ranges those flows send from, so that a round's
+    /// iteration writes no more than it sends. Ring forwarding never spans rounds (ring has one).
+    pub fn round_only(self: &Arc<Plan>, round: usize) -> RoundPlan {
+        if self.rounds() == 1 {
+            return RoundPlan {
+                plan: self.clone(),
+                whole_index: (0..self.flows.len() as u32).collect(),
+            };
+        }
+        let mut whole_index = Vec::new();
+        let mut flows = Vec::new();
+        for (i, f) in self.flows.iter().enumerate().filter(|(_, f)| f.round as usize == round) {
+            whole_index.push(i as u32);
+            flows.push(Flow { round: 0, ..f.clone() });
+        }
+        let fills = self
+            .fills
+            .iter()
+            .enumerate()
+            .map(|(e, fills)| {
+                let mut cut = Vec::new();
+                for f in flows.iter().filter(|f| f.src == e && !f.forwards) {
+                    for fill in fills {
+                        let lo = fill.off.max(f.src_off);
+                        let hi = (fill.off + fill.len).min(f.src_off + f.len);
+                        if lo < hi {
+                            cut.push(Fill {
+                                off: lo,
+                                len: hi - lo,
+                                origin_off: fill.origin_off + (lo - fill.off),
+                            });
+                        }
+                    }
+                }
+                cut
+            })
+            .collect();
+        RoundPlan {
+            plan: Arc::new(Plan {
+                fills,
+                flows,
+                ..Plan::clone(self)
+            }),
+            whole_index,
+        }
+    }
+}
+
 impl Flow {
     fn plain(src: usize, dst: usize, src_off: u64, dst_off: u64, len: u64, round: u32) -> Self {
         Flow {
@@ -488,6 +552,36 @@ mod tests {
 
     fn build(p: Pattern, s: Scope, t: &Topology, size: u64) -> Plan {
         Plan::build(p, s, Direction::Bi, t, size, None).unwrap()
+    }
+
+    /// Rounds on their own cover the whole plan once, each with only its own round's
+    /// connections, and fill exactly the ranges they send.
+    #[test]
+    fn rounds_alone_cover_the_plan_once() {
+        let t = topo(5, 5);
+        let plan = Arc::new(Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &t, 5000, Some(1)).unwrap());
+        assert_eq!(plan.rounds(), 4);
+        let mut seen = vec![0; plan.flows.len()];
+        for r in 0..plan.rounds() {
+            let round = plan.round_only(r);
+            assert!(round.plan.flows.iter().all(|f| f.round == 0));
+            for (f, &w) in round.plan.flows.iter().zip(&round.whole_index) {
+                assert_eq!(
+                    (f.src, f.dst, f.len),
+                    (plan.flows[w as usize].src, plan.flows[w as usize].dst, f.len)
+                );
+                seen[w as usize] += 1;
+            }
+            assert_eq!(round.plan.connections().len(), 5, "one peer per endpoint in round {r}");
+            for e in 0..5 {
+                let filled: u64 = round.plan.fills[e].iter().map(|f| f.len).sum();
+                let sent: u64 = round.plan.flows.iter().filter(|f| f.src == e).map(|f| f.len).sum();
+                assert_eq!(filled, sent, "round {r} endpoint {e}");
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        let ring = Arc::new(build(Pattern::Ring, Scope::All, &topo(3, 3), 3000));
+        assert!(Arc::ptr_eq(&ring.round_only(0).plan, &ring));
     }
 
     #[test]

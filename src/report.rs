@@ -128,6 +128,9 @@ pub struct RunSettings {
     pub channels: usize,
     /// Requests outstanding per communicator.
     pub window: usize,
+    /// `--connect`: `all` (every comm before the first byte) or `rounds` (the `--max-peers`
+    /// round in flight only).
+    pub connect: String,
 }
 
 /// Where one rank ran.

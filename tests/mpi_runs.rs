@@ -338,6 +338,98 @@ fn max_peers_bounds_the_peers_in_flight() {
     }
 }
 
+/// `--connect rounds`: fullmesh runs round by round, each `--max-peers` round on its own comms
+/// (connected before its warm-up, closed after it); the same bytes as `--connect all`, every
+/// byte checked, one peer in flight, and fewer fds held at the peak (closing frees them: a round's
+/// comms that stayed open would pile up to `all`'s).
+#[test]
+fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
+    let mut runs = Vec::new();
+    for mode in ["all", "rounds"] {
+        let dir = scratch(&format!("connect-{mode}"));
+        let o = run(
+            4,
+            &format!("--pattern fullmesh --connect {mode} --max-peers 1 -b 64K -e 1M -f 16 -n 3 -w 1 --chunk 64K --progress never"),
+            &dir,
+            &[],
+        );
+        assert_clean(&o, &dir, 2, 4);
+        let rows = csv_rows(&dir, "results.csv");
+        for r in &rows {
+            assert_eq!(r["recv_peers_in_flight"], "1", "{mode}: {r:?}");
+        }
+        let setup = summary(&dir)["placement"]["setup"].clone();
+        assert_eq!(setup["connect"], mode, "{setup}");
+        assert!(setup["first_timed_s"].as_f64().is_some_and(|s| s > 0.0), "{setup}");
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(stdout.contains("first timed iteration"), "{stdout}");
+        let pairs = csv_rows(&dir, "pairs.csv");
+        runs.push((rows, setup, pairs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let (all, rounds) = (&runs[0], &runs[1]);
+    for (a, r) in all.0.iter().zip(&rounds.0) {
+        assert_eq!(a["bytes_planned"], r["bytes_planned"], "{a:?} {r:?}");
+        assert_eq!(r["bytes_moved"], r["bytes_planned"], "{r:?}");
+    }
+    // 4 ranks, one peer at a time: 3 rounds; the second size walks them backwards from the one
+    // the first size ended with (kept open): 3 + 2 connects.
+    let per_round = rounds.1["rounds"].as_array().expect("rounds").clone();
+    assert_eq!(per_round.len(), 3, "{}", rounds.1);
+    let connects: Vec<u64> = per_round.iter().map(|r| r["connects"].as_u64().unwrap()).collect();
+    assert_eq!(connects, [2, 2, 1], "{}", rounds.1);
+    for r in &per_round {
+        assert_eq!(r["comms"], 4 * 2 * 2, "one peer each way, 2 channels: {r}");
+    }
+    assert_eq!(all.1["rounds"].as_array().map(Vec::len), Some(1), "{}", all.1);
+    // Every pair measured, from its own round.
+    assert_eq!(all.2.len(), rounds.2.len());
+    assert!(rounds.2.iter().all(|p| p["gbps"].parse::<f64>().unwrap() > 0.0));
+    let fds = |s: &serde_json::Value| -> Vec<u64> {
+        s["fds_peak"]
+            .as_array()
+            .expect("fds_peak")
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
+    };
+    for (rank, (a, r)) in fds(&all.1).iter().zip(fds(&rounds.1)).enumerate() {
+        assert!(
+            r < *a,
+            "rank {rank}: {r} fds at the peak with --connect rounds, {a} with all"
+        );
+    }
+}
+
+/// A comm that fails while a later round connects (`--connect rounds`): the error names the
+/// round, the peer (rank, GPU and host) and the plugin's reason, and the job ends.
+#[test]
+fn a_failed_connect_names_the_round_and_the_peer() {
+    let dir = scratch("connect-round-fails");
+    // Rank 2's listen comms from the third on fail: round 0 has two (one peer, two channels),
+    // round 1 (shift 2: rank 2 hears from rank 0) is the first to fail.
+    let o = run(
+        4,
+        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
+        &dir,
+        &[
+            ("TCPXEMU_FAULT", "accept"),
+            ("TCPXEMU_FAULT_AFTER", "2"),
+            ("TCPXEMU_FAULT_RANK", "2"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("rank 2: error:"))
+        .unwrap_or_else(|| panic!("no error line from rank 2: {}", show(&o)));
+    assert!(line.contains("round 1"), "{line}");
+    assert!(line.contains("peer rank 0 gpu 0 ("), "{line}");
+    assert!(line.contains("TCPXEMU_FAULT=accept"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// TCPX logs a WARN on every host-memory receive (tcpx-emu presenting itself as TCPX does the
 /// same): thousands of identical lines per run. They are printed three times per rank, then
 /// counted, and each rank lists the count when it ends.

@@ -2,7 +2,8 @@
 //!
 //! The calling thread (the only one that talks to MPI, through [`Collectives`]) drives a crew of
 //! worker threads, one per endpoint of this rank, in lock-step phases: listen, exchange handles,
-//! connect, then per size prepare / (fill, barrier, run, verify) x iterations / totals, and close.
+//! connect, then per size prepare / (fill, barrier, run, verify) x iterations / totals, and close
+//! (with `--connect rounds`, listen to release once per round: the run layer's `links`).
 //! Every phase has a deadline (`-T`): the progress loop reports a stall itself, and a watchdog
 //! thread ends the process with a state dump if a phase (an MPI barrier, a plugin call that
 //! blocks) outlives it.
@@ -86,13 +87,18 @@ impl Shared {
 }
 
 enum Command {
-    Listen(u64),
+    /// Buffer length, and the connections to listen for (a `--connect rounds` round, or all).
+    Listen(u64, Arc<Vec<(usize, usize)>>),
     Connect(Arc<HashMap<HandleKey, NetHandle>>),
     Prepare(Arc<Plan>),
     Fill(u32),
-    Run { timed: bool },
+    Run {
+        timed: bool,
+    },
     Verify(u32),
     Totals,
+    /// Closes every comm, keeping the buffer (`--connect rounds`: the round is done).
+    Release,
     Close,
     Exit,
 }
@@ -345,13 +351,19 @@ impl Engine {
         }
     }
 
-    /// Listens, exchanges handles through `coll`, connects and accepts: all comms of the run.
+    /// Listens, exchanges handles through `coll`, connects and accepts the comms of
+    /// `connections` (every connection of the run, or one `--connect rounds` round's).
     ///
     /// Each handle goes from the rank that listens to the rank that connects, point to point:
     /// memory per rank grows with its own connections, not with the job's.
-    pub fn connect(&self, coll: &dyn Collectives, buffer_len: u64) -> Result<SetupTiming, String> {
+    pub fn connect(
+        &self,
+        coll: &dyn Collectives,
+        connections: &Arc<Vec<(usize, usize)>>,
+        buffer_len: u64,
+    ) -> Result<SetupTiming, String> {
         self.phase("listen");
-        let replies = self.broadcast(Command::Listen(buffer_len))?;
+        let replies = self.broadcast(Command::Listen(buffer_len, connections.clone()))?;
         let topo = &self.shared.topology;
         let rank_of = |e: usize| topo.endpoints[e].rank;
         let mut outgoing: BTreeMap<usize, Vec<(HandleKey, NetHandle)>> = BTreeMap::new();
@@ -371,7 +383,7 @@ impl Engine {
             .collect();
         let mut incoming: BTreeMap<usize, Vec<HandleKey>> = BTreeMap::new();
         for e in topo.endpoints_of(coll.rank()) {
-            let lanes = Lanes::of(e, &self.shared.connections, self.shared.channels);
+            let lanes = Lanes::of(e, connections, self.shared.channels);
             for &peer in &lanes.send_peers {
                 for ch in 0..self.shared.channels {
                     incoming.entry(rank_of(peer)).or_default().push((e, peer, ch));
@@ -470,6 +482,19 @@ impl Engine {
             .collect())
     }
 
+    /// Every worker deregisters and closes its comms (send, receive and listen) and keeps its
+    /// buffer: a `--connect rounds` round is over. The stall dump forgets them.
+    pub fn release(&self) -> Result<(), String> {
+        self.phase("close the round's comms");
+        self.broadcast(Command::Release)?;
+        self.shared
+            .watched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        Ok(())
+    }
+
     /// End-of-run barrier, then every worker deregisters and closes its comms.
     pub fn close(mut self, coll: &dyn Collectives) -> Result<(), String> {
         self.phase("barrier before close");
@@ -565,7 +590,7 @@ fn crew_loop(mut worker: Worker, crew: &Crew, slot: usize) {
 
 fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
     match command {
-        Command::Listen(len) => worker.listen(*len).map(Reply::Handles),
+        Command::Listen(len, connections) => worker.listen(*len, connections).map(Reply::Handles),
         Command::Connect(handles) => worker
             .connect(handles)
             .map(|(elapsed, threads)| Reply::Setup(elapsed, threads)),
@@ -602,6 +627,10 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
         }
         Command::Verify(iter) => worker.verify(*iter).map(Reply::Wrong),
         Command::Totals => Ok(Reply::Totals(worker.totals())),
+        Command::Release => {
+            worker.release();
+            Ok(Reply::Done)
+        }
         Command::Close => {
             worker.close();
             Ok(Reply::Done)

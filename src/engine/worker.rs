@@ -180,13 +180,39 @@ impl Worker {
         dead
     }
 
-    /// Allocates the buffer and opens one listen comm per incoming (peer, channel). Returns
-    /// ((sender, this endpoint, channel), handle) pairs for the MPI exchange.
-    pub fn listen(&mut self, buffer_len: u64) -> Result<Vec<(HandleKey, NetHandle)>, String> {
+    /// Allocates the buffer (once) and opens one listen comm per incoming (peer, channel) of
+    /// `connections`, whose lanes become this endpoint's. Returns ((sender, this endpoint,
+    /// channel), handle) pairs for the MPI exchange.
+    pub fn listen(
+        &mut self,
+        buffer_len: u64,
+        connections: &[(usize, usize)],
+    ) -> Result<Vec<(HandleKey, NetHandle)>, String> {
+        if self.memory.is_none() {
+            self.memory = Some(self.allocate(buffer_len)?);
+        }
+        self.lanes = Lanes::of(self.endpoint, connections, self.lanes.channels);
+        let mut handles = Vec::new();
+        for &peer in &self.lanes.recv_peers.clone() {
+            for ch in 0..self.lanes.channels {
+                let (comm, handle) = self
+                    .plugin
+                    .listen(self.net_devs[ch], &self.label(peer))
+                    .map_err(|e| e.to_string())?;
+                self.listens.push(comm);
+                handles.push(((peer, self.endpoint, ch), handle));
+            }
+        }
+        Ok(handles)
+    }
+
+    /// The endpoint's buffer, sized for every lane of the job (the GPU path's batches), whichever
+    /// of them are open at a time.
+    fn allocate(&mut self, buffer_len: u64) -> Result<Memory, String> {
         // Registrations cover whole pages (NCCL rounds registration sizes up to the page; TCPX
         // imports CUDA ranges page by page), so the buffer has the slack.
         let buffer_len = buffer_len.max(1).div_ceil(PAGE as u64) * PAGE as u64;
-        self.memory = Some(match self.config.mem {
+        Ok(match self.config.mem {
             MemKind::Host => {
                 // TCPX takes its GPU from the calling thread's CUDA context in listen, connect,
                 // accept and regMr, host-memory comms included: make this endpoint's current.
@@ -203,19 +229,7 @@ impl Worker {
                     .map_err(|e| format!("GPU {gpu} for endpoint {}: {e}", self.endpoint))?;
                 Memory::Gpu(Box::new(state))
             }
-        });
-        let mut handles = Vec::new();
-        for &peer in &self.lanes.recv_peers.clone() {
-            for ch in 0..self.lanes.channels {
-                let (comm, handle) = self
-                    .plugin
-                    .listen(self.net_devs[ch], &self.label(peer))
-                    .map_err(|e| e.to_string())?;
-                self.listens.push(comm);
-                handles.push(((peer, self.endpoint, ch), handle));
-            }
-        }
-        Ok(handles)
+        })
     }
 
     /// Makes the endpoint's GPU context current on this thread where a GPU exists (host memory;
@@ -515,11 +529,19 @@ impl Worker {
         self.shared.stalled.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Deregisters and closes every comm, then frees the buffer (the order the plugin needs).
-    pub fn close(&mut self) {
+    /// Deregisters and closes every comm (send, receive, listen), keeping the buffer: the next
+    /// `listen` opens another set on it. The schedule of the size goes with its lanes.
+    pub fn release(&mut self) {
         self.send.clear();
         self.recv.clear();
         self.listens.clear();
+        self.state = None;
+        self.schedule = Schedule::default();
+    }
+
+    /// Deregisters and closes every comm, then frees the buffer (the order the plugin needs).
+    pub fn close(&mut self) {
+        self.release();
         self.memory = None;
     }
 }

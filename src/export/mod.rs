@@ -201,6 +201,7 @@ pub(crate) mod fixtures {
                 chunk: 524288,
                 channels: 1,
                 window: 8,
+                connect: "all".into(),
             },
             hosts: vec![
                 HostInfo {

@@ -141,6 +141,9 @@ pub fn header(info: &RunInfo) -> String {
             String::new()
         }
     );
+    if info.settings.connect == "rounds" {
+        s.push_str("# connect: rounds (a size runs round by round, each --max-peers round on its own comms, connected before its warm-up)\n");
+    }
     let _ = writeln!(
         s,
         "# iters: {} warmup: {} check: {} -a: {}",

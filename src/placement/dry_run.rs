@@ -73,8 +73,38 @@ pub struct SetupReport {
     /// not yet. Beside the resource model's figures.
     pub threads_after_setup: Vec<u64>,
     /// Open files each rank had then (`/proc/self/fd`): every comm's sockets, the listeners
-    /// closed; the most the run holds.
+    /// closed. With `--connect rounds`, the most over every round's setup.
     pub fds_after_setup: Vec<u64>,
+    /// `--connect`: `all` (every comm before the first byte) or `rounds` (one `--max-peers`
+    /// round's at a time).
+    pub connect: String,
+    /// The connects of the run by round (with `--connect all`, one: every comm, round 0).
+    pub rounds: Vec<RoundSetup>,
+    /// Every connect of the run, each the slowest rank's (listen, handle exchange,
+    /// connect/accept), in seconds; none of it inside a timed iteration.
+    pub connect_seconds_total: f64,
+    /// From the launch of the slowest rank's process (its start in `/proc`) to the start of its
+    /// first timed iteration, in seconds; null when no timed iteration started.
+    pub first_timed_s: Option<f64>,
+    /// Threads (`/proc/self/task`) each rank had at most, by rank: sampled after every
+    /// connect and after every round's (size's) iterations, helper threads included.
+    pub threads_peak: Vec<u64>,
+    /// Open files each rank had at most, sampled as `threads_peak`.
+    pub fds_peak: Vec<u64>,
+}
+
+/// The connects of one `--max-peers` round index over the run (`--connect rounds` opens a
+/// round's comms before its warm-up in every size, unless they are already open).
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct RoundSetup {
+    pub round: usize,
+    /// How many times its comms were connected.
+    pub connects: usize,
+    /// Comms of the job per connect (send and receive, every rank).
+    pub comms: usize,
+    /// Its connects' seconds (each the slowest rank's), summed and the longest.
+    pub seconds_total: f64,
+    pub seconds_max: f64,
 }
 
 impl SetupReport {
@@ -84,8 +114,23 @@ impl SetupReport {
         let per_node = busiest.map_or(String::new(), |(h, n)| {
             format!(", at most {n} sockets on one node ({h})")
         });
+        let rounds = if self.connect == "rounds" {
+            let connects: usize = self.rounds.iter().map(|r| r.connects).sum();
+            let most = self.rounds.iter().map(|r| r.comms).max().unwrap_or(0);
+            let slowest = self.rounds.iter().map(|r| r.seconds_max).fold(0.0, f64::max);
+            format!(
+                "; --connect rounds: {} round(s), {connects} connect(s) so far of up to {most} comms, {:.3} s in all, slowest {slowest:.3} s",
+                self.rounds.len(),
+                self.connect_seconds_total
+            )
+        } else {
+            String::new()
+        };
+        let first = self.first_timed_s.map_or(String::new(), |s| {
+            format!("; first timed iteration {s:.3} s after launch")
+        });
         format!(
-            "# setup: {:.3} s (buffers, listen, handle exchange, connect/accept) for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint\n",
+            "# setup: {:.3} s (buffers, listen, handle exchange, connect/accept) for {} comms{per_node}; slowest endpoint's connect/accept {:.3} s, up to {} setup thread(s) per endpoint{rounds}{first}\n",
             self.seconds, self.comms, self.connect_seconds, self.max_setup_threads
         )
     }

@@ -1,6 +1,9 @@
-//! The connect phase: the engine's workers and every comm, then the NCCL baseline's
-//! communicators; rank 0 prints the setup line and the baseline's header.
+//! The connect phase: the engine's workers and the first comms (every comm of the job, or with
+//! `--connect rounds` the first round's: [`Links`]), then the NCCL baseline's communicators;
+//! rank 0 prints the baseline's header (the setup line follows with the first size's row, once
+//! the time to the first timed iteration is known).
 
+use super::links::Links;
 use super::place::Ready;
 use super::settings::Settings;
 use super::vet::Resources;
@@ -16,9 +19,13 @@ use crate::report::RunInfo;
 pub(super) struct Connected {
     pub engine: Engine,
     pub nccl: Option<NcclBaseline>,
+    /// The open comms and the account of every connect.
+    pub links: Links,
+    /// The first connect's figures, completed by [`Links::complete`].
+    pub setup: SetupReport,
 }
 
-/// Starts the engine and connects every comm; records the setup in `info.placement.setup`.
+/// Starts the engine and connects the first comms; records the setup in `info.placement.setup`.
 pub(super) fn connect(
     settings: &Settings,
     mpi: &Mpi,
@@ -52,31 +59,28 @@ pub(super) fn connect(
             endpoints,
         ),
     )?;
-    let timing = engine.connect(mpi, job.buffer_len).map_err(Fatal::Here)?;
+    let mut links = Links::new(tr.connect, job.buffer_len, tr.channels);
+    let first = links.part(&job.plans[0], 0).plan.connections();
+    let connect = links.open(&engine, mpi, 0, first)?.expect("nothing was open before");
     // The slowest rank's setup, from starting its workers to its last comm.
-    let (threads, fds) = crate::placement::resources::limits::own_usage();
-    let all = mpi.gather_f64(&[
-        setup_start.elapsed().as_secs_f64(),
-        timing.connect.as_secs_f64(),
-        timing.threads as f64,
-        threads as f64,
-        fds as f64,
-    ]);
-    let max = |i: usize| all.iter().skip(i).step_by(5).copied().fold(0.0, f64::max);
-    let each = |i: usize| all.iter().skip(i).step_by(5).map(|&x| x as u64).collect();
-    let setup_report = SetupReport {
-        seconds: max(0),
-        connect_seconds: max(1),
-        comms: info.placement.comms,
+    let started = mpi.gather_f64(&[setup_start.elapsed().as_secs_f64()]);
+    let mut setup_report = SetupReport {
+        seconds: started.iter().copied().fold(0.0, f64::max),
+        connect_seconds: connect.endpoint_seconds,
+        comms: connect.comms,
         sockets_per_node: std::mem::take(&mut info.placement.sockets_per_node),
-        max_setup_threads: max(2) as usize,
-        threads_after_setup: each(3),
-        fds_after_setup: each(4),
+        max_setup_threads: connect.setup_threads,
+        threads_after_setup: Vec::new(),
+        fds_after_setup: Vec::new(),
+        connect: String::new(),
+        rounds: Vec::new(),
+        connect_seconds_total: 0.0,
+        first_timed_s: None,
+        threads_peak: Vec::new(),
+        fds_peak: Vec::new(),
     };
-    if mpi.rank() == 0 {
-        print!("{}", setup_report.line());
-    }
-    info.placement.setup = Some(setup_report);
+    links.complete(mpi, &mut setup_report);
+    info.placement.setup = Some(setup_report.clone());
     let nccl = match resources.nccl {
         Some(p) => Some(agree(mpi, NcclBaseline::start(p, mpi, &job.plans, settings.timeout))?),
         None => None,
@@ -84,5 +88,13 @@ pub(super) fn connect(
     if let (0, Some(b)) = (mpi.rank(), &nccl) {
         print!("{}", b.header_lines());
     }
-    Ok((Connected { engine, nccl }, info))
+    Ok((
+        Connected {
+            engine,
+            nccl,
+            links,
+            setup: setup_report,
+        },
+        info,
+    ))
 }

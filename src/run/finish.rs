@@ -42,14 +42,14 @@ pub(super) fn finish(
     settings: &Settings,
     mpi: &Mpi,
     job: &Job,
-    connected: Connected,
+    mut connected: Connected,
     swept: Swept,
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
     record: &Record,
     phase: &std::cell::Cell<&'static str>,
 ) -> Result<i32, Fatal> {
-    let Connected { engine, mut nccl } = connected;
+    let (engine, mut nccl) = (connected.engine, connected.nccl);
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
     let link_findings = add_link_findings(&mut info, &results);
@@ -82,6 +82,9 @@ pub(super) fn finish(
     }
     phase.set(super::PHASES[3]);
     record.set_phase(super::PHASES[3]);
+    // Every connect of the run and the peaks over all of them (every rank got here).
+    connected.links.complete(mpi, &mut connected.setup);
+    info.placement.setup = Some(connected.setup);
     if let Some(b) = nccl.take() {
         info.nccl = Some(b.finish().map_err(Fatal::Here)?);
     }

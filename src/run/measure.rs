@@ -1,6 +1,9 @@
 //! One size: warm-up, the timed iterations with the data check, the byte check, and the reductions
-//! over ranks into one [`SizeResult`].
+//! over ranks into one [`SizeResult`]. With `--connect rounds` a size runs round by round
+//! ([`Links`]): each round's warm-up and timed iterations on its own comms, and the size's
+//! figures are the rounds' summed (an iteration's time on a rank is the sum of its rounds').
 
+use super::links::Links;
 use super::Fatal;
 use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
@@ -13,6 +16,7 @@ use crate::report::{PairResult, SizeResult};
 use crate::stats;
 use crate::topology::Topology;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// This rank's view of one size's timed iterations, before the reductions over ranks.
 struct Sampled {
@@ -23,44 +27,113 @@ struct Sampled {
     peers_in_flight: [f64; 2],
     cpu: CpuTime,
     cpu_window: f64,
-    wire_before: Option<delivery::Snapshot>,
+    /// The host's counters around each stretch of timed traffic (one per round).
+    wire: Vec<(delivery::Snapshot, delivery::Snapshot)>,
     wrong: u64,
+    /// Per flow of the whole plan: this rank's sum of its completion times.
+    flow_sums: Vec<f64>,
+    /// When the first timed iteration started.
+    first_timed: Option<Instant>,
+}
+
+impl Sampled {
+    /// Adds a later round of the same size: its times to the same iterations' times.
+    fn merge(&mut self, round: Sampled) {
+        if self.times.is_empty() {
+            self.times = round.times;
+        } else {
+            for (t, r) in self.times.iter_mut().zip(&round.times) {
+                *t += r;
+            }
+        }
+        self.delivered.add(&round.delivered);
+        for k in 0..2 {
+            self.peers_in_flight[k] = self.peers_in_flight[k].max(round.peers_in_flight[k]);
+        }
+        self.cpu.add(round.cpu);
+        self.cpu_window += round.cpu_window;
+        self.wire.extend(round.wire);
+        self.wrong += round.wrong;
+        if self.flow_sums.is_empty() {
+            self.flow_sums = round.flow_sums;
+        } else {
+            for (s, r) in self.flow_sums.iter_mut().zip(&round.flow_sums) {
+                *s += r;
+            }
+        }
+        self.first_timed = self.first_timed.or(round.first_timed);
+    }
+}
+
+/// What a size is measured with: the job's engine, its comms, and the counters.
+pub(super) struct Bench<'a> {
+    pub mpi: &'a Mpi,
+    pub engine: &'a Engine,
+    pub topo: &'a Topology,
+    pub probe: &'a WireProbe,
+    pub progress: Option<&'a indicatif::ProgressBar>,
 }
 
 /// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn measure(
     it: &Iterations,
-    mpi: &Mpi,
-    engine: &Engine,
-    topo: &Topology,
-    probe: &WireProbe,
+    bench: &Bench<'_>,
+    links: &mut Links,
     plan: &Arc<Plan>,
     pattern_iter: &mut u32,
-    progress: Option<&indicatif::ProgressBar>,
 ) -> Result<SizeResult, Fatal> {
-    engine.prepare(plan.clone()).map_err(Fatal::Here)?;
-    if let Some(bar) = progress {
+    if let Some(bar) = bench.progress {
         bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
-    let sampled = iterate(it, mpi, engine, probe, pattern_iter, progress).map_err(|f| f.at_size(plan.size))?;
-    reduce(it, mpi, engine, topo, probe, plan, sampled).map_err(|f| f.at_size(plan.size))
+    let sampled = by_parts(it, bench, links, plan, pattern_iter).map_err(|f| f.at_size(plan.size))?;
+    reduce(it, bench, plan, sampled).map_err(|f| f.at_size(plan.size))
 }
 
 /// `--warmup-once`: the `-w` untimed iterations of one size, with nothing timed (the sweep runs
 /// this for every size before the first timed iteration, as nccl-tests warms up once).
 pub(super) fn warm_up(
     it: &Iterations,
-    mpi: &Mpi,
-    engine: &Engine,
-    probe: &WireProbe,
+    bench: &Bench<'_>,
+    links: &mut Links,
     plan: &Arc<Plan>,
     pattern_iter: &mut u32,
-    progress: Option<&indicatif::ProgressBar>,
 ) -> Result<(), Fatal> {
-    engine.prepare(plan.clone()).map_err(Fatal::Here)?;
     let untimed = Iterations { iters: 0, ..*it };
-    iterate(&untimed, mpi, engine, probe, pattern_iter, progress).map(|_| ())
+    by_parts(&untimed, bench, links, plan, pattern_iter).map(|_| ())
+}
+
+/// The size's parts one after another (its rounds with `--connect rounds`, else the whole
+/// plan), each on its own comms ([`Links::open`]), summed.
+fn by_parts(
+    it: &Iterations,
+    bench: &Bench<'_>,
+    links: &mut Links,
+    plan: &Arc<Plan>,
+    pattern_iter: &mut u32,
+) -> Result<Sampled, Fatal> {
+    let engine = bench.engine;
+    let mut total: Option<Sampled> = None;
+    for round in links.order(plan) {
+        let part = links.part(plan, round);
+        links.open(engine, bench.mpi, round, part.plan.connections())?;
+        engine.prepare(part.plan.clone()).map_err(Fatal::Here)?;
+        let mut s = iterate(it, bench.mpi, engine, bench.probe, pattern_iter, bench.progress)?;
+        links.sample();
+        if let Some(t) = s.first_timed {
+            links.timed_start(t);
+        }
+        s.flow_sums = vec![0.0; plan.flows.len()];
+        for totals in engine.totals().map_err(Fatal::Here)? {
+            for (flow, sum) in totals.flow_time_sum {
+                s.flow_sums[part.whole_index[flow as usize] as usize] += sum;
+            }
+        }
+        match &mut total {
+            Some(t) => t.merge(s),
+            None => total = Some(s),
+        }
+    }
+    Ok(total.expect("a plan has at least one part"))
 }
 
 /// Warm-up and timed iterations of the prepared size on this rank.
@@ -78,9 +151,12 @@ fn iterate(
         peers_in_flight: [0.0f64; 2],
         cpu: CpuTime::default(),
         cpu_window: 0.0,
-        wire_before: None,
+        wire: Vec::new(),
         wrong: 0,
+        flow_sums: Vec::new(),
+        first_timed: None,
     };
+    let mut wire_before = None;
     for i in 0..it.warmup + it.iters {
         // A signal is ending the process: move no more data while the signal thread writes.
         mpi.hold_if_ending(None);
@@ -88,7 +164,8 @@ fn iterate(
         if i == it.warmup {
             // Every rank of the host is done with the warm-up before its counters are read.
             engine.meet(mpi, "barrier after the warm-up").map_err(Fatal::Stalled)?;
-            s.wire_before = Some(probe.snapshot());
+            wire_before = Some(probe.snapshot());
+            s.first_timed = Some(Instant::now());
         }
         *pattern_iter = pattern_iter.wrapping_add(1);
         if it.check || i == 0 {
@@ -116,29 +193,32 @@ fn iterate(
             bar.inc(1);
         }
     }
+    if let Some(before) = wire_before {
+        // The host's counters are read once every rank on it has its last byte: a rank whose
+        // own iterations ended first must not read while others still receive.
+        engine
+            .meet(mpi, "barrier after the timed iterations")
+            .map_err(Fatal::Stalled)?;
+        s.wire.push((before, probe.snapshot()));
+    }
     Ok(s)
 }
 
 /// Reductions over ranks, the byte check, and the size's result.
-fn reduce(
-    it: &Iterations,
-    mpi: &Mpi,
-    engine: &Engine,
-    topo: &Topology,
-    probe: &WireProbe,
-    plan: &Plan,
-    s: Sampled,
-) -> Result<SizeResult, Fatal> {
+fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result<SizeResult, Fatal> {
+    let Bench {
+        mpi,
+        engine,
+        topo,
+        probe,
+        ..
+    } = *bench;
     // Every rank is here before the reductions, which have no deadline of their own.
     engine
         .meet(mpi, "barrier before the reductions")
         .map_err(Fatal::Stalled)?;
     let all = mpi.gather_f64(&s.times);
     let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.iteration_reduction);
-    // The host's counters are read once every rank on it has its last byte: a rank whose own
-    // iterations ended first must not read while others still receive.
-    mpi.barrier();
-    let wire_after = probe.snapshot();
     let everyone = mpi.gather_f64(&s.peers_in_flight);
     let peer_max = |k: usize| everyone.iter().skip(k).step_by(2).fold(0.0f64, |a, &b| a.max(b)) as u32;
     let peers_in_flight = (peer_max(0), peer_max(1));
@@ -152,14 +232,8 @@ fn reduce(
     let mut sums = s.delivered.to_array();
     mpi.sum_u64(&mut sums);
     let delivered = Delivered::from_array(sums);
-    let wire_before = s.wire_before.expect("at least one timed iteration");
-    let (wire, tcp) = probe.exchange(mpi, topo, &wire_before, &wire_after);
-    let mut flow_sums = vec![0.0; plan.flows.len()];
-    for totals in engine.totals().map_err(Fatal::Here)? {
-        for (flow, sum) in totals.flow_time_sum {
-            flow_sums[flow as usize] += sum;
-        }
-    }
+    let (wire, tcp) = probe.exchange(mpi, topo, &s.wire);
+    let mut flow_sums = s.flow_sums;
     mpi.sum_f64(&mut flow_sums);
 
     let mut bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 mod connect;
 mod finish;
+mod links;
 mod measure;
 mod place;
 mod plan_mode;

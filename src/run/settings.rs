@@ -72,7 +72,6 @@ pub(crate) struct TransportSettings {
     pub setup_threads: Option<usize>,
     pub poll: PollMode,
     /// `--connect`: every comm up front, or only the round in flight.
-    #[allow(dead_code)] // read by the round-scoped engine as it lands
     pub connect: ConnectMode,
 }
 

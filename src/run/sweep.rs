@@ -2,7 +2,7 @@
 //! for), rank 0 printing each row as it lands; a hook sees each size's result.
 
 use super::connect::Connected;
-use super::measure::{measure, warm_up};
+use super::measure::{measure, warm_up, Bench};
 use super::settings::Settings;
 use super::{Fatal, Job};
 use crate::collectives::Collectives;
@@ -33,7 +33,16 @@ pub(super) fn sweep(
 ) -> Swept {
     let it = &settings.iterations;
     let rank = mpi.rank();
-    let progress = progress_bar(settings, rank, job.plans.len() * (it.iters + it.warmup));
+    let parts: usize = job.plans.iter().map(|p| connected.links.parts_of(p)).sum();
+    let progress = progress_bar(settings, rank, parts * (it.iters + it.warmup));
+    let bench = Bench {
+        mpi,
+        engine: &connected.engine,
+        topo: &job.topo,
+        probe,
+        progress: progress.as_ref(),
+    };
+    let links = &mut connected.links;
     let mut results = Vec::new();
     let mut pattern_iter: u32 = 0;
     let mut failure = None;
@@ -41,15 +50,7 @@ pub(super) fn sweep(
     let mut timed_it = *it;
     if settings.warmup_once {
         for plan in &job.plans {
-            let warmed = warm_up(
-                it,
-                mpi,
-                &connected.engine,
-                probe,
-                plan,
-                &mut pattern_iter,
-                progress.as_ref(),
-            );
+            let warmed = warm_up(it, &bench, links, plan, &mut pattern_iter);
             if let Err(e) = warmed {
                 return Swept {
                     results,
@@ -61,16 +62,7 @@ pub(super) fn sweep(
     }
     for plan in &job.plans {
         let started = std::time::Instant::now();
-        let measured = measure(
-            &timed_it,
-            mpi,
-            &connected.engine,
-            &job.topo,
-            probe,
-            plan,
-            &mut pattern_iter,
-            progress.as_ref(),
-        );
+        let measured = measure(&timed_it, &bench, links, plan, &mut pattern_iter);
         // --baseline nccl: NCCL's figures of this size, right after tcpx-perf's.
         let measured = match (measured, connected.nccl.as_mut()) {
             (Ok(mut r), Some(b)) => b
@@ -84,6 +76,15 @@ pub(super) fn sweep(
         };
         match measured {
             Ok(r) => {
+                if results.is_empty() {
+                    // Now that the first timed iteration has run: the setup line, with it.
+                    links.complete(mpi, &mut connected.setup);
+                    if let (0, Some(bar)) = (rank, &progress) {
+                        bar.println(connected.setup.line().trim_end());
+                    } else if rank == 0 {
+                        print!("{}", connected.setup.line());
+                    }
+                }
                 if rank == 0 {
                     let line = table::row(&r, &settings.sweep.pattern.to_string());
                     if let Some(bar) = &progress {

@@ -288,6 +288,11 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
             chunk: tr.chunk,
             channels: tr.channels,
             window: tr.window,
+            connect: match tr.connect {
+                crate::cli::ConnectMode::All => "all",
+                crate::cli::ConnectMode::Rounds => "rounds",
+            }
+            .into(),
         },
         hosts,
         plugin: PluginInfo {

@@ -26,7 +26,7 @@
 //! | `TCPXEMU_SHARED_THREADS` | 4 | event-loop threads per process for the shared model (1..=64) |
 //! | `TCPXEMU_THREAD_SOCKETS` | 64 | `auto`: the most data sockets a process may have open for a comm to still take per-socket threads (0..=1000000) |
 //! | `TCPXEMU_FAULT` | unset | `stall`, `close`, `corrupt`, `slow`, `short`, `short-lie`, `stale` or `drop` (see [`crate::fault`]) |
-//! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault |
+//! | `TCPXEMU_FAULT_AFTER` | 0 | requests per comm that complete normally before the fault (`accept`: listen comms of the process) |
 //! | `TCPXEMU_FAULT_RANK` | unset | only the process whose `OMPI_COMM_WORLD_RANK`/`PMI_RANK` is this |
 
 use crate::fault::{Fault, FaultKind};

@@ -315,7 +315,12 @@ pub struct ListenComm {
     accepted: AtomicBool,
     /// Seconds of waiting after which `accept` next says what it waits for (doubling).
     next_stall_report: AtomicU64,
+    /// This process's listen comms before this one (the `accept` fault's `AFTER` counts them).
+    seq: u64,
 }
+
+/// Listen comms this process has opened.
+static LISTENS: AtomicU64 = AtomicU64::new(0);
 
 impl ListenComm {
     /// Binds an ephemeral port on `ip` and returns the comm and the handle to ship to the peer.
@@ -345,6 +350,7 @@ impl ListenComm {
             first_accept: OnceLock::new(),
             accepted: AtomicBool::new(false),
             next_stall_report: AtomicU64::new(FIRST_STALL_REPORT_S),
+            seq: LISTENS.fetch_add(1, Ordering::Relaxed),
         });
         Ok((comm, handle))
     }
@@ -357,7 +363,7 @@ impl ListenComm {
     /// Non-blocking accept: `Ok(None)` until a complete connection has arrived (and the setup
     /// cost model's time has passed). Strict mode refuses a call after one returned a comm.
     pub fn accept(&self) -> NetResult<Option<Box<Comm>>> {
-        if let Some(e) = crate::fault::accept_refused(self.cfg.fault) {
+        if let Some(e) = crate::fault::accept_refused(self.cfg.fault, self.seq) {
             return Err(e);
         }
         if self.cfg.strict && self.accepted.load(Ordering::Acquire) {

@@ -18,9 +18,10 @@
 //!   (the previous iteration's bytes) while the receive completes normally.
 //! * `drop`: receive `AFTER` never completes (its bytes are consumed, so the peer's send
 //!   completes and the peer keeps going); FIFO `test` then holds every later receive too.
-//! * `accept`: every `accept` fails at once (a system error, as a process out of threads or
-//!   descriptors sees): a rank that fails at setup, for the benchmark's tests of the record a
-//!   failure leaves (with `TCPXEMU_FAULT_RANK`, one rank of the job).
+//! * `accept`: every `accept` on the process's listen comms `>= AFTER` (counted from its first
+//!   `listen`) fails at once (a system error, as a process out of threads or descriptors sees):
+//!   a rank that fails at setup, for the benchmark's tests of the record a failure leaves (with
+//!   `TCPXEMU_FAULT_RANK`, one rank of the job), or at a later round's (`--connect rounds`).
 //!
 //! `TCPXEMU_FAULT_RANK` restricts the fault to one process of an MPI job; see [`crate::config`].
 
@@ -82,9 +83,10 @@ impl Fault {
     }
 }
 
-/// What `accept` returns under the `accept` fault, if armed.
-pub fn accept_refused(fault: Option<Fault>) -> Option<crate::error::NetError> {
-    Fault::hits(fault, FaultKind::Accept, 0)
+/// What `accept` on the process's listen comm `listen_seq` returns under the `accept` fault, if
+/// armed.
+pub fn accept_refused(fault: Option<Fault>, listen_seq: u64) -> Option<crate::error::NetError> {
+    Fault::hits(fault, FaultKind::Accept, listen_seq)
         .then(|| crate::error::NetError::system("accept: TCPXEMU_FAULT=accept (injected failure)"))
 }
 

@@ -13,7 +13,8 @@
 //! needs it (a CUDA registration or post, zero-copy sends or their acknowledgements, or the
 //! `stall`/`slow` faults, which block a thread by design), or if the process has at most
 //! `TCPXEMU_THREAD_SOCKETS` data sockets open at that moment; shared otherwise. tcpx-perf
-//! connects every comm before the first transfer, so all comms of a run choose alike, and small
+//! connects every comm before the first transfer (with `--connect rounds`, every comm of the
+//! round, closed before the next round's connect), so all comms of a run choose alike, and small
 //! runs (2 or 4 ranks) keep the per-socket path exactly. `shared` sends every comm that does not
 //! need per-socket threads to the event loops; `per-socket` never uses them.
 //!
