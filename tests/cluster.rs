@@ -820,7 +820,7 @@ fn down_removes_only_what_the_rig_made() {
 #[test]
 fn up_deepens_the_backlog_queue_the_rigs_veths_share() {
     let key = "/proc/sys/net/core/netdev_max_backlog";
-    let Some(rig) = Rig::up(4, "--nodes 2 --nics 1") else {
+    let Some(rig) = Rig::up(5, "--nodes 2 --nics 1") else {
         return;
     };
     let now: u64 = std::fs::read_to_string(key).unwrap().trim().parse().unwrap();

@@ -634,6 +634,8 @@ fn test_sh_installs_the_suite_s_tools_and_names_the_slowest_binaries() {
         "{stdout}"
     );
     assert!(stdout.contains("tests: 37 passed, 0 failed, 1 skipped"), "{stdout}");
+}
+
 /// `launch/vs-nccl-tests.sh` writes only into a folder it made: a `VS_OUT` that exists, or is
 /// a link (to a folder elsewhere, or dangling), is refused in one line (exit 2) before anything
 /// is written, and nothing appears where the link points. (Before: raw.csv, logs and runs were
