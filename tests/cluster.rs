@@ -418,7 +418,7 @@ fn unhealthy_nodes(summary: &serde_json::Value) -> Vec<(String, String, String)>
 /// eighth are both named, nobody else. Shares are of the median side measured in the same run.
 #[test]
 fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
-    let Some(rig) = Rig::up(5, "--nodes 8 --nics 2 --rate 50mbit") else {
+    let Some(rig) = Rig::up(4, "--nodes 8 --nics 2 --rate 50mbit") else {
         return;
     };
     let lists = scratch("verdict-lists");

@@ -27,12 +27,12 @@ use crate::report::{Health, NodeVerdict, PairResult, Side, SizeResult, SlowSide}
 use crate::slow_nic::{judged_sizes, Judged};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A NIC side below this share of the median side is suspect: well below the lowest share a
-/// side of a healthy rig showed, 0.75 in 31 healthy runs and 0.59 beside slowed NICs
+/// A NIC side below this share of the median side is suspect: below the lowest share a side of
+/// a healthy rig kept, 0.567 in 41 healthy runs and 0.542 beside slowed NICs
 /// (docs/drain.md#thresholds).
 pub const DEFAULT_SUSPECT_SHARE: f64 = 0.5;
 /// A NIC side below this share of the median side, with partners fast with everyone else, is
-/// bad: a NIC at an eighth of the rate measured 0.15-0.19, at a quarter 0.15-0.40.
+/// bad: a NIC at an eighth of the rate measured 0.11-0.21, at a quarter 0.15-0.40.
 pub const DEFAULT_BAD_SHARE: f64 = 0.35;
 
 /// The shares of the median side below which a side is suspect and bad.
