@@ -6,6 +6,7 @@
 //! list is there, complete, or none is.
 
 use crate::report::{Health, NodeVerdict};
+use crate::verdict::Thresholds;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write as _};
@@ -16,7 +17,7 @@ const LINE_MAX: usize = 200;
 
 /// The footer's table: a count per verdict and one line per node that is not healthy, the
 /// worst first; nothing without verdicts.
-pub fn footer(verdicts: &[NodeVerdict], suspect_share: f64, bad_share: f64) -> String {
+pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds) -> String {
     if verdicts.is_empty() {
         return String::new();
     }
@@ -28,8 +29,10 @@ pub fn footer(verdicts: &[NodeVerdict], suspect_share: f64, bad_share: f64) -> S
         }
     }
     let mut s = format!(
-        "# Node verdicts: {} (a NIC side is suspect below {suspect_share} and bad below {bad_share} of the median)\n",
-        counts.join(", ")
+        "# Node verdicts: {} (a NIC side is suspect below {} and bad below {} of the median)\n",
+        counts.join(", "),
+        shares.suspect,
+        shares.bad
     );
     let mut named: Vec<&NodeVerdict> = verdicts.iter().filter(|v| v.verdict != Health::Healthy).collect();
     named.sort_by_key(|v| std::cmp::Reverse(v.verdict));
@@ -187,7 +190,7 @@ mod tests {
 
     #[test]
     fn the_footer_counts_the_healthy_and_lists_the_others_worst_first_in_short_lines() {
-        let f = footer(&run(), 0.6, 0.4);
+        let f = footer(&run(), Thresholds { suspect: 0.6, bad: 0.4 });
         let lines: Vec<&str> = f.lines().collect();
         assert_eq!(
             lines[0],
@@ -205,7 +208,7 @@ mod tests {
         );
         assert_eq!(lines[2], "#   node1  suspect  eth1 sending at 0.55 of the median");
         assert_eq!(lines.len(), 3);
-        assert_eq!(footer(&[], 0.6, 0.4), "");
+        assert_eq!(footer(&[], Thresholds::default()), "");
     }
 
     #[test]

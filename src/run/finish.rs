@@ -123,26 +123,14 @@ pub(super) fn finish(
         print!("{}", table::concluded(&info.settings.pattern));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
-        let t = settings.verdicts;
-        print!("{}", export::nodes::footer(&info.node_verdicts, t.suspect, t.bad));
+        print!("{}", export::nodes::footer(&info.node_verdicts, settings.verdicts));
         write_nccl_json(settings, &info, &results, None);
         // Said only once every file is in place.
         if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
             println!("# Results written to {}", dir.display());
         }
-        // After the results: a list that cannot be written (its place was proved before the
-        // sweep) is an error, the measurements stay.
-        let slots = export::nodes::slots(info.hosts.iter().map(|h| h.hostname.clone()));
-        match settings
-            .output
-            .node_lists
-            .write(&info.node_verdicts, &slots, &info.start_time)
-        {
-            Ok(said) => print!("{said}"),
-            Err(e) => {
-                eprintln!("tcpx-perf: error: {e}");
-                return Ok(super::EXIT_ERROR);
-            }
+        if !write_node_lists(settings, &info) {
+            return Ok(super::EXIT_ERROR);
         }
     }
     Ok(if wrong > 0 {
@@ -154,6 +142,26 @@ pub(super) fn finish(
     } else {
         EXIT_OK
     })
+}
+
+/// `--healthy-hostfile`, `--drain-list` (rank 0, after the results): false when one cannot be
+/// written (its place was proved before the sweep), said on stderr; the measurements stay.
+fn write_node_lists(settings: &Settings, info: &RunInfo) -> bool {
+    let slots = export::nodes::slots(info.hosts.iter().map(|h| h.hostname.clone()));
+    match settings
+        .output
+        .node_lists
+        .write(&info.node_verdicts, &slots, &info.start_time)
+    {
+        Ok(said) => {
+            print!("{said}");
+            true
+        }
+        Err(e) => {
+            eprintln!("tcpx-perf: error: {e}");
+            false
+        }
+    }
 }
 
 /// `-J`: nccl-tests' JSON of the run (rank 0). A file that cannot be written is a warning: the
