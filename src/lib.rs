@@ -18,7 +18,8 @@
 //! - [`delivery`]: the byte check of every size (plugin sizes, unpack descriptors, NIC counters).
 //! - [`cli`]: the flags and their values (the door; only [`run`] reads it).
 //! - [`report`]: the result model every output is written from; [`slow_nic`] and [`incast`]: the
-//!   findings the measurements make (a slow NIC; TCP timeouts that stalled a size).
+//!   findings the measurements make (a slow NIC; TCP timeouts that stalled a size); [`verdict`]:
+//!   a verdict per node (healthy, suspect, bad) from them and the findings that name a node.
 //! - [`baseline`]: `--baseline nccl`, NCCL itself measured beside tcpx-perf in the same job.
 //! - [`export`]: one module per output format (table, CSVs, SVGs, `summary.json`), reading the
 //!   result model only.
@@ -50,4 +51,5 @@ pub mod slow_nic;
 pub mod stats;
 pub mod tcp_stats;
 pub mod topology;
+pub mod verdict;
 pub mod wire;

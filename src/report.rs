@@ -63,6 +63,9 @@ pub struct RunInfo {
     /// The slow NIC sides the measurements found, with every flow through each (the findings
     /// say each in one line).
     pub slow_nics: Vec<SlowNic>,
+    /// A verdict per node ([`crate::verdict`]), every node of a multi-node run once a size was
+    /// judged or a finding names a node; empty otherwise.
+    pub node_verdicts: Vec<NodeVerdict>,
 }
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
@@ -521,4 +524,69 @@ pub struct SlowNic {
     pub wire_bytes: Option<u64>,
     /// The other side of the same flows, when it is slow too and explains nothing more.
     pub twin: Option<Side>,
+}
+
+// The node verdicts (crate::verdict makes them from the slow-NIC rule's medians and the findings
+// that name a node); defined here with the rest of the result model.
+
+/// How a node came out of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    /// Nothing measured or found against it.
+    Healthy,
+    /// Worth a look: a NIC side below the suspect share, or slow with a partner the run cannot
+    /// tell it from, or a warning that names it (and not every node).
+    Suspect,
+    /// A NIC side below the bad share whose partners are fast with everyone else, an error
+    /// finding or the failure that names it.
+    Bad,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Suspect => "suspect",
+            Health::Bad => "bad",
+        }
+    }
+}
+
+/// One node's verdict, with its evidence (summary.json's `node_verdicts`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct NodeVerdict {
+    pub host: String,
+    pub verdict: Health,
+    /// One line: which NIC, which direction, its share of the median, the flows and peers that
+    /// show it, the findings and failure that name the node; for a healthy node its lowest share.
+    pub evidence: String,
+    /// What decided a verdict that is not healthy: `partners` (its flows with several partners
+    /// are slow, theirs with everyone else are not), `cannot-separate` (its only partners are
+    /// slow too: re-run with fullmesh), `finding`, `failure`; null for a healthy node.
+    pub decided_by: Option<String>,
+    /// The lowest share of the median NIC side among this node's sides, at the largest size
+    /// judged (null when no size was judged).
+    pub lowest_share: Option<f64>,
+    /// Its NIC sides below the suspect share at the largest size judged.
+    pub slow_sides: Vec<SlowSide>,
+}
+
+/// A NIC side of a node that is slow, and what its partners say.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SlowSide {
+    pub nic: String,
+    /// True: the flows leaving the node on it; false: those entering.
+    pub sending: bool,
+    /// Its median flow rate over the median side's, at the largest size judged.
+    pub share: f64,
+    /// Sizes at which it was below the suspect share, of those judged.
+    pub slow_sizes: usize,
+    pub judged_sizes: usize,
+    /// Flows through it at the largest size judged.
+    pub flows: usize,
+    /// The nodes at the other end of those flows.
+    pub peers: Vec<String>,
+    /// Of `peers`, those whose side of these flows is not slow (fast with everyone else).
+    pub peers_fast: usize,
 }

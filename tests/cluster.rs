@@ -373,7 +373,8 @@ fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
         "run -np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120 --out {}",
         out.display()
     ));
-    assert!(o.status.success(), "{}", show(&o));
+    // 5: node5 is bad (its share below --bad-share); 0: suspect.
+    assert!(matches!(o.status.code(), Some(0 | 5)), "{}", show(&o));
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
@@ -533,6 +534,100 @@ fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
         *rounds as f64 <= 0.6 * *all as f64,
         "fds per process at the peak: {rounds} with --connect rounds, {all} with all"
     );
+/// The node verdicts of a run's summary.json that are not healthy: (host, verdict, evidence).
+fn unhealthy_nodes(summary: &serde_json::Value) -> Vec<(String, String, String)> {
+    let verdicts = summary["node_verdicts"].as_array().expect("node_verdicts");
+    assert_eq!(verdicts.len(), 8, "a verdict per node: {verdicts:?}");
+    verdicts
+        .iter()
+        .filter(|v| v["verdict"] != "healthy")
+        .map(|v| {
+            let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+            (s("host"), s("verdict"), s("evidence"))
+        })
+        .collect()
+}
+
+/// 8 nodes x 2 ranks x 2 NICs, one rig, several fullmesh runs: a healthy rig gives 8 healthy
+/// nodes (exit 0) twice; node5's eth2 at an eighth of the rate makes node5 bad or suspect,
+/// naming eth2 sending, every other node healthy, the healthy hostfile the other 7 with their 2
+/// slots and the drain list node5 alone (exit 5 when bad); node3's eth1 and node6's eth2 at an
+/// eighth are both named, nobody else. Shares are of the median side measured in the same run.
+#[test]
+fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
+    let Some(rig) = Rig::up(4, "--nodes 8 --nics 2 --rate 50mbit") else {
+        return;
+    };
+    let lists = scratch("verdict-lists");
+    std::fs::create_dir_all(&lists).expect("mkdir");
+    let (hostfile, drain) = (lists.join("healthy.txt"), lists.join("drain.txt"));
+    let run = |name: &str| {
+        let out = scratch(name);
+        let o = rig.cmd(&format!(
+            "run -np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120 --out {} --healthy-hostfile {} --drain-list {}",
+            out.display(),
+            hostfile.display(),
+            drain.display()
+        ));
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|_| panic!("{}", show(&o))),
+        )
+        .expect("json");
+        (o, summary)
+    };
+    for i in 0..2 {
+        let (o, summary) = run(&format!("verdict-healthy-{i}"));
+        assert_eq!(unhealthy_nodes(&summary), vec![], "{}", show(&o));
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("# Node verdicts: 8 healthy "),
+            "{}",
+            show(&o)
+        );
+        assert_eq!(std::fs::read_to_string(&drain).expect("drain list"), "");
+    }
+
+    rig.ok("shape node5 eth2 6250kbit");
+    let (o, summary) = run("verdict-node5");
+    let named = unhealthy_nodes(&summary);
+    assert_eq!(named.len(), 1, "node5 alone: {named:?}");
+    let (host, verdict, evidence) = &named[0];
+    assert_eq!(host, "node5", "{named:?}");
+    assert!(evidence.starts_with("eth2 sending at 0."), "{evidence}");
+    let hostfile_text = std::fs::read_to_string(&hostfile).expect("healthy hostfile");
+    let listed: Vec<&str> = hostfile_text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        listed,
+        [0, 1, 2, 3, 4, 6, 7].map(|n| format!("node{n} slots=2")),
+        "{hostfile_text}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    if verdict == "bad" {
+        assert_eq!(o.status.code(), Some(5), "{}", show(&o));
+        let drained = std::fs::read_to_string(&drain).expect("drain list");
+        assert!(
+            drained.starts_with("node5 tcpx-perf: eth2 sending at 0.") && drained.lines().count() == 1,
+            "{drained}"
+        );
+        assert!(stdout.contains("#   node5  bad      eth2 sending at 0."), "{stdout}");
+    } else {
+        assert_eq!(
+            (verdict.as_str(), o.status.code()),
+            ("suspect", Some(0)),
+            "{}",
+            show(&o)
+        );
+    }
+
+    rig.ok("shape node5 eth2 off");
+    rig.ok("shape node3 eth1 6250kbit");
+    rig.ok("shape node6 eth2 6250kbit");
+    let (o, summary) = run("verdict-node3-node6");
+    let named = unhealthy_nodes(&summary);
+    let hosts: Vec<&str> = named.iter().map(|(h, _, _)| h.as_str()).collect();
+    assert_eq!(hosts, ["node3", "node6"], "{named:?}\n{}", show(&o));
+    assert!(named[0].2.starts_with("eth1 sending"), "{named:?}");
+    assert!(named[1].2.starts_with("eth2 sending"), "{named:?}");
 }
 
 /// A NIC that dies mid-run: the run ends within its -T deadline of the last completion (exit 3),

@@ -774,6 +774,27 @@ fn entry_runs_the_job_from_pod_0_and_releases_the_others() {
         show(&pod0)
     );
 
+    // Exit 5, a bad node: the lines that take each node of the drain list out of service.
+    std::fs::remove_file(world.at("state/done")).expect("pod 0 left its word");
+    std::fs::write(
+        world.at("results/drain.txt"),
+        "gke-a3-node-7 tcpx-perf: eth2 sending at 0.15 of the median\n",
+    )
+    .expect("write");
+    let pod0 = wait_within(
+        world.entry("0", &["bash", "-c", "exit 5"], &[]),
+        LIMIT,
+        "entry.sh as pod 0",
+    );
+    assert_eq!(pod0.status.code(), Some(5), "{}", show(&pod0));
+    let stderr0 = String::from_utf8_lossy(&pod0.stderr);
+    for want in [
+        "kubectl cordon gke-a3-node-7 && kubectl taint nodes gke-a3-node-7 tcpx-perf/verdict=bad:NoSchedule --overwrite",
+        "kubectl annotate node gke-a3-node-7 tcpx-perf/reason=tcpx-perf:\\ eth2\\ sending",
+    ] {
+        assert!(stderr0.contains(want), "expected '{want}' in:\n{stderr0}");
+    }
+
     // A pod that never answers: pod 0 gives up at its deadline, naming it, and runs nothing.
     std::fs::write(world.at("hostfile"), "up-0 slots=2\ndown slots=2\n").expect("write");
     let start = std::time::Instant::now();

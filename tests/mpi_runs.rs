@@ -717,6 +717,10 @@ fn usage_errors_exit_64_with_one_line() {
         ("--abi 6", "6"),
         ("-n abc", "abc"),
         ("-b 2M -e 1M", "-b"),
+        (
+            "--suspect-share 0.3 --bad-share 0.4",
+            "--bad-share 0.4 and --suspect-share 0.3",
+        ),
     ] {
         let o = mpirun(&[(2, args(&format!("{flags} --no-out")))], &[], Duration::from_secs(60));
         assert_eq!(o.status.code(), Some(64), "{flags}: {}", show(&o));

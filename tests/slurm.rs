@@ -413,6 +413,44 @@ fn sbatch_job_exits_with_tcpx_perfs_failure() {
     assert!(!out.contains("# tcpx-perf"), "no tcpx-perf step ran:\n{out}");
 }
 
+/// A job with a bad node (tcpx-perf's exit 5, here from a stand-in that writes the drain list
+/// it is given): the job's status is 5, the lists go beside results/slurm-<job id>, and the
+/// script prints the `scontrol update ... state=drain` line for each bad node.
+#[test]
+fn sbatch_job_with_a_bad_node_prints_the_drain_lines() {
+    let Some(slurm) = Slurm::up("sbatch-drain") else { return };
+    let stand_in = slurm.scratch.join("tcpx-perf-bad-node");
+    std::fs::write(
+        &stand_in,
+        "#!/usr/bin/env bash\n\
+         for a in \"$@\"; do [ \"$a\" = --dry-run ] && exit 0; done\n\
+         prev=; for a in \"$@\"; do [ \"$prev\" = --drain-list ] && list=$a; prev=$a; done\n\
+         [ \"${SLURM_PROCID:-0}\" = 0 ] && echo 'node5 tcpx-perf: eth2 sending at 0.15 of the median' >\"$list\"\n\
+         exit 5\n",
+    )
+    .expect("write the stand-in");
+    let made = Command::new("chmod").arg("+x").arg(&stand_in).status().expect("chmod");
+    assert!(made.success());
+    let env = [("TCPX_PERF", stand_in.to_str().expect("utf-8 path"))];
+    let (job, o) = slurm.sbatch(false, QUICK, &env, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", show(&o));
+    let (state, status) = slurm.wait_job(job, Duration::from_secs(60));
+    let out = slurm.job_output(job);
+    assert_eq!((state.as_str(), status), ("FAILED", 5), "job output:\n{out}");
+    let drain = slurm.scratch.join(format!("slurm-{job}.drain.txt"));
+    assert!(
+        out.contains(&format!(
+            "a3-high.sbatch: bad nodes in {}; to drain them:",
+            drain.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("  scontrol update nodename=node5 state=drain reason=tcpx-perf:\\ eth2\\ sending\\ at\\ 0.15"),
+        "{out}"
+    );
+}
+
 /// `scancel` mid-run: Slurm's SIGTERM reaches every rank, rank 0 records `interrupted` (by
 /// slurmstepd) with every size finished so far, within KillWait.
 #[test]

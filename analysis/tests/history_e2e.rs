@@ -446,3 +446,53 @@ fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
         "a change in 12 real runs of one configuration: {table}"
     );
 }
+
+/// `history add` stores tcpx-perf's verdict per node and `history nodes` shows each node's over
+/// the stored runs: node5 bad in 3 of 5 runs comes first, its letters oldest first and its newest
+/// evidence. The runs are one real run's files with their figures scaled (as above) and
+/// `node_verdicts` written into summary.json as tcpx-perf writes it (docs/drain.md).
+#[test]
+fn history_nodes_shows_a_node_bad_in_3_of_5_runs() {
+    let _alone = alone();
+    let dir = tmpdir("history-nodes");
+    let runs = dir.join("runs");
+    for (i, node5) in ["bad", "healthy", "bad", "healthy", "bad"].iter().enumerate() {
+        let out = runs.join(format!("run{i}"));
+        derived_run(&out, i, |_| 1.0 + 0.03 * i as f64);
+        let path = out.join("summary.json");
+        let mut sum: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let verdict = |host: &str, v: &str| {
+            serde_json::json!({"host": host, "verdict": v, "evidence": format!("{v} in run {i}"),
+                "decided_by": null, "lowest_share": 0.9, "slow_sides": []})
+        };
+        sum["node_verdicts"] = serde_json::json!([verdict("node4", "healthy"), verdict("node5", node5)]);
+        std::fs::write(&path, serde_json::to_string_pretty(&sum).unwrap()).unwrap();
+    }
+    let db = dir.join("history.sqlite");
+    let dbs = db.to_str().unwrap();
+    let (code, out) = run_analyze(&["history", "add", "--db", dbs, runs.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("5 run(s) added"), "{out}");
+    let (code, table) = run_analyze(&["history", "nodes", "--db", dbs, "--last", "5"]);
+    assert_eq!(code, 0, "{table}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[1].starts_with("node5     5        2        0    3  B.B.B "),
+        "{table}"
+    );
+    assert!(lines[1].ends_with("run 5: bad bad in run 4"), "{table}");
+    assert!(
+        lines[2].starts_with("node4     5        5        0    0  ....."),
+        "{table}"
+    );
+    // The HTML report's node-by-run grid: node5's row, bad in the first run.
+    let page = dir.join("report.html");
+    let (code, out) = run_analyze(&["history", "report", "--db", dbs, "-o", page.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<table id=\"nodes\">"), "no node grid");
+    assert!(
+        html.contains("<tr><td>node5</td><td class=\"bad\" style=\"background:#f99\" title=\"bad in run 0\">B</td>"),
+        "node5's row"
+    );
+}

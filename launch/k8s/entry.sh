@@ -11,7 +11,8 @@
 # TCPX_PERF_HOSTFILE, TCPX_PERF_SSH_DIR (the Secret with id_ed25519 and id_ed25519.pub),
 # TCPX_PERF_SSH_PORT, TCPX_PERF_WAIT_S (RxDM and peers), TCPX_PERF_DEADLINE_S (the whole job),
 # TCPX_PERF_KEEP_S, TCPX_PERF_RESULTS, NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX (RxDM's sockets);
-# TCPX_PERF_STATE (where pod 0's word lands, /tmp/tcpx-perf). ssh, sshd and ssh-keygen are found
+# TCPX_PERF_STATE (where pod 0's word lands, /tmp/tcpx-perf); TCPX_PERF_DRAIN_LIST (the
+# --drain-list given to tcpx-perf, default $TCPX_PERF_RESULTS/drain.txt: read when it exits 5). ssh, sshd and ssh-keygen are found
 # on PATH (tests/k8s.rs stands them in to run the whole flow on one machine).
 set -uo pipefail
 
@@ -102,6 +103,20 @@ say "all ${#hosts[@]} pods answer; running: $*"
 "$@"
 rc=$?
 say "mpirun exited with status $rc"
+# Exit 5: a node is bad. With --drain-list (docs/drain.md), the lines that take each out of
+# service; the node is its hostname, the Kubernetes node's name under hostNetwork.
+if [ "$rc" -eq 5 ]; then
+  drain=${TCPX_PERF_DRAIN_LIST:-$results/drain.txt}
+  if [ -s "$drain" ]; then
+    say "bad nodes in $drain; to take them out of service:"
+    while read -r node reason; do
+      say "  kubectl cordon $node && kubectl taint nodes $node tcpx-perf/verdict=bad:NoSchedule --overwrite"
+      say "  kubectl annotate node $node tcpx-perf/reason=$(printf '%q' "${reason:0:200}") --overwrite"
+    done <"$drain"
+  else
+    say "a node is bad (summary.json node_verdicts); pass --drain-list $drain to tcpx-perf for the list"
+  fi
+fi
 release
 pod=${TCPX_PERF_POD:-POD}
 say "results are in $results; copy them out, then let this pod end:"

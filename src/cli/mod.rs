@@ -88,7 +88,8 @@ EXIT STATUS:
   0 every size measured, every byte checked right (with -c 0: measured but unchecked, the footer
   says N/A (not checked) and summary.json's status is unchecked); 1 error (impossible plan, plugin
   error, bytes moved != bytes planned, an error finding of preflight without --force); 2 wrong
-  data (#wrong > 0); 3 timeout (-T); 7 average busbw below NCCL_TESTS_MIN_BW (nccl-tests' status
+  data (#wrong > 0); 3 timeout (-T); 5 a node is bad (the footer's node verdicts, summary.json's
+  node_verdicts; the results are complete); 7 average busbw below NCCL_TESTS_MIN_BW (nccl-tests' status
   for a failed check); 64 usage error (a flag or value tcpx-perf does not accept; one line from
   rank 0); 130/143 SIGINT/SIGTERM on a rank (summary.json: status interrupted; mpirun, itself
   signalled, exits 1). --plan: 0 the shape fits this machine's limits, 1 it crosses one, 64 a
@@ -319,6 +320,32 @@ pub struct Cli {
     #[arg(short = 'J', long = "output_file", visible_alias = "output-file")]
     pub output_file: Option<PathBuf>,
 
+    /// Write the healthy nodes of a multi-node run as an Open MPI hostfile to PATH
+    ///
+    /// `HOST slots=N` per healthy node, N its ranks in this job (docs/drain.md). Written whole
+    /// at the end of the run; an earlier file at PATH is removed before the run measures, so a
+    /// run that judges no node leaves none.
+    #[arg(long = "healthy-hostfile", value_name = "PATH")]
+    pub healthy_hostfile: Option<PathBuf>,
+
+    /// Write the bad nodes of a multi-node run to PATH, one a line: the node, a space, the reason
+    ///
+    /// For `scontrol update nodename=... state=drain reason=...`, `kubectl cordon`/`taint`
+    /// (docs/drain.md). Empty when no node is bad; written and removed as --healthy-hostfile.
+    #[arg(long = "drain-list", value_name = "PATH")]
+    pub drain_list: Option<PathBuf>,
+
+    /// A NIC side whose flows ran below this share of the median side is suspect (node verdicts)
+    ///
+    /// Measured on the rig: no side of 41 healthy runs stayed below 0.56 (docs/drain.md#thresholds).
+    #[arg(long = "suspect-share", value_name = "SHARE", default_value_t = crate::verdict::DEFAULT_SUSPECT_SHARE)]
+    pub suspect_share: f64,
+
+    /// A NIC side below this share of the median side, its partners fast with everyone else,
+    /// makes its node bad (exit 5)
+    #[arg(long = "bad-share", value_name = "SHARE", default_value_t = crate::verdict::DEFAULT_BAD_SHARE)]
+    pub bad_share: f64,
+
     /// Warm up as nccl-tests does: -w untimed iterations of every size once, before the first timed
     /// iteration, and none between sizes
     #[arg(long = "warmup-once")]
@@ -465,6 +492,7 @@ impl Cli {
     /// Checks that depend on the job shape (endpoint counts, even n for pairs, plugin
     /// limits) are done by the caller once MPI and the plugin are up.
     pub fn validate(&self) -> Result<(), String> {
+        crate::verdict::Thresholds::new(self.suspect_share, self.bad_share)?;
         if self.minbytes > self.maxbytes {
             return Err(format!(
                 "-b {} is larger than -e {}: make the minimum size (-b) at most the maximum (-e)",

@@ -349,6 +349,9 @@ struct Summary<'a> {
     /// The slow NIC sides found after the sweep (each a warning in `placement.findings`), with
     /// every flow through each: the evidence a one-line finding leaves out.
     slow_nics: &'a [crate::slow_nic::SlowNic],
+    /// A verdict per node of a multi-node run (healthy, suspect, bad) with its evidence in one
+    /// line; empty when no size was judged and no finding names a node.
+    node_verdicts: &'a [crate::report::NodeVerdict],
     avg_busbw_gbps: Option<f64>,
     /// `NCCL_TESTS_MIN_BW`'s verdict on `avg_busbw_gbps` (null when unset): a failed one is
     /// status `below-min-bw`, which a gate refuses unless allowed by name.
@@ -412,6 +415,7 @@ pub fn write_summary(
         env: info.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
         placement: &info.placement,
         slow_nics: &info.slow_nics,
+        node_verdicts: &info.node_verdicts,
         avg_busbw_gbps: avg_busbw(results),
         min_bw: info.bandwidth_gate.as_ref(),
         wrong_total: wrong_total(results),

@@ -4,6 +4,7 @@
 //! - [`svg`]: `bandwidth.svg` and `links.svg`, the run's pictures;
 //! - [`json`]: `summary.json`, written last and atomically;
 //! - [`nccl_json`]: `-J FILE`, the run as nccl-tests' JSON;
+//! - [`nodes`]: the node verdicts' footer table, `--healthy-hostfile` and `--drain-list`;
 //! - [`row`]: the one per-size row that `summary.json` holds and `results.csv` flattens;
 //! - [`claim`]: one job per result directory (`.tcpx-perf-claim`, locked for the job's life).
 //!
@@ -19,6 +20,7 @@ pub mod claim;
 pub mod csv;
 pub mod json;
 pub mod nccl_json;
+pub mod nodes;
 pub mod row;
 pub mod svg;
 pub mod table;
@@ -239,6 +241,7 @@ pub(crate) mod fixtures {
             nccl: None,
             bandwidth_gate: None,
             slow_nics: Vec::new(),
+            node_verdicts: Vec::new(),
         }
     }
 

@@ -341,6 +341,11 @@ pub fn schema() -> serde_json::Value {
 /// directory and writes, syncs and removes a probe file beside it (a read-only or missing place
 /// is found before the sweep, not after it). Every error names the path and the flag.
 pub fn check_destination(path: &Path) -> io::Result<()> {
+    check_writable("-J", path)
+}
+
+/// The probe of [`check_destination`] for any file a flag names (`--drain-list`, ...).
+pub(crate) fn check_writable(flag: &str, path: &Path) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -361,7 +366,7 @@ pub fn check_destination(path: &Path) -> io::Result<()> {
         io::Error::new(
             e.kind(),
             format!(
-                "-J {}: cannot write in {}: {e}; choose another file",
+                "{flag} {}: cannot write in {}: {e}; choose another file",
                 path.display(),
                 dir.display()
             ),

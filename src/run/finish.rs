@@ -6,12 +6,12 @@ use super::connect::Connected;
 use super::record::{self, Record};
 use super::settings::Settings;
 use super::sweep::Swept;
-use super::{Fatal, Job, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
+use super::{Fatal, Job, EXIT_BAD_NODE, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
 use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
 use crate::export::{self, json::RunStatus, nccl_json, table};
 use crate::mpi_boot::Mpi;
-use crate::report::{BandwidthGate, RunInfo, SizeResult};
+use crate::report::{BandwidthGate, Health, RunInfo, SizeResult};
 use std::time::Instant;
 
 /// Rank 0 prepares the result directory (refusing one with results in it, proving it takes a
@@ -27,6 +27,11 @@ pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo
     if let Some(path) = &settings.output.nccl_json {
         nccl_json::check_destination(path).map_err(|e| Fatal::Here(e.to_string()))?;
     }
+    settings
+        .output
+        .node_lists
+        .prepare()
+        .map_err(|e| Fatal::Here(e.to_string()))?;
     print!("{}", table::header(info));
     for s in &job.skipped {
         println!("# skipped size {s}: smaller than one byte per endpoint");
@@ -52,7 +57,7 @@ pub(super) fn finish(
     let (engine, mut nccl) = (connected.engine, connected.nccl);
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
-    let link_findings = add_link_findings(&mut info, &results);
+    let link_findings = add_link_findings(&mut info, &results, settings.verdicts);
     if let Some(b) = &nccl {
         info.nccl = Some(b.info().clone());
     }
@@ -122,19 +127,45 @@ pub(super) fn finish(
         print!("{}", table::concluded(&info.settings.pattern));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
+        print!("{}", export::nodes::footer(&info.node_verdicts, settings.verdicts));
         write_nccl_json(settings, &info, &results, None);
         // Said only once every file is in place.
         if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
             println!("# Results written to {}", dir.display());
+        }
+        if !write_node_lists(settings, &info) {
+            return Ok(super::EXIT_ERROR);
         }
     }
     Ok(if wrong > 0 {
         EXIT_WRONG_DATA
     } else if info.bandwidth_gate.is_some_and(|g| !g.passed) {
         EXIT_MIN_BW
+    } else if info.node_verdicts.iter().any(|v| v.verdict == Health::Bad) {
+        EXIT_BAD_NODE
     } else {
         EXIT_OK
     })
+}
+
+/// `--healthy-hostfile`, `--drain-list` (rank 0, after the results): false when one cannot be
+/// written (its place was proved before the sweep), said on stderr; the measurements stay.
+fn write_node_lists(settings: &Settings, info: &RunInfo) -> bool {
+    let slots = export::nodes::slots(info.hosts.iter().map(|h| h.hostname.clone()));
+    match settings
+        .output
+        .node_lists
+        .write(&info.node_verdicts, &slots, &info.start_time)
+    {
+        Ok(said) => {
+            print!("{said}");
+            true
+        }
+        Err(e) => {
+            eprintln!("tcpx-perf: error: {e}");
+            false
+        }
+    }
 }
 
 /// `-J`: nccl-tests' JSON of the run (rank 0). A file that cannot be written is a warning: the
@@ -151,8 +182,26 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 /// The findings the measurements make (a slow NIC, from the link matrix and the NICs'
 /// counters: [`crate::slow_nic`]; sizes stalled by TCP timeouts: [`crate::incast`]) join
 /// placement's in `summary.json`, with a slow NIC's evidence in `slow_nics` and the TCP counters
-/// in each size's `tcp`; their footer lines, one short line each.
-fn add_link_findings(info: &mut RunInfo, results: &[crate::report::SizeResult]) -> String {
+/// in each size's `tcp`; their footer lines, one short line each. The node verdicts
+/// ([`crate::verdict`]) are made first, from the flows and preflight's findings (the measured
+/// ones name no node's fault: the verdicts read the flows themselves).
+fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: crate::verdict::Thresholds) -> String {
+    let mut hosts: Vec<String> = Vec::new();
+    for h in &info.hosts {
+        if !hosts.contains(&h.hostname) {
+            hosts.push(h.hostname.clone());
+        }
+    }
+    if hosts.len() > 1 {
+        let evidence = crate::verdict::Evidence {
+            hosts: &hosts,
+            rows: &info.placement.rows,
+            results,
+            findings: &info.placement.findings,
+            failure: None,
+        };
+        info.node_verdicts = crate::verdict::verdicts(&evidence, thresholds);
+    }
     let mut lines = String::new();
     info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
     let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);

@@ -45,6 +45,8 @@ pub const EXIT_TIMEOUT: i32 = watchdog::EXIT_TIMEOUT;
 /// The average busbw is below 90% of `NCCL_TESTS_MIN_BW` (nccl-tests' `testNumResults`, which its
 /// `main` returns as the exit status).
 pub const EXIT_MIN_BW: i32 = 7;
+/// A node is bad (the node verdicts, [`crate::verdict`]); the results are complete and right.
+pub const EXIT_BAD_NODE: i32 = 5;
 /// A flag or value tcpx-perf does not accept (`EX_USAGE` of sysexits.h).
 pub const EXIT_USAGE: i32 = 64;
 

@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub dry_run: bool,
     /// `--force`: run despite error findings of preflight (recorded).
     pub force: bool,
+    /// `--suspect-share`, `--bad-share`: the node verdicts' thresholds.
+    pub verdicts: crate::verdict::Thresholds,
     /// Every flag as given, for summary.json's `config` (generated from `Cli` by serde).
     pub flags: serde_json::Value,
 }
@@ -84,6 +86,8 @@ pub(crate) struct OutputSettings {
     pub progress: bool,
     /// `-J`: nccl-tests' JSON file (rank 0 writes it; never overwritten).
     pub nccl_json: Option<PathBuf>,
+    /// `--healthy-hostfile`, `--drain-list`: the node verdicts as a scheduler takes them.
+    pub node_lists: export::nodes::Lists,
 }
 
 impl Settings {
@@ -231,12 +235,17 @@ impl Settings {
                 }),
                 progress: cli.progress_enabled(std::io::stderr().is_terminal()),
                 nccl_json: cli.output_file.clone(),
+                node_lists: export::nodes::Lists {
+                    healthy_hostfile: cli.healthy_hostfile.clone(),
+                    drain_list: cli.drain_list.clone(),
+                },
             },
             timeout: timeout_of(cli.timeout),
             warmup_once: cli.warmup_once,
             min_bw: min_bw_of(std::env::var(MIN_BW_ENV).ok().as_deref())?,
             dry_run: cli.dry_run,
             force: cli.force,
+            verdicts: crate::verdict::Thresholds::new(cli.suspect_share, cli.bad_share)?,
             flags: cli.config_json(),
         })
     }

@@ -314,5 +314,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         nccl: None,
         bandwidth_gate: None,
         slow_nics: Vec::new(),
+        node_verdicts: Vec::new(),
     }
 }

@@ -146,12 +146,21 @@ fn sides(p: &PairResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<[Sid
 }
 
 /// One size judged: each side's median rate, the reference, and the flows through each side.
-struct Judged<'a> {
-    size: u64,
-    reference: f64,
-    median: BTreeMap<Side, f64>,
-    flows: BTreeMap<Side, Vec<&'a PairResult>>,
-    result: &'a SizeResult,
+pub(crate) struct Judged<'a> {
+    pub size: u64,
+    pub reference: f64,
+    pub median: BTreeMap<Side, f64>,
+    pub flows: BTreeMap<Side, Vec<&'a PairResult>>,
+    pub result: &'a SizeResult,
+}
+
+/// The sizes the rule judges (at least [`MIN_SIZE`], at least [`MIN_FLOWS`] flows between
+/// hosts), smallest first: the slow-NIC finding's input and the node verdicts' ([`crate::verdict`]).
+pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult]) -> Vec<Judged<'a>> {
+    let nic_of: BTreeMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
+    let mut judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of)).collect();
+    judged.sort_by_key(|j| j.size);
+    judged
 }
 
 fn judge<'a>(r: &'a SizeResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<Judged<'a>> {
@@ -188,8 +197,7 @@ fn judge<'a>(r: &'a SizeResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Opti
 
 /// The slow NIC sides of a run (see the module's rule); empty when none or too few flows.
 pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
-    let nic_of: BTreeMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
-    let judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of)).collect();
+    let judged = judged_sizes(rows, results);
     let Some(last) = judged.iter().max_by_key(|j| j.size) else {
         return Vec::new();
     };

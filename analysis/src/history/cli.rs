@@ -22,6 +22,18 @@ pub enum HistoryCmd {
     /// One self-contained HTML page: busbw over time per configuration and size, change points,
     /// NCCL of the same runs, a table of the changes.
     Report(ReportArgs),
+    /// Each node's verdicts (tcpx-perf's node_verdicts) over the stored runs, the nodes that
+    /// were not healthy first (docs/drain.md).
+    Nodes(NodesArgs),
+}
+
+#[derive(Args)]
+pub struct NodesArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// The newest runs to show.
+    #[arg(long, default_value_t = 10)]
+    last: usize,
 }
 
 #[derive(Args, Clone)]
@@ -193,7 +205,7 @@ fn report(a: &ReportArgs) -> Result<i32, Failure> {
     let s = a.edm.settings()?;
     let db = Db::open(&a.db.db, false)?;
     let d = detect(&db, &s)?;
-    let page = super::report_html::html(&d, &a.db.db.display().to_string());
+    let page = super::report_html::html(&d, &a.db.db.display().to_string(), &db.node_verdicts()?);
     // Whole or absent (a full disk leaves no cut-off page), never through a link.
     tcpx_files::write_bytes(&a.out, tcpx_files::Durability::Synced, page.as_bytes())
         .map_err(|e| Failure::Input(e.to_string()))?;
@@ -212,5 +224,10 @@ pub fn run(c: &HistoryCmd) -> Result<i32, Failure> {
         HistoryCmd::Add(a) => add(a),
         HistoryCmd::Detect(a) => run_detect(a),
         HistoryCmd::Report(a) => report(a),
+        HistoryCmd::Nodes(a) => {
+            let db = Db::open(&a.db.db, false)?;
+            print!("{}", super::nodes::table(&db.node_verdicts()?, a.last.max(1)));
+            Ok(exit::PASS)
+        }
     }
 }

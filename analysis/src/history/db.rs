@@ -6,7 +6,7 @@
 //! `gate --history`) open read-only and refuse a file that is not a tcpx-analyze history (empty,
 //! or another program's SQLite) instead of writing into it.
 
-use super::model::{Config, Provenance, RunRecord, Sample, StoredRow, StoredRun};
+use super::model::{Config, NodeVerdict, Provenance, RunRecord, Sample, StoredRow, StoredRun};
 use crate::error::Failure;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
@@ -67,6 +67,14 @@ const MIGRATIONS: &[&str] = &[
     // the waivers a run was added under (`--allow-forced`, ...), which every verdict must name.
     "ALTER TABLE runs ADD COLUMN result_dir TEXT;
     ALTER TABLE runs ADD COLUMN allowed TEXT;",
+    // 3: tcpx-perf's verdict per node of a run (summary.json `node_verdicts`): `history nodes`.
+    "CREATE TABLE node_verdicts (
+        run_id INTEGER NOT NULL REFERENCES runs(id),
+        host TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        evidence TEXT NOT NULL,
+        PRIMARY KEY (run_id, host)
+    );",
 ];
 
 /// The schema version this build writes.
@@ -274,6 +282,12 @@ impl Db {
                 ],
             )?;
             let run_id = tx.last_insert_rowid();
+            for n in &record.nodes {
+                tx.execute(
+                    "INSERT OR REPLACE INTO node_verdicts (run_id, host, verdict, evidence) VALUES (?1, ?2, ?3, ?4)",
+                    params![run_id, n.host, n.verdict, n.evidence],
+                )?;
+            }
             for s in &record.series {
                 let cid = Self::config_id(&tx, &s.config)?;
                 for row in &s.rows {
@@ -323,6 +337,29 @@ impl Db {
     }
 
     /// Number of runs stored.
+    /// Every stored node verdict with its run: (run id, start time, verdict), oldest run first.
+    pub fn node_verdicts(&self) -> Result<Vec<(i64, String, NodeVerdict)>, Failure> {
+        let read = || -> rusqlite::Result<Vec<(i64, String, NodeVerdict)>> {
+            let mut st = self.conn.prepare(
+                "SELECT r.id, r.start_time, n.host, n.verdict, n.evidence FROM node_verdicts n
+                 JOIN runs r ON r.id = n.run_id ORDER BY r.start_time, r.id, n.host",
+            )?;
+            let rows = st.query_map([], |x| {
+                Ok((
+                    x.get(0)?,
+                    x.get(1)?,
+                    NodeVerdict {
+                        host: x.get(2)?,
+                        verdict: x.get(3)?,
+                        evidence: x.get(4)?,
+                    },
+                ))
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| sql(&self.path, e))
+    }
+
     pub fn run_count(&self) -> Result<i64, Failure> {
         self.conn
             .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))

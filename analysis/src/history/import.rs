@@ -267,6 +267,7 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                 status: run.status.clone(),
                 allowed: allowed(run),
                 series,
+                nodes: node_verdicts(&summary),
                 run: run.clone(),
             })
         }
@@ -330,10 +331,30 @@ fn record(path: &Path, run: &Run, o: &AddOptions) -> Result<RunRecord, Failure> 
                 status: run.status.clone(),
                 allowed: allowed(run),
                 series,
+                nodes: Vec::new(),
                 run: run.clone(),
             })
         }
     }
+}
+
+/// `summary.json`'s `node_verdicts` (tcpx-perf's verdict per node); entries without a host or
+/// verdict are left out.
+fn node_verdicts(summary: &Value) -> Vec<super::model::NodeVerdict> {
+    let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    summary
+        .get("node_verdicts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some(super::model::NodeVerdict {
+                host: field(v, "host")?,
+                verdict: field(v, "verdict")?,
+                evidence: field(v, "evidence").unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod edm;
 pub mod gate;
 pub mod import;
 pub mod model;
+pub mod nodes;
 pub mod report_html;
 
 /// Default location of the database.

@@ -109,9 +109,20 @@ pub struct RunRecord {
     /// The waivers the run was admitted under ([`crate::admit`]), e.g. `FORCED`, comma-joined.
     pub allowed: Option<String>,
     pub series: Vec<SeriesRecord>,
+    /// tcpx-perf's verdict per node (`summary.json` `node_verdicts`); empty for logs and older runs.
+    pub nodes: Vec<NodeVerdict>,
     /// The run as the gate reads it: what a copy is recognised by ([`crate::admit::same_run`]).
     #[serde(skip)]
     pub run: crate::model::Run,
+}
+
+/// One node's verdict in one run (tcpx-perf's `node_verdicts`, docs/drain.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeVerdict {
+    pub host: String,
+    /// `healthy`, `suspect` or `bad`.
+    pub verdict: String,
+    pub evidence: String,
 }
 
 /// A stored run of one configuration, read back.

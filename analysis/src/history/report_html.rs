@@ -198,7 +198,7 @@ const CHECK_JS: &str = r"
 ";
 
 /// The whole page.
-pub fn html(d: &Detection, db_name: &str) -> String {
+pub fn html(d: &Detection, db_name: &str, nodes: &[(i64, String, super::model::NodeVerdict)]) -> String {
     let mut o = String::new();
     let runs: std::collections::BTreeSet<i64> = d
         .series
@@ -254,6 +254,7 @@ pub fn html(d: &Detection, db_name: &str) -> String {
         o.push_str("<tr><td colspan=\"10\">no change points</td></tr>\n");
     }
     o.push_str("</table>\n");
+    o.push_str(&super::nodes::grid(nodes, esc));
     for (cid, key, _) in &d.configs {
         let _ = writeln!(o, "<section class=\"config\"><h2><code>{}</code></h2>", esc(key));
         for r in d.series.iter().filter(|r| r.data.config_id == *cid) {

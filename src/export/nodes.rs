@@ -1,0 +1,263 @@
+//! The node verdicts ([`crate::verdict`]) as the footer's table and as the two lists a
+//! scheduler takes (docs/drain.md): `--healthy-hostfile` (an Open MPI hostfile of the healthy
+//! nodes) and `--drain-list` (the bad nodes, one a line with the reason). Both are written
+//! whole to a temporary sibling and renamed into place; a destination is proved writable, and a
+//! file left there by an earlier job removed, before the run measures, so either this job's
+//! list is there, complete, or none is.
+
+use crate::report::{Health, NodeVerdict};
+use crate::verdict::Thresholds;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::PathBuf;
+
+/// The longest footer line (the evidence is cut there; summary.json has it whole).
+const LINE_MAX: usize = 200;
+
+/// The footer's table: a count per verdict and one line per node that is not healthy, the
+/// worst first; nothing without verdicts.
+pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds) -> String {
+    if verdicts.is_empty() {
+        return String::new();
+    }
+    let count = |h: Health| verdicts.iter().filter(|v| v.verdict == h).count();
+    let mut counts = vec![format!("{} healthy", count(Health::Healthy))];
+    for h in [Health::Suspect, Health::Bad] {
+        if count(h) > 0 {
+            counts.push(format!("{} {}", count(h), h.as_str()));
+        }
+    }
+    let mut s = format!(
+        "# Node verdicts: {} (a NIC side is suspect below {} and bad below {} of the median)\n",
+        counts.join(", "),
+        shares.suspect,
+        shares.bad
+    );
+    let mut named: Vec<&NodeVerdict> = verdicts.iter().filter(|v| v.verdict != Health::Healthy).collect();
+    named.sort_by_key(|v| std::cmp::Reverse(v.verdict));
+    let width = named.iter().map(|v| v.host.chars().count()).max().unwrap_or(0);
+    for v in named {
+        let head = format!("#   {:<width$}  {:<7}  ", v.host, v.verdict.as_str());
+        let room = LINE_MAX.saturating_sub(head.chars().count());
+        let evidence: String = if v.evidence.chars().count() <= room {
+            v.evidence.clone()
+        } else {
+            let cut: String = v.evidence.chars().take(room.saturating_sub(3)).collect();
+            format!("{cut}...")
+        };
+        let _ = writeln!(s, "{head}{evidence}");
+    }
+    s
+}
+
+/// `--healthy-hostfile`: `HOST slots=N` for each healthy node, N its ranks in this job, after a
+/// comment line saying what the file is.
+pub fn healthy_hostfile(verdicts: &[NodeVerdict], slots: &[(String, usize)], start_time: &str) -> String {
+    let healthy: Vec<&(String, usize)> = slots
+        .iter()
+        .filter(|(h, _)| verdicts.iter().any(|v| &v.host == h && v.verdict == Health::Healthy))
+        .collect();
+    let mut s = format!(
+        "# tcpx-perf: the {} healthy node(s) of {} in the run started {start_time}\n",
+        healthy.len(),
+        slots.len()
+    );
+    for (host, n) in healthy {
+        let _ = writeln!(s, "{host} slots={n}");
+    }
+    s
+}
+
+/// `--drain-list`: each bad node, a space, the reason (one line, `tcpx-perf: ` and the
+/// evidence), as `while read -r node reason` takes it; empty when no node is bad.
+pub fn drain_list(verdicts: &[NodeVerdict]) -> String {
+    verdicts
+        .iter()
+        .filter(|v| v.verdict == Health::Bad)
+        .map(|v| format!("{} tcpx-perf: {}\n", v.host, v.evidence.replace(['\n', '\r'], " ")))
+        .collect()
+}
+
+/// The lists asked for and where (`--healthy-hostfile`, `--drain-list`).
+#[derive(Debug, Clone, Default)]
+pub struct Lists {
+    pub healthy_hostfile: Option<PathBuf>,
+    pub drain_list: Option<PathBuf>,
+}
+
+impl Lists {
+    fn each(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
+        [
+            ("--healthy-hostfile", &self.healthy_hostfile),
+            ("--drain-list", &self.drain_list),
+        ]
+        .into_iter()
+        .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
+    }
+
+    /// Before the run measures: each destination's directory takes a file, and an earlier
+    /// job's list there is removed (a run that judges nothing must not leave it looking like
+    /// this job's). Every error names the flag and the path.
+    pub fn prepare(&self) -> io::Result<()> {
+        for (flag, path) in self.each() {
+            super::nccl_json::check_writable(flag, path)?;
+            if path.is_dir() {
+                return Err(io::Error::other(format!(
+                    "{flag} {}: is a directory; give a file",
+                    path.display()
+                )));
+            }
+            match fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("{flag} {}: cannot replace the earlier list: {e}", path.display()),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the lists (nothing without verdicts: no list then, rather than a guess); the
+    /// lines saying where.
+    pub fn write(&self, verdicts: &[NodeVerdict], slots: &[(String, usize)], start_time: &str) -> io::Result<String> {
+        let mut said = String::new();
+        if verdicts.is_empty() {
+            for (flag, path) in self.each() {
+                let _ = writeln!(said, "# {flag} {}: not written, no node was judged", path.display());
+            }
+            return Ok(said);
+        }
+        for (flag, path) in self.each() {
+            let text = if flag == "--drain-list" {
+                drain_list(verdicts)
+            } else {
+                healthy_hostfile(verdicts, slots, start_time)
+            };
+            super::write_atomically(path, |w| {
+                w.write_all(text.as_bytes())?;
+                w.flush()?;
+                w.get_ref().sync_all()
+            })?;
+            let _ = writeln!(said, "# {flag} written to {}", path.display());
+        }
+        Ok(said)
+    }
+}
+
+/// The hostnames of the job in rank order, each with its number of ranks (a hostfile's slots).
+pub fn slots(hostnames: impl IntoIterator<Item = String>) -> Vec<(String, usize)> {
+    let mut slots: Vec<(String, usize)> = Vec::new();
+    for h in hostnames {
+        match slots.iter_mut().find(|(n, _)| *n == h) {
+            Some((_, n)) => *n += 1,
+            None => slots.push((h, 1)),
+        }
+    }
+    slots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(host: &str, verdict: Health, evidence: &str) -> NodeVerdict {
+        NodeVerdict {
+            host: host.into(),
+            verdict,
+            evidence: evidence.into(),
+            decided_by: None,
+            lowest_share: Some(0.9),
+            slow_sides: Vec::new(),
+        }
+    }
+
+    fn run() -> Vec<NodeVerdict> {
+        vec![
+            verdict("node0", Health::Healthy, "lowest NIC side at 0.91 of the median"),
+            verdict("node1", Health::Suspect, "eth1 sending at 0.55 of the median"),
+            verdict(
+                "node2",
+                Health::Bad,
+                &format!("eth2 sending at 0.12 of the median{}", " x".repeat(150)),
+            ),
+            verdict("node3", Health::Healthy, "lowest NIC side at 0.88 of the median"),
+        ]
+    }
+
+    #[test]
+    fn the_footer_counts_the_healthy_and_lists_the_others_worst_first_in_short_lines() {
+        let f = footer(&run(), Thresholds { suspect: 0.6, bad: 0.4 });
+        let lines: Vec<&str> = f.lines().collect();
+        assert_eq!(
+            lines[0],
+            "# Node verdicts: 2 healthy, 1 suspect, 1 bad (a NIC side is suspect below 0.6 and bad below 0.4 of the median)"
+        );
+        assert!(
+            lines[1].starts_with("#   node2  bad      eth2 sending at 0.12"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[1].ends_with("...") && lines[1].chars().count() == LINE_MAX,
+            "{}",
+            lines[1]
+        );
+        assert_eq!(lines[2], "#   node1  suspect  eth1 sending at 0.55 of the median");
+        assert_eq!(lines.len(), 3);
+        assert_eq!(footer(&[], Thresholds::default()), "");
+    }
+
+    #[test]
+    fn the_lists_hold_the_healthy_nodes_with_their_slots_and_the_bad_ones_with_a_reason() {
+        let slots = slots(["node0", "node0", "node1", "node1", "node2", "node2", "node3", "node3"].map(String::from));
+        let hostfile = healthy_hostfile(&run(), &slots, "2026-11-27T01:00:00Z");
+        assert_eq!(
+            hostfile,
+            "# tcpx-perf: the 2 healthy node(s) of 4 in the run started 2026-11-27T01:00:00Z\nnode0 slots=2\nnode3 slots=2\n"
+        );
+        let drain = drain_list(&run());
+        assert!(
+            drain.starts_with("node2 tcpx-perf: eth2 sending at 0.12 of the median x"),
+            "{drain}"
+        );
+        assert_eq!(drain.lines().count(), 1);
+    }
+
+    #[test]
+    fn lists_are_written_whole_an_earlier_one_is_removed_first_and_none_without_verdicts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lists = Lists {
+            healthy_hostfile: Some(dir.path().join("healthy")),
+            drain_list: Some(dir.path().join("sub/drain")),
+        };
+        fs::write(dir.path().join("healthy"), "stale\n").expect("write");
+        lists.prepare().expect("prepare");
+        assert!(!dir.path().join("healthy").exists(), "the earlier list is gone");
+        let said = lists.write(&[], &[], "t").expect("write");
+        assert!(said.contains("not written, no node was judged"), "{said}");
+        assert!(!dir.path().join("healthy").exists() && !dir.path().join("sub/drain").exists());
+        let slots = slots(["node0", "node1", "node2", "node3"].map(String::from));
+        lists.write(&run(), &slots, "t").expect("write");
+        let hostfile = fs::read_to_string(dir.path().join("healthy")).expect("hostfile");
+        assert!(hostfile.ends_with("node0 slots=1\nnode3 slots=1\n"), "{hostfile}");
+        assert!(fs::read_to_string(dir.path().join("sub/drain"))
+            .expect("drain")
+            .starts_with("node2 "));
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "no temporary left: {names:?}");
+        let bad = Lists {
+            drain_list: Some(dir.path().to_path_buf()),
+            ..Lists::default()
+        };
+        let e = bad.prepare().unwrap_err().to_string();
+        assert!(e.starts_with("--drain-list ") && e.contains("give a file"), "{e}");
+    }
+}

@@ -1,0 +1,276 @@
+use super::*;
+use crate::placement::Choice;
+
+/// `nodes` nodes x `nics` NICs, one rank per NIC: rank r on node r / nics with GPU r % nics on
+/// eth(r % nics + 1) (the rig's layout with one GPU per rank).
+fn rows(nodes: usize, nics: usize) -> Vec<Row> {
+    (0..nodes * nics)
+        .map(|r| Row {
+            endpoint: r,
+            rank: r,
+            host: format!("node{}", r / nics),
+            gpu: r % nics,
+            gpu_pci: "-".into(),
+            gpu_numa: "-".into(),
+            nic: format!("eth{}", r % nics + 1),
+            nic_dev: r % nics,
+            nic_pci: "-".into(),
+            nic_numa: "-".into(),
+            speed_gbps: 10.0,
+            mtu: Some(1500),
+            distance: "unknown".into(),
+            choice: Choice::Arithmetic,
+            cpus: "0-1".into(),
+            cpus_why: String::new(),
+        })
+        .collect()
+}
+
+/// A shaped side: (node, NIC, sending) at a share of the line rate.
+type Shaped<'a> = &'a [(usize, &'a str, bool, f64)];
+
+/// One size of traffic between `ranks` (src, dst) pairs on nodes of `nics` NICs: each flow at 1
+/// GB/s times the lowest share of its two ends, with a +-15% spread that repeats per flow.
+fn size(size: u64, nics: usize, flows: &[(usize, usize)], shaped: Shaped) -> SizeResult {
+    let share = |node: usize, rail: usize, sending: bool| {
+        shaped
+            .iter()
+            .filter(|(n, nic, s, _)| *n == node && *nic == format!("eth{}", rail + 1) && *s == sending)
+            .map(|t| t.3)
+            .fold(1.0, f64::min)
+    };
+    let mut r = crate::export::fixtures::size(size, 1000.0, Some(0));
+    r.pairs = flows
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, d))| {
+            let rail = d % nics;
+            let spread = 0.85 + 0.3 * ((i * 7919 + size as usize / 4096) % 101) as f64 / 100.0;
+            let gbps = spread * share(s / nics, rail, true).min(share(d / nics, rail, false));
+            PairResult {
+                src_rank: s,
+                src_gpu: s % nics,
+                src_host: format!("node{}", s / nics),
+                dst_rank: d,
+                dst_gpu: d % nics,
+                dst_host: format!("node{}", d / nics),
+                bytes: size,
+                time_us: size as f64 / gbps / 1e3,
+                gbps,
+            }
+        })
+        .collect();
+    r
+}
+
+/// Every rank to every rank of the other nodes.
+fn fullmesh(nodes: usize, nics: usize) -> Vec<(usize, usize)> {
+    let ranks = nodes * nics;
+    (0..ranks)
+        .flat_map(|s| (0..ranks).map(move |d| (s, d)))
+        .filter(|(s, d)| s / nics != d / nics)
+        .collect()
+}
+
+/// Rank r to the same GPU of the next node, and back (a ring: one partner each way).
+fn ring(nodes: usize, nics: usize) -> Vec<(usize, usize)> {
+    let ranks = nodes * nics;
+    (0..ranks).map(|s| (s, (s + nics) % ranks)).collect()
+}
+
+/// The verdicts of a sweep of 1, 2 and 4 MiB with these flows and shaped sides.
+fn judge(nodes: usize, nics: usize, flows: &[(usize, usize)], shaped: Shaped) -> Vec<NodeVerdict> {
+    let results: Vec<SizeResult> = [1u64 << 20, 2 << 20, 4 << 20]
+        .iter()
+        .map(|&s| size(s, nics, flows, shaped))
+        .collect();
+    let hosts: Vec<String> = (0..nodes).map(|n| format!("node{n}")).collect();
+    let rows = rows(nodes, nics);
+    let e = Evidence {
+        hosts: &hosts,
+        rows: &rows,
+        results: &results,
+        findings: &[],
+        failure: None,
+    };
+    verdicts(&e, Thresholds::default())
+}
+
+/// The nodes that are not healthy: (host, verdict, decided_by).
+fn unhealthy(v: &[NodeVerdict]) -> Vec<(&str, Health, Option<&str>)> {
+    v.iter()
+        .filter(|n| n.verdict != Health::Healthy)
+        .map(|n| (n.host.as_str(), n.verdict, n.decided_by.as_deref()))
+        .collect()
+}
+
+#[test]
+fn a_healthy_fullmesh_gives_every_node_healthy_with_its_lowest_share() {
+    let v = judge(8, 2, &fullmesh(8, 2), &[]);
+    assert_eq!(v.len(), 8);
+    assert_eq!(unhealthy(&v), vec![]);
+    for n in &v {
+        assert!(n.evidence.starts_with("lowest NIC side at "), "{}", n.evidence);
+        assert!(n.lowest_share.is_some_and(|s| s > 0.8), "{n:?}");
+    }
+}
+
+#[test]
+fn a_nic_slow_sending_is_its_node_s_fault_and_its_partners_stay_healthy() {
+    let v = judge(8, 2, &fullmesh(8, 2), &[(5, "eth2", true, 0.125)]);
+    assert_eq!(unhealthy(&v), vec![("node5", Health::Bad, Some("partners"))]);
+    let node5 = &v[5];
+    assert!(node5.evidence.starts_with("eth2 sending at 0.1"), "{}", node5.evidence);
+    assert!(
+        node5
+            .evidence
+            .ends_with("flows with 7 peers, 7 of them fast with the others"),
+        "{}",
+        node5.evidence
+    );
+    assert_eq!(node5.slow_sides.len(), 1);
+    assert_eq!(
+        (node5.slow_sides[0].peers.len(), node5.slow_sides[0].peers_fast),
+        (7, 7)
+    );
+}
+
+#[test]
+fn a_nic_slow_receiving_is_named_receiving() {
+    let v = judge(8, 2, &fullmesh(8, 2), &[(2, "eth1", false, 0.25)]);
+    assert_eq!(unhealthy(&v), vec![("node2", Health::Bad, Some("partners"))]);
+    assert!(v[2].evidence.starts_with("eth1 receiving at 0.2"), "{}", v[2].evidence);
+}
+
+#[test]
+fn every_nic_of_a_node_slow_names_the_node() {
+    let v = judge(
+        8,
+        2,
+        &fullmesh(8, 2),
+        &[(4, "eth1", true, 0.25), (4, "eth2", true, 0.25)],
+    );
+    assert_eq!(unhealthy(&v), vec![("node4", Health::Bad, Some("partners"))]);
+    assert!(
+        v[4].evidence.starts_with("every NIC slow sending (eth1 0.2"),
+        "{}",
+        v[4].evidence
+    );
+    assert!(v[4].evidence.contains("the node, not one NIC"), "{}", v[4].evidence);
+}
+
+#[test]
+fn two_slow_nodes_are_both_named_and_nobody_else() {
+    let v = judge(
+        8,
+        2,
+        &fullmesh(8, 2),
+        &[(3, "eth1", true, 0.125), (6, "eth2", true, 0.125)],
+    );
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node3", Health::Bad, Some("partners")),
+            ("node6", Health::Bad, Some("partners"))
+        ]
+    );
+    assert!(v[3].evidence.starts_with("eth1 sending"), "{}", v[3].evidence);
+    assert!(v[6].evidence.starts_with("eth2 sending"), "{}", v[6].evidence);
+}
+
+#[test]
+fn a_nic_between_the_bad_and_the_suspect_share_is_suspect_not_bad() {
+    let v = judge(8, 2, &fullmesh(8, 2), &[(1, "eth2", true, 0.42)]);
+    assert_eq!(unhealthy(&v), vec![("node1", Health::Suspect, Some("partners"))]);
+}
+
+#[test]
+fn two_nodes_cannot_be_separated_and_both_are_suspect() {
+    let v = judge(2, 2, &fullmesh(2, 2), &[(1, "eth2", true, 0.125)]);
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node0", Health::Suspect, Some("cannot-separate")),
+            ("node1", Health::Suspect, Some("cannot-separate"))
+        ]
+    );
+    assert!(
+        v[1].evidence.starts_with("eth2 sending at 0.")
+            && v[1]
+                .evidence
+                .ends_with("with node0 eth2 only, slow too: cannot separate, re-run with fullmesh"),
+        "{}",
+        v[1].evidence
+    );
+    assert!(v[0].evidence.starts_with("eth2 receiving"), "{}", v[0].evidence);
+}
+
+#[test]
+fn a_ring_cannot_separate_a_slow_nic_from_its_one_partner() {
+    let v = judge(8, 2, &ring(8, 2), &[(5, "eth2", true, 0.125)]);
+    // node5 sends eth2 to node6 only: both ends suspect, nobody else.
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node5", Health::Suspect, Some("cannot-separate")),
+            ("node6", Health::Suspect, Some("cannot-separate"))
+        ]
+    );
+}
+
+#[test]
+fn findings_and_the_failure_name_nodes_and_a_job_wide_warning_does_not() {
+    let hosts: Vec<String> = (0..4).map(|n| format!("node{n}")).collect();
+    let finding = |level, hosts: &[&str]| NodeFinding {
+        level,
+        text: "eth1 link down".into(),
+        hosts: hosts.iter().map(|h| (*h).to_string()).collect(),
+    };
+    let findings = vec![
+        finding(Level::Error, &["node1"]),
+        finding(Level::Warning, &["node2"]),
+        finding(Level::Warning, &["node0", "node1", "node2", "node3"]),
+        finding(Level::Ok, &["node0"]),
+    ];
+    let e = Evidence {
+        hosts: &hosts,
+        rows: &[],
+        results: &[],
+        findings: &findings,
+        failure: Some(("node3", "rank 3 (node3) failed in sweep: peer closed")),
+    };
+    let v = verdicts(&e, Thresholds::default());
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node1", Health::Bad, Some("finding")),
+            ("node2", Health::Suspect, Some("finding")),
+            ("node3", Health::Bad, Some("failure"))
+        ]
+    );
+    assert_eq!(v[1].evidence, "error: eth1 link down");
+    assert_eq!(v[3].evidence, "failure: rank 3 (node3) failed in sweep: peer closed");
+    assert_eq!(v[0].evidence, "no flow between nodes judged");
+}
+
+#[test]
+fn nothing_judged_and_nothing_named_gives_no_verdicts() {
+    let hosts = vec!["node0".to_string()];
+    let e = Evidence {
+        hosts: &hosts,
+        rows: &[],
+        results: &[],
+        findings: &[],
+        failure: None,
+    };
+    assert!(verdicts(&e, Thresholds::default()).is_empty());
+}
+
+#[test]
+fn thresholds_are_shares_with_bad_below_suspect() {
+    assert_eq!(Thresholds::new(0.6, 0.3), Ok(Thresholds { suspect: 0.6, bad: 0.3 }));
+    for (s, b) in [(0.3, 0.6), (0.5, 0.5), (1.5, 0.3), (0.6, 0.0), (f64::NAN, 0.3)] {
+        let e = Thresholds::new(s, b).unwrap_err();
+        assert!(e.contains("--bad-share") && e.contains("defaults"), "{e}");
+    }
+}
