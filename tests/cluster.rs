@@ -487,6 +487,8 @@ fn rank_pid_below(root: i32, rank: usize) -> Option<i32> {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         comm.trim() == "tcpx-perf" && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
     })
+}
+
 /// `--connect rounds` on the CI rig (8 nodes x 2 ranks x 2 NICs, fullmesh, `--max-peers 2`): a
 /// process holds only the round in flight, at most 60% of the fds (at their peak, every round's
 /// connect and iterations sampled) that `--connect all` holds; both complete, 0 wrong, the same
@@ -534,6 +536,8 @@ fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
         *rounds as f64 <= 0.6 * *all as f64,
         "fds per process at the peak: {rounds} with --connect rounds, {all} with all"
     );
+}
+
 /// The node verdicts of a run's summary.json that are not healthy: (host, verdict, evidence).
 fn unhealthy_nodes(summary: &serde_json::Value) -> Vec<(String, String, String)> {
     let verdicts = summary["node_verdicts"].as_array().expect("node_verdicts");
