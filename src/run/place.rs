@@ -10,7 +10,7 @@ use crate::engine::MemKind;
 use crate::export::{self, json::RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::placement::rank::EndpointPlace;
-use crate::placement::resources::{plugin::default_setup_threads, Memory};
+use crate::placement::resources::Memory;
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
 use crate::report::{self, RunInfo};
 use crate::topology::Topology;
@@ -49,7 +49,7 @@ pub(super) fn place(
             &job.connections,
             &vetted.plugin,
             &vetted.sha256,
-            resource_inputs(settings, job, vetted),
+            resource_inputs(job, vetted),
         ),
     )?;
     notes.extend(rank_plan.notes.iter().cloned());
@@ -181,11 +181,10 @@ pub(super) struct ResourceInputs {
     memory: Memory,
     buffer_len: u64,
     local_copies: bool,
-    setup_threads: usize,
 }
 
-/// The job's memory, buffers, local copies and setup threads, as the engine will use them.
-pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -> ResourceInputs {
+/// The job's memory, buffers and local copies, as the engine will use them.
+pub(super) fn resource_inputs(job: &Job, vetted: &Vetted) -> ResourceInputs {
     ResourceInputs {
         memory: match vetted.mem() {
             MemKind::Host => Memory::Host,
@@ -197,10 +196,6 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             .plans
             .iter()
             .any(|p| p.flows.iter().any(crate::plan::Flow::is_local)),
-        setup_threads: settings
-            .transport
-            .setup_threads
-            .unwrap_or_else(|| default_setup_threads(vetted.plugin.name())),
     }
 }
 
@@ -232,7 +227,6 @@ pub(super) fn place_rank(
         memory: inputs.memory,
         buffer_len: inputs.buffer_len,
         local_copies: inputs.local_copies,
-        setup_threads: inputs.setup_threads,
     })
 }
 
