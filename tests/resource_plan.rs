@@ -655,3 +655,46 @@ fn a_terabyte_per_gpu_crosses_the_gpu_s_memory() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("# error: host memory"), "{out}");
 }
+
+/// A run's own preflight plans what its `--connect` holds at once: with `rounds` one
+/// `--max-peers` round's comms, with `all` every comm (4 ranks of fullmesh on one host,
+/// `--max-peers 1`: one peer a round against three).
+#[test]
+fn the_preflight_plans_one_round_under_connect_rounds() {
+    let needed = |connect: &str| -> u64 {
+        let mut cmd = mpirun_command();
+        cmd.args([
+            "-np",
+            "4",
+            BIN,
+            "--dry-run",
+            "--pattern",
+            "fullmesh",
+            "--max-peers",
+            "1",
+        ])
+        .args(["--connect", connect])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for v in MODEL_VARS {
+            cmd.env_remove(v);
+        }
+        let o = output_within(&mut cmd, Duration::from_secs(120), "mpirun --dry-run");
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let line = out
+            .lines()
+            .find(|l| l.contains("open files limit") && l.contains(" needed"))
+            .unwrap_or_else(|| panic!("no open files line: {out}"));
+        // `# ok: open files limit L >= N needed [hosts]`
+        line.split(" needed")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    // 3 peers (1 a round) x 2 channels x 2 directions of 2 sockets, a listener per receive
+    // comm, MPI's 19.
+    assert_eq!(needed("all"), 12 * 2 + 6 + 19);
+    assert_eq!(needed("rounds"), 4 * 2 + 2 + 19);
+}

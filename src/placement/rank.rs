@@ -36,6 +36,8 @@ pub struct RankInput<'a> {
     pub buffer_len: u64,
     /// The plan copies blocks locally (host memory then starts copy threads).
     pub local_copies: bool,
+    /// `--connect rounds`: every network flow's (src, dst, round); None, every comm at once.
+    pub rounds: Option<&'a [(usize, usize, u32)]>,
 }
 
 /// This rank's placement and report.
@@ -161,8 +163,11 @@ fn resource_findings(
 ) -> Vec<Finding> {
     let topo = input.topo;
     let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
-    // Every comm open at once: `--connect all`'s footprint, the most `--connect rounds` holds.
-    let peers = resources::Counted::all(topo.len(), input.connections);
+    // Every comm open at once (`--connect all`), or one round's (`--connect rounds`).
+    let peers = match input.rounds {
+        None => resources::Counted::all(topo.len(), input.connections),
+        Some(flows) => resources::Counted::by_round(topo.len(), flows.iter().copied()),
+    };
     let limits = Limits::read();
     let job = JobShape {
         layout: topo,
@@ -238,6 +243,7 @@ mod tests {
             memory: Memory::Host,
             buffer_len: 8192,
             local_copies: true,
+            rounds: None,
         };
         plan(&input).unwrap().report.findings
     }

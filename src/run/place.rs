@@ -49,7 +49,7 @@ pub(super) fn place(
             &job.connections,
             &vetted.plugin,
             &vetted.sha256,
-            resource_inputs(job, vetted),
+            resource_inputs(settings, job, vetted),
         ),
     )?;
     notes.extend(rank_plan.notes.iter().cloned());
@@ -181,10 +181,12 @@ pub(super) struct ResourceInputs {
     memory: Memory,
     buffer_len: u64,
     local_copies: bool,
+    /// `--connect rounds`: every network flow's (src, dst, round), one round's comms open at once.
+    rounds: Option<Vec<(usize, usize, u32)>>,
 }
 
-/// The job's memory, buffers and local copies, as the engine will use them.
-pub(super) fn resource_inputs(job: &Job, vetted: &Vetted) -> ResourceInputs {
+/// The job's memory, buffers, local copies and the comms open at once, as the engine will use them.
+pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -> ResourceInputs {
     ResourceInputs {
         memory: match vetted.mem() {
             MemKind::Host => Memory::Host,
@@ -196,6 +198,17 @@ pub(super) fn resource_inputs(job: &Job, vetted: &Vetted) -> ResourceInputs {
             .plans
             .iter()
             .any(|p| p.flows.iter().any(crate::plan::Flow::is_local)),
+        // A plan's rounds are its peers' shifts, the same at every size.
+        rounds: (settings.transport.connect == crate::cli::ConnectMode::Rounds)
+            .then(|| job.plans.first())
+            .flatten()
+            .map(|p| {
+                p.flows
+                    .iter()
+                    .filter(|f| !f.is_local())
+                    .map(|f| (f.src, f.dst, f.round))
+                    .collect()
+            }),
     }
 }
 
@@ -227,6 +240,7 @@ pub(super) fn place_rank(
         memory: inputs.memory,
         buffer_len: inputs.buffer_len,
         local_copies: inputs.local_copies,
+        rounds: inputs.rounds.as_deref(),
     })
 }
 
