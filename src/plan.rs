@@ -203,15 +203,8 @@ impl Plan {
         max_peers: Option<usize>,
     ) -> Result<Plan, String> {
         let n = topo.len();
-        if n < 2 {
-            return Err(format!(
-                "pattern {pattern} needs at least 2 endpoints, the job has {n}; launch more ranks (mpirun -np 2) or use -g 2"
-            ));
-        }
+        Self::check_shape(pattern, scope, n, topo.nodes)?;
         let inter = scope == Scope::InterNode;
-        if inter && topo.nodes < 2 {
-            return Err("--scope inter-node needs at least 2 nodes; use --scope all or --ranks-per-node".into());
-        }
         let mut plan = Plan {
             pattern,
             scope,
@@ -223,11 +216,44 @@ impl Plan {
         };
         match pattern {
             Pattern::Sendrecv => plan.sendrecv_flows(topo, inter)?,
-            Pattern::Pairs => plan.pairs_flows(topo, inter)?,
+            Pattern::Pairs => plan.pairs_flows(topo, inter),
             Pattern::Ring => plan.ring_flows(topo, inter)?,
             Pattern::Fullmesh => plan.fullmesh_flows(topo, inter, max_peers),
         }
         Ok(plan)
+    }
+
+    /// Whether `pattern` runs on `endpoints` endpoints over `nodes` nodes: the refusals that do
+    /// not depend on where the endpoints sit (`--plan` checks a shape without building it).
+    pub fn check_shape(pattern: Pattern, scope: Scope, endpoints: usize, nodes: usize) -> Result<(), String> {
+        if endpoints < 2 {
+            return Err(format!(
+                "pattern {pattern} needs at least 2 endpoints, the job has {endpoints}; launch more ranks (mpirun -np 2) or use -g 2"
+            ));
+        }
+        if scope == Scope::InterNode && nodes < 2 {
+            return Err("--scope inter-node needs at least 2 nodes; use --scope all or --ranks-per-node".into());
+        }
+        if pattern == Pattern::Pairs && !endpoints.is_multiple_of(2) {
+            return Err(format!(
+                "pattern pairs needs an even number of endpoints, the job has {endpoints}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The size reported and every endpoint's buffer length of `pattern` over `endpoints`
+    /// endpoints at `size`: ring and fullmesh round the size down to whole blocks of
+    /// size/endpoints (0: too small to split).
+    pub fn sized(pattern: Pattern, endpoints: usize, size: u64) -> (u64, u64) {
+        let n = endpoints as u64;
+        match pattern {
+            Pattern::Sendrecv | Pattern::Pairs => (size, size.saturating_mul(2)),
+            // Region 0 and one region per step of 2(n-1).
+            Pattern::Ring => (size / n * n, (size / n).saturating_mul(2 * (n - 1) + 1)),
+            // The send half and the receive half.
+            Pattern::Fullmesh => (size / n * n, (size / n * n).saturating_mul(2)),
+        }
     }
 
     /// sendrecv: endpoint e sends to the next in the (node-interleaved with inter) order.
@@ -243,14 +269,9 @@ impl Plan {
     }
 
     /// pairs: endpoint e with e + n/2 (the lower half only with `--dir uni`).
-    fn pairs_flows(&mut self, topo: &Topology, inter: bool) -> Result<(), String> {
+    fn pairs_flows(&mut self, topo: &Topology, inter: bool) {
         let (n, size) = (topo.len(), self.size);
         let node = |e: usize| topo.endpoints[e].node;
-        if n % 2 != 0 {
-            return Err(format!(
-                "pattern pairs needs an even number of endpoints, the job has {n}"
-            ));
-        }
         self.two_region_buffers(size);
         for src in 0..n {
             let dst = (src + n / 2) % n;
@@ -259,7 +280,6 @@ impl Plan {
             }
             self.flows.push(Flow::plain(src, dst, 0, size, size, 0));
         }
-        Ok(())
     }
 
     /// ring: 2(n-1) steps of one size/n block each to the next endpoint.
@@ -267,12 +287,13 @@ impl Plan {
         let n = topo.len();
         let order = topo.order(inter)?;
         let block = self.size / n as u64;
-        self.size = block * n as u64;
+        let buffer_len;
+        (self.size, buffer_len) = Self::sized(Pattern::Ring, n, self.size);
         let steps = 2 * (n - 1);
         // Region 0 holds the endpoint's own block; step k sends region k and receives into
         // region k+1, which step k+1 forwards: the dependency chain of a ring all-reduce.
         for &e in &order {
-            self.buffer_len[e] = block * (steps as u64 + 1);
+            self.buffer_len[e] = buffer_len;
             self.fills[e].push(Fill {
                 off: 0,
                 len: block,
@@ -304,10 +325,11 @@ impl Plan {
         let n = topo.len();
         let node = |e: usize| topo.endpoints[e].node;
         let block = self.size / n as u64;
-        self.size = block * n as u64;
-        let half = block * n as u64;
+        let buffer_len;
+        (self.size, buffer_len) = Self::sized(Pattern::Fullmesh, n, self.size);
+        let half = self.size;
         for e in 0..n {
-            self.buffer_len[e] = 2 * half;
+            self.buffer_len[e] = buffer_len;
             self.fills[e].push(Fill {
                 off: 0,
                 len: half,
@@ -322,10 +344,8 @@ impl Plan {
         let peers: usize = (0..n)
             .map(|src| (1..n).filter(|s| !inter || node(src) != node((src + s) % n)).count())
             .sum();
-        let per_round = match max_peers {
-            Some(p) if peers > 0 => (p * shifts * n).div_ceil(peers).clamp(1, n),
-            _ => n,
-        };
+        debug_assert_eq!(shifts, n - 1);
+        let per_round = shifts_per_round(max_peers, n, peers as u128);
         for src in 0..n {
             for shift in 0..n {
                 let dst = (src + shift) % n;
@@ -351,8 +371,9 @@ impl Plan {
 
     /// sendrecv / pairs: the send half [0, size) filled, the receive half [size, 2 size).
     fn two_region_buffers(&mut self, size: u64) {
+        let (_, buffer_len) = Self::sized(self.pattern, self.buffer_len.len(), size);
         for e in 0..self.buffer_len.len() {
-            self.buffer_len[e] = 2 * size;
+            self.buffer_len[e] = buffer_len;
             self.fills[e].push(Fill {
                 off: 0,
                 len: size,
@@ -484,6 +505,17 @@ impl Plan {
             }),
             whole_index,
         }
+    }
+}
+
+/// Shifts per `--max-peers` round of fullmesh over `endpoints` endpoints, `peers` of whose
+/// `endpoints x (endpoints - 1)` (endpoint, shift) pairs carry traffic: a window in which each
+/// endpoint has about `max_peers` peers; every shift at once without a bound.
+pub fn shifts_per_round(max_peers: Option<usize>, endpoints: usize, peers: u128) -> usize {
+    let n = endpoints as u128;
+    match max_peers {
+        Some(p) if peers > 0 => (p as u128 * (n - 1) * n).div_ceil(peers).clamp(1, n) as usize,
+        _ => endpoints,
     }
 }
 

@@ -52,13 +52,13 @@ fn sixty_four_nodes_of_fullmesh_cross_1024_open_files() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     // 504 inter-node peers x 2 channels x 2 directions = 2016 comms of 2 sockets, 1008
-    // listeners, 256 spare.
+    // listeners, MPI's 19 and CUDA's 46 (--mem auto plans GPU memory).
     assert!(
-        out.contains("# error: open files limit 1024 is below the 5296 a rank needs") && out.contains("ulimit -n"),
+        out.contains("# error: open files limit 1024 is below the 5105 a rank needs") && out.contains("ulimit -n"),
         "{}",
         show(&o)
     );
-    assert!(out.contains("open files                     5296"), "{out}");
+    assert!(out.contains("open files                     5105"), "{out}");
     assert!(out.contains("1024 (RLIMIT_NOFILE) error"), "{out}");
     assert!(out.lines().last().unwrap_or("").contains("would cross"), "{out}");
     for line in out.lines().filter(|l| l.starts_with("# error")) {
@@ -123,9 +123,15 @@ fn plan_json_holds_the_figures_and_verdicts() {
     );
     let p = &j["per_process"];
     assert_eq!(p["comms"], 2016);
-    // TCPX: 4 data + 1 ctrl socket per comm, data + ctrl listener per listen comm.
-    assert_eq!(p["files"], 2016 * 5 + 1008 * 2 + 256);
-    assert_eq!(p["helper_threads"], 2016, "NCCL_SOCKET_NTHREADS=1 per comm");
+    // TCPX: 4 data + 1 ctrl socket per comm, data + ctrl listener per listen comm, MPI's and
+    // CUDA's files.
+    assert_eq!(p["files"], 2016 * 5 + 1008 * 2 + 19 + 46);
+    assert_eq!(j["connect"], "all");
+    // 64 MiB over 512 endpoints is 128 KiB a peer, one chunk: one channel of two carries data.
+    assert_eq!(
+        p["helper_threads"], 1008,
+        "NCCL_SOCKET_NTHREADS=1 per comm that carries data"
+    );
     assert_eq!(j["per_node"]["ports"].as_array().map(Vec::len), Some(4));
     let files = j["verdicts"]
         .as_array()
@@ -142,7 +148,7 @@ fn plan_json_holds_the_figures_and_verdicts() {
 fn a_run_past_its_open_files_limit_is_refused_before_connecting() {
     let mut cmd = mpirun_command();
     cmd.args(["-np", "2", "sh", "-c"])
-        .arg(format!("ulimit -n 200; exec {BIN} --no-out -n 1"))
+        .arg(format!("ulimit -n 24; exec {BIN} --no-out -n 1"))
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     for v in MODEL_VARS {
@@ -155,9 +161,10 @@ fn a_run_past_its_open_files_limit_is_refused_before_connecting() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
-    // sendrecv, 2 ranks: 2 comms each way of 2 sockets, 2 listeners, 256 spare.
+    // sendrecv, 2 ranks: 2 comms each way of 2 sockets, 2 listeners, MPI's 19 (the model's
+    // figure is the real peak, so the limit that crosses it is tight).
     assert!(
-        text.contains("open files limit 200 is below the 266 a rank needs"),
+        text.contains("open files limit 24 is below the 29 a rank needs"),
         "{}",
         show(&o)
     );
@@ -173,7 +180,8 @@ fn descends_from(pid: u32, root: u32) -> bool {
         stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
     };
     let mut at = pid;
-    for _ in 0..4 {
+    // mpirun, its daemon, `ip netns exec` and a shell may stand between (the rig).
+    for _ in 0..8 {
         match parent(at) {
             Some(p) if p == root => return true,
             Some(p) if p > 1 => at = p,
@@ -264,7 +272,7 @@ fn the_model_bounds_what_a_real_run_holds() {
             "rank {rank} after setup: {threads} threads, {fds} fds"
         );
     }
-    for (pid, (threads, fds)) in peaks {
+    for (&pid, &(threads, fds)) in &peaks {
         // Every connected comm's sockets were open at once, within the model's file count.
         assert!(
             (model("sockets")..=model("files")).contains(&fds),
@@ -279,6 +287,100 @@ fn the_model_bounds_what_a_real_run_holds() {
             1 + model("helper_threads"),
             model("threads")
         );
+    }
+    // The worst rank's peaks, planned to within 10% (measured <= planned <= 1.1 x measured).
+    within_a_tenth(&peaks, model("threads"), model("files"), "4 ranks on one host");
+}
+
+/// The worst process's peak threads and fds against the plan's: measured <= planned <= 1.1 x
+/// measured, each.
+fn within_a_tenth(peaks: &HashMap<u32, (usize, usize)>, threads: usize, files: usize, what: &str) {
+    let most = |f: fn(&(usize, usize)) -> usize| peaks.values().map(f).max().unwrap_or(0);
+    for (name, measured, planned) in [("threads", most(|p| p.0), threads), ("fds", most(|p| p.1), files)] {
+        assert!(
+            measured <= planned && planned * 10 <= measured * 11,
+            "{what}: {name} planned {planned}, measured {measured} (peaks by pid {peaks:?})"
+        );
+    }
+}
+
+/// The figures `--plan SHAPE FLAGS` gives per process: (threads, files).
+fn planned(shape: &str, flags: &str) -> (usize, usize) {
+    let file = scratch(&format!("{shape}-{}.json", flags.len()));
+    let o = plan(
+        None,
+        &format!("--plan {shape} {flags} --plan-json {}", file.display()),
+        &[],
+    );
+    assert!(o.status.code().is_some(), "{}", show(&o));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("written")).expect("JSON");
+    let _ = std::fs::remove_file(&file);
+    let figure = |k: &str| j["per_process"][k].as_u64().expect("a figure") as usize;
+    (figure("threads"), figure("files"))
+}
+
+/// The CI rig of issue 33 (8 nodes x 2 ranks x 2 NICs as namespaces on this host): `--plan
+/// 8x2x2` with the run's flags within 10% of each process's `/proc` peaks, `--connect all` and
+/// `--connect rounds --max-peers 2`. The rounds half holds only once the round-scoped engine
+/// opens fewer comms than `all` (before it, `rounds` ran `all`'s footprint; it says so and
+/// checks the `all` half alone). Needs root and iproute2; passes, saying so, where the rig
+/// cannot exist.
+#[test]
+fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
+    const RIG: &str = "14";
+    let state = std::env::temp_dir().join(format!("tcpx-perf-plan-rig-{}", std::process::id()));
+    let rig = |args: &str| {
+        let mut c = Command::new("bash");
+        c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/launch/cluster.sh"))
+            .args(args.split_whitespace())
+            .env("CLUSTER_RIG", RIG)
+            .env("CLUSTER_STATE_DIR", &state)
+            .env("TCPX_PERF", BIN)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for v in MODEL_VARS {
+            c.env_remove(v);
+        }
+        c
+    };
+    let _ = output_within(&mut rig("down"), Duration::from_secs(60), "cluster.sh down");
+    let up = output_within(
+        &mut rig("up --nodes 8 --nics 2"),
+        Duration::from_secs(120),
+        "cluster.sh up",
+    );
+    if up.status.code() == Some(77) {
+        eprintln!("skipped: no cluster rig on this machine: {}", show(&up));
+        return;
+    }
+    assert!(up.status.success(), "{}", show(&up));
+    let mut measured = Vec::new();
+    for connect in ["all", "rounds"] {
+        let flags = format!("--pattern fullmesh -b 1M -e 8M -n 4 -w 1 --mem host --max-peers 2 --connect {connect}");
+        let out = scratch(&format!("rig-{connect}"));
+        let mut cmd = rig(&format!("run -np 16 -- {flags} --out {}", out.display()));
+        let (o, peaks) = peaks_while(
+            common::spawn_piped(&mut cmd, "cluster.sh run"),
+            Duration::from_secs(180),
+        );
+        let _ = std::fs::remove_dir_all(&out);
+        assert_eq!(o.status.code(), Some(0), "{connect}: {}", show(&o));
+        assert_eq!(peaks.len(), 16, "{connect}: 16 ranks seen: {peaks:?}");
+        measured.push((connect, flags, peaks));
+    }
+    let _ = output_within(&mut rig("down"), Duration::from_secs(60), "cluster.sh down");
+    let _ = std::fs::remove_dir_all(&state);
+    let fds = |peaks: &HashMap<u32, (usize, usize)>| peaks.values().map(|p| p.1).max().unwrap_or(0);
+    let rounds_engine = fds(&measured[1].2) < fds(&measured[0].2);
+    for (connect, flags, peaks) in &measured {
+        if *connect == "rounds" && !rounds_engine {
+            eprintln!(
+                "not checked: --connect rounds held as many fds as all (the round-scoped engine is not in this build)"
+            );
+            continue;
+        }
+        let (threads, files) = planned("8x2x2", flags);
+        within_a_tenth(peaks, threads, files, &format!("8x2x2 rig, --connect {connect}"));
     }
 }
 
@@ -308,4 +410,291 @@ fn plan_never_starts_mpi() {
         "{}",
         show(&o)
     );
+}
+
+/// The closed form `--plan` computes (no connection listed) against the model counted from the
+/// real `Plan` of the same job, rank by rank and node by node, for every pattern and scope,
+/// both `--connect` modes, a spread of `--max-peers` and small shapes, odd ones included.
+#[test]
+fn the_closed_form_equals_the_counted_plan() {
+    use tcpx_perf::cli::ConnectMode;
+    use tcpx_perf::placement::arithmetic_nic;
+    use tcpx_perf::placement::resources::shape::{ShapePeers, Uniform};
+    use tcpx_perf::placement::resources::{Counted, JobShape, Layout, Memory, Model, PeerCounts, PluginModel};
+    use tcpx_perf::plan::{Direction, Pattern, Plan, Scope};
+    use tcpx_perf::topology::Topology;
+
+    let plugin = |name: &str, vars: &[(&str, &str)]| {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        PluginModel::from_env(name, &|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap()
+    };
+    // Default tcpx-emu in host memory; tcpx-emu with 4 sockets a comm (auto turns shared past
+    // 64) in GPU memory; TCPX with its ctrl sockets on their own device.
+    let plugins = [
+        (plugin("tcpx-emu", &[]), Memory::Host),
+        (plugin("tcpx-emu", &[("NCCL_NSOCKS_PERTHREAD", "4")]), Memory::Cuda),
+        (
+            plugin("GPUDirectTCPX_v7", &[("NCCL_GPUDIRECTTCPX_CTRL_DEV", "eth0")]),
+            Memory::Cuda,
+        ),
+    ];
+    // (nodes, GPUs, NICs, -g)
+    let shapes = [
+        (1, 2, 1, 1),
+        (1, 5, 3, 1),
+        (2, 1, 1, 1),
+        (2, 8, 4, 1),
+        (2, 8, 4, 2),
+        (3, 5, 3, 1),
+        (4, 2, 2, 1),
+        (5, 3, 2, 1),
+        (3, 4, 2, 2),
+        (4, 6, 4, 3),
+        (7, 2, 1, 2),
+    ];
+    let mut compared = 0;
+    for (nodes, gpus, nics, g) in shapes {
+        let rpn = gpus / g;
+        let ranks = nodes * rpn;
+        let topo = Topology::with_ranks_per_node(ranks, rpn, g, (0..ranks).map(|r| format!("n{}", r / rpn)).collect());
+        let uniform = Uniform::new(nodes, rpn, g).unwrap();
+        let n = topo.len();
+        for (pattern, dir) in [
+            (Pattern::Sendrecv, Direction::Bi),
+            (Pattern::Pairs, Direction::Bi),
+            (Pattern::Pairs, Direction::Uni),
+            (Pattern::Ring, Direction::Bi),
+            (Pattern::Fullmesh, Direction::Bi),
+        ] {
+            for scope in [Scope::All, Scope::InterNode] {
+                for max_peers in [None, Some(1), Some(2), Some(3)] {
+                    let size = 3000 * n as u64 + 17;
+                    let built = Plan::build(pattern, scope, dir, &topo, size, max_peers);
+                    for connect in [ConnectMode::All, ConnectMode::Rounds] {
+                        let closed = ShapePeers::new(pattern, scope, dir, uniform, max_peers, connect);
+                        let case =
+                            format!("{nodes}x{gpus}x{nics} -g {g} {pattern} {dir} {scope} {max_peers:?} {connect:?}");
+                        let plan = match (&built, closed) {
+                            (Ok(plan), Ok(closed)) => (plan, closed),
+                            (Err(a), Err(b)) => {
+                                assert_eq!(a, &b, "{case}: the same refusal");
+                                continue;
+                            }
+                            (a, b) => panic!("{case}: plan {:?} but closed form {:?}", a.as_ref().err(), b.err()),
+                        };
+                        let (plan, closed) = plan;
+                        let network = || plan.flows.iter().filter(|f| !f.is_local());
+                        let counted = match connect {
+                            ConnectMode::All => Counted::all(n, &plan.connections()),
+                            ConnectMode::Rounds => Counted::by_round(n, network().map(|f| (f.src, f.dst, f.round))),
+                        };
+                        // Every endpoint's peers in every phase the plan has.
+                        let rounds = plan.flows.iter().map(|f| f.round).max().unwrap_or(0);
+                        for e in 0..n {
+                            let phases: Vec<Option<u32>> = match connect {
+                                ConnectMode::All => vec![None],
+                                ConnectMode::Rounds => (0..=rounds).map(Some).collect(),
+                            };
+                            for phase in phases {
+                                assert_eq!(
+                                    closed.counts(e, phase),
+                                    counted.counts(e, phase),
+                                    "{case}: endpoint {e} in {phase:?}"
+                                );
+                            }
+                        }
+                        assert_eq!(
+                            Plan::sized(pattern, n, size),
+                            (plan.size, plan.buffer_len.iter().copied().max().unwrap()),
+                            "{case}: size and buffer"
+                        );
+                        let local = plan.flows.iter().any(tcpx_perf::plan::Flow::is_local);
+                        assert_eq!(local, pattern == Pattern::Fullmesh && scope == Scope::All, "{case}");
+                        let names: Vec<String> = (0..nics).map(|i| format!("eth{}", i + 1)).collect();
+                        let nic_of = |e: usize| arithmetic_nic(uniform.gpu_of(e), gpus, nics);
+                        for (plugin, memory) in &plugins {
+                            // The model over the ranks and nodes given.
+                            let job =
+                                |layout: &'_ dyn Layout, peers: &'_ dyn PeerCounts, over: (Vec<usize>, Vec<usize>)| {
+                                    let job = JobShape {
+                                        layout,
+                                        peers,
+                                        channels: 2,
+                                        active_channels: 1,
+                                        buffer_len: plan.buffer_len[0],
+                                        memory: *memory,
+                                        local_copies: local,
+                                        plugin,
+                                        nic_of: &nic_of,
+                                        nic_names: &names,
+                                        cuda_runtime: *memory != Memory::Host,
+                                    };
+                                    let model = Model::new(&job);
+                                    let mut p = model.worst_process(over.0.into_iter());
+                                    let mut node = model.worst_node(over.1.into_iter());
+                                    (p.rank, node.node) = (0, 0);
+                                    (p, node)
+                                };
+                            // Every rank and node of the counted plan; the closed form's
+                            // representatives only.
+                            let every = ((0..ranks).collect(), (0..nodes).collect());
+                            let representatives = (uniform.representative_ranks(), uniform.representative_nodes());
+                            assert_eq!(
+                                job(&topo, &counted, every),
+                                job(&uniform, &closed, representatives),
+                                "{case} {}",
+                                plugin.name()
+                            );
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 1000, "{compared} cases");
+}
+
+/// What `tcpx-perf ARGS` took: (exit status, output, wall seconds, CPU seconds, peak RSS in
+/// bytes), from the child's own rusage (wait4), not this test's.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std does not see
+fn measured(args: &str) -> (i32, String, f64, f64, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new(BIN);
+    cmd.args(args.split_whitespace())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for v in MODEL_VARS {
+        cmd.env_remove(v);
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("tcpx-perf starts");
+    let stderr = child.stderr.take();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr.expect("stderr"), &mut s);
+        s
+    });
+    let mut stdout = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut stdout);
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: waits for our own child; status and usage are valid for writes.
+    let pid = unsafe { libc::wait4(child.id() as i32, &raw mut status, 0, &raw mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4");
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let code = std::process::ExitStatus::from_raw(status).code().unwrap_or(-1);
+    let text = format!("{stdout}{}", out.join().unwrap_or_default());
+    (
+        code,
+        text,
+        wall,
+        cpu(usage.ru_utime) + cpu(usage.ru_stime),
+        usage.ru_maxrss as u64 * 1024,
+    )
+}
+
+/// 65536 nodes plan as fast and as small as 2: the figures are computed from the shape, not
+/// from a list of 2 billion connections (the materialized plan took > 100 s here).
+#[test]
+fn a_65536_node_plan_is_as_cheap_as_a_2_node_one() {
+    let (_, small, small_wall, _, small_rss) = measured("--plan 2x8x4 --pattern fullmesh");
+    let (code, out, wall, cpu, rss) = measured("--plan 65536x8x4 --pattern fullmesh");
+    assert!(matches!(code, 0 | 1), "{out}");
+    assert!(out.contains("comms (send+recv)"), "{out}");
+    // 524280 inter-node peers x 2 channels x 2 directions.
+    assert!(out.contains(&format!("{:>12}", 524_280 * 4)), "{out}");
+    // CPU time is the box's load-free figure; wall time is held to the 2-node plan's in the
+    // same run, with room for a busy box.
+    assert!(cpu < 1.0, "{cpu:.2} CPU-s: {out}");
+    assert!(rss < 100_000_000, "{rss} bytes peak RSS (2 nodes: {small_rss}): {out}");
+    assert!(
+        wall < 1.0 + 5.0 * small_wall,
+        "{wall:.2} s against {small_wall:.2} s for 2 nodes: {small}"
+    );
+}
+
+/// Shapes past 2^31 endpoints are one usage line, exit 64, before anything is allocated (the
+/// materialized plan aborted on a 19 TB allocation); 2^31 itself is planned.
+#[test]
+fn shapes_past_2_to_the_31_endpoints_are_refused_in_one_line() {
+    for shape in ["99999999999x8x4", "268435457x8x4", "4294967296x1x1"] {
+        let (code, out, _, _, rss) = measured(&format!("--plan {shape}"));
+        assert_eq!(code, 64, "{shape}: {out}");
+        assert_eq!(out.lines().count(), 1, "{shape}: {out}");
+        assert!(
+            out.starts_with("tcpx-perf: usage error: --plan") && out.contains("2^31"),
+            "{out}"
+        );
+        assert!(rss < 100_000_000, "{shape}: {rss} bytes");
+    }
+    let (code, out, _, cpu, _) = measured("--plan 268435456x8x4 --pattern fullmesh -b 1G -e 16G");
+    assert!(matches!(code, 0 | 1), "{out}");
+    assert!(cpu < 1.0, "{cpu:.2} CPU-s");
+}
+
+/// 1 TB per GPU does not fit a GPU: exit 1 and one line that says what to lower; on a machine
+/// without a GPU the limit is A3-high's H100 and the line says it is assumed.
+#[test]
+fn a_terabyte_per_gpu_crosses_the_gpu_s_memory() {
+    let (code, out, _, _, _) = measured("--plan 64x8x4 -e 1T");
+    assert_eq!(code, 1, "{out}");
+    let errors: Vec<&str> = out.lines().filter(|l| l.starts_with("# error:")).collect();
+    assert_eq!(errors.len(), 1, "{out}");
+    assert!(
+        errors[0].contains("GPU memory") && errors[0].contains("-e smaller") && errors[0].len() <= 200,
+        "{}",
+        errors[0]
+    );
+    let gpu_here = out
+        .lines()
+        .any(|l| l.contains("GPU memory") && l.contains("device memory"));
+    assert!(gpu_here || errors[0].contains("assumed"), "{out}");
+    // Host memory instead: the buffers are checked against MemAvailable.
+    let (code, out, _, _, _) = measured("--plan 64x8x4 -e 1T --mem host");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("# error: host memory"), "{out}");
+}
+
+/// A run's own preflight plans what its `--connect` holds at once: with `rounds` one
+/// `--max-peers` round's comms, with `all` every comm (4 ranks of fullmesh on one host,
+/// `--max-peers 1`: one peer a round against three).
+#[test]
+fn the_preflight_plans_one_round_under_connect_rounds() {
+    let needed = |connect: &str| -> u64 {
+        let mut cmd = mpirun_command();
+        cmd.args([
+            "-np",
+            "4",
+            BIN,
+            "--dry-run",
+            "--pattern",
+            "fullmesh",
+            "--max-peers",
+            "1",
+        ])
+        .args(["--connect", connect])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for v in MODEL_VARS {
+            cmd.env_remove(v);
+        }
+        let o = output_within(&mut cmd, Duration::from_secs(120), "mpirun --dry-run");
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let line = out
+            .lines()
+            .find(|l| l.contains("open files limit") && l.contains(" needed"))
+            .unwrap_or_else(|| panic!("no open files line: {out}"));
+        // `# ok: open files limit L >= N needed [hosts]`
+        line.split(" needed")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    // 3 peers (1 a round) x 2 channels x 2 directions of 2 sockets, a listener per receive
+    // comm, MPI's 19.
+    assert_eq!(needed("all"), 12 * 2 + 6 + 19);
+    assert_eq!(needed("rounds"), 4 * 2 + 2 + 19);
 }

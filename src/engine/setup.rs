@@ -37,6 +37,8 @@ pub enum Task {
 pub struct Established {
     pub sends: Vec<SendComm>,
     pub recvs: Vec<RecvComm>,
+    /// The listen comms of the accepts, for the endpoint to close with its comms.
+    pub listens: Vec<ListenComm>,
     /// Setup threads used at most.
     pub threads: usize,
     pub elapsed: Duration,
@@ -48,6 +50,8 @@ struct Pool {
     recvs: Mutex<Vec<Option<RecvComm>>>,
     remaining: AtomicUsize,
     failed: Mutex<Option<String>>,
+    /// Listen comms whose accept finished.
+    accepted: Mutex<Vec<ListenComm>>,
     stop: AtomicBool,
     /// Per thread: nanoseconds since `epoch` when its current plugin call began, 0 = none.
     in_call: Vec<AtomicU64>,
@@ -93,8 +97,15 @@ impl Pool {
             match polled {
                 Ok(Some(())) => {
                     misses = 0;
-                    // A finished accept drops its listen comm here, as NCCL closes it.
-                    drop(task);
+                    // A finished accept's listen comm is kept (the endpoint closes it with its
+                    // comms): closed as each accept finished, the listeners still open when
+                    // the last sockets arrive would depend on how fast this pool polls (none
+                    // on a small rig, all of them on a loaded 128-rank one), and the process's
+                    // peak of open files with them. Kept, the peak is every socket and every
+                    // listener, what the resource model plans, and it lasts to be seen.
+                    if let Task::Accept(_, listen) = task {
+                        Self::lock(&self.accepted).push(listen);
+                    }
                     self.remaining.fetch_sub(1, Ordering::AcqRel);
                 }
                 Ok(None) => {
@@ -148,6 +159,7 @@ pub fn establish(
         sends: Mutex::new((0..connects).map(|_| None).collect()),
         recvs: Mutex::new((0..accepts).map(|_| None).collect()),
         failed: Mutex::new(None),
+        accepted: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
         in_call: (0..max_threads).map(|_| AtomicU64::new(0)).collect(),
         epoch: start,
@@ -213,6 +225,10 @@ pub fn establish(
     Ok(Established {
         sends: sends.into_iter().map(|c| c.expect("every connect completed")).collect(),
         recvs: recvs.into_iter().map(|c| c.expect("every accept completed")).collect(),
+        listens: pool
+            .accepted
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
         threads: started,
         elapsed: start.elapsed(),
     })

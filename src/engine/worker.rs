@@ -311,7 +311,9 @@ impl Worker {
             }
         })?;
         let (sends, recvs) = (std::mem::take(&mut done.sends), std::mem::take(&mut done.recvs));
-        self.listens.clear();
+        // Closed with the comms (`close`): the peak of open files is then every socket and
+        // every listener, as the resource model plans, whatever the timing of the accepts.
+        self.listens = std::mem::take(&mut done.listens);
         self.register_lanes(sends, recvs, &send_peers)?;
         Ok((done.elapsed, done.threads))
     }

@@ -36,8 +36,8 @@ pub struct RankInput<'a> {
     pub buffer_len: u64,
     /// The plan copies blocks locally (host memory then starts copy threads).
     pub local_copies: bool,
-    /// Most setup threads per endpoint.
-    pub setup_threads: usize,
+    /// `--connect rounds`: every network flow's (src, dst, round); None, every comm at once.
+    pub rounds: Option<&'a [(usize, usize, u32)]>,
 }
 
 /// This rank's placement and report.
@@ -163,17 +163,24 @@ fn resource_findings(
 ) -> Vec<Finding> {
     let topo = input.topo;
     let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
+    // Every comm open at once (`--connect all`), or one round's (`--connect rounds`).
+    let peers = match input.rounds {
+        None => resources::Counted::all(topo.len(), input.connections),
+        Some(flows) => resources::Counted::by_round(topo.len(), flows.iter().copied()),
+    };
+    let limits = Limits::read();
     let job = JobShape {
-        topo,
-        connections: input.connections,
+        layout: topo,
+        peers: &peers,
         channels: input.channels,
+        active_channels: input.channels,
         buffer_len: input.buffer_len,
         memory: input.memory,
         local_copies: input.local_copies,
-        setup_threads: input.setup_threads,
         plugin,
         nic_of: &nic_of,
         nic_names: nics,
+        cuda_runtime: input.memory != Memory::Host || limits.gpu_memory.is_some(),
     };
     let model = resources::Model::new(&job);
     // The node's sums are checked once, by its first rank: one line per node, not per rank.
@@ -186,7 +193,7 @@ fn resource_findings(
         plugin,
         memory: input.memory,
     };
-    check::findings(&needs, &Limits::read())
+    check::findings(&needs, &limits)
 }
 
 fn numa(n: Option<u32>) -> String {
@@ -236,7 +243,7 @@ mod tests {
             memory: Memory::Host,
             buffer_len: 8192,
             local_copies: true,
-            setup_threads: 64,
+            rounds: None,
         };
         plan(&input).unwrap().report.findings
     }

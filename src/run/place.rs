@@ -10,7 +10,7 @@ use crate::engine::MemKind;
 use crate::export::{self, json::RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::placement::rank::EndpointPlace;
-use crate::placement::resources::{plugin::default_setup_threads, Memory};
+use crate::placement::resources::Memory;
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
 use crate::report::{self, RunInfo};
 use crate::topology::Topology;
@@ -181,10 +181,11 @@ pub(super) struct ResourceInputs {
     memory: Memory,
     buffer_len: u64,
     local_copies: bool,
-    setup_threads: usize,
+    /// `--connect rounds`: every network flow's (src, dst, round), one round's comms open at once.
+    rounds: Option<Vec<(usize, usize, u32)>>,
 }
 
-/// The job's memory, buffers, local copies and setup threads, as the engine will use them.
+/// The job's memory, buffers, local copies and the comms open at once, as the engine will use them.
 pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -> ResourceInputs {
     ResourceInputs {
         memory: match vetted.mem() {
@@ -197,10 +198,17 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             .plans
             .iter()
             .any(|p| p.flows.iter().any(crate::plan::Flow::is_local)),
-        setup_threads: settings
-            .transport
-            .setup_threads
-            .unwrap_or_else(|| default_setup_threads(vetted.plugin.name())),
+        // A plan's rounds are its peers' shifts, the same at every size.
+        rounds: (settings.transport.connect == crate::cli::ConnectMode::Rounds)
+            .then(|| job.plans.first())
+            .flatten()
+            .map(|p| {
+                p.flows
+                    .iter()
+                    .filter(|f| !f.is_local())
+                    .map(|f| (f.src, f.dst, f.round))
+                    .collect()
+            }),
     }
 }
 
@@ -232,7 +240,7 @@ pub(super) fn place_rank(
         memory: inputs.memory,
         buffer_len: inputs.buffer_len,
         local_copies: inputs.local_copies,
-        setup_threads: inputs.setup_threads,
+        rounds: inputs.rounds.as_deref(),
     })
 }
 

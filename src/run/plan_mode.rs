@@ -5,17 +5,22 @@
 
 use super::settings::Settings;
 use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use crate::cli::ConnectMode;
 use crate::cli::{Cli, Mem};
 use crate::placement::arithmetic_nic;
 use crate::placement::finding::Level;
 use crate::placement::resources::check::{self, Needs, Verdict};
 use crate::placement::resources::limits::Limits;
-use crate::placement::resources::plugin::default_setup_threads;
+use crate::placement::resources::plugin::Kind;
+use crate::placement::resources::shape::{active_channels, ShapePeers, Uniform};
 use crate::placement::resources::{JobShape, Memory, Model, NodeNeed, PlanShape, PluginModel, ProcessNeed};
-use crate::plan::{Flow, SweepSettings};
-use crate::topology::Topology;
+use crate::plan::{Pattern, Plan, Scope};
 use serde::Serialize;
 use std::fmt::Write;
+
+/// Device memory of A3-high's GPU (H100 80GB HBM3, 81559 MiB as its driver reports it), what
+/// GPU memory is checked against on a machine without a GPU.
+pub const ASSUMED_GPU_MEMORY: u64 = 81_559 << 20;
 
 /// What `--plan-json` writes.
 #[derive(Debug, Serialize)]
@@ -27,6 +32,8 @@ pub struct PlanReport {
     pub scope: String,
     pub channels: usize,
     pub max_peers: Option<usize>,
+    /// `--connect`: every comm open at once, or one `--max-peers` round's.
+    pub connect: ConnectMode,
     pub maxbytes: u64,
     pub memory: Memory,
     pub plugin: PluginModel,
@@ -108,54 +115,61 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
     let shape = cli.plan.ok_or("--plan needs NODESxGPUSxNICS")?;
     let rpn = ranks_per_node(shape, &settings)?;
     let g = settings.job.endpoints_per_rank;
-    let ranks = shape.nodes * rpn;
-    let topo = Topology::with_ranks_per_node(ranks, rpn, g, (0..ranks).map(|r| format!("node{}", r / rpn)).collect());
+    let layout = Uniform::new(shape.nodes, rpn, g).map_err(|e| format!("--plan {shape}: {e}"))?;
+    let n = layout.endpoints();
+    let sweep = &settings.sweep;
+    let scope = sweep.scope_on(shape.nodes);
+    let peers = ShapePeers::new(
+        sweep.pattern,
+        scope,
+        sweep.dir,
+        layout,
+        sweep.max_peers,
+        settings.transport.connect,
+    )?;
     // Buffers grow with the size and connections do not depend on it: the largest size decides.
-    let largest = SweepSettings {
-        sizes: settings.sweep.sizes.last().copied().into_iter().collect(),
-        ..settings.sweep.clone()
-    };
-    let (plans, _) = largest.plans(&topo)?;
-    let plan = &plans[0];
-    let connections = plan.connections();
+    let largest = sweep.sizes.last().copied().unwrap_or(0);
+    let (size, buffer_len) = Plan::sized(sweep.pattern, n, largest);
+    if size == 0 {
+        return Err(format!(
+            "every size is smaller than the {n} endpoints it must be split over; raise -e"
+        ));
+    }
     let name = plugin_name(settings.plugin.spec.as_deref());
     let env = |k: &str| std::env::var(k).ok();
     let plugin = PluginModel::from_env(name, &env)?;
-    let mut notes = Vec::new();
-    let memory = match settings.transport.mem {
-        Mem::Host => Memory::Host,
-        Mem::Cuda => Memory::Cuda,
-        Mem::Auto => {
-            notes.push("--mem auto planned as cuda: the shape's nodes have GPUs".to_string());
-            Memory::Cuda
-        }
-    };
-    if settings.plugin.spec.is_some() && plugin.kind == crate::placement::resources::plugin::Kind::TcpxEmu {
-        notes.push(format!(
-            "--plugin {name}: modelled as tcpx-emu (only tcpx or a name with GPUDirectTCPX plans TCPX)"
-        ));
-    }
-    let nic_of = |e: usize| arithmetic_nic(topo.endpoints[e].gpu, shape.gpus, shape.nics);
+    let (memory, mut notes) = memory_of(&settings, &plugin, name);
+    let nic_of = |e: usize| arithmetic_nic(layout.gpu_of(e), shape.gpus, shape.nics);
     let nic_names: Vec<String> = (0..shape.nics).map(|n| format!("nic{n}")).collect();
+    let tr = &settings.transport;
+    let mut limits = Limits::read();
+    // A machine with a GPU plans nodes with GPUs: its ranks load CUDA's driver.
+    let cuda_runtime = memory != Memory::Host || limits.gpu_memory.is_some();
     let job = JobShape {
-        topo: &topo,
-        connections: &connections,
-        channels: settings.transport.channels,
-        buffer_len: plan.buffer_len.iter().copied().max().unwrap_or(0),
+        layout: &layout,
+        peers: &peers,
+        channels: tr.channels,
+        active_channels: active_channels(sweep.pattern, n, size, tr.chunk, tr.channels),
+        buffer_len,
         memory,
-        local_copies: plan.flows.iter().any(Flow::is_local),
-        setup_threads: settings
-            .transport
-            .setup_threads
-            .unwrap_or_else(|| default_setup_threads(name)),
+        // Fullmesh copies each endpoint's block to itself unless the scope leaves its node out.
+        local_copies: sweep.pattern == Pattern::Fullmesh && scope == Scope::All,
         plugin: &plugin,
         nic_of: &nic_of,
         nic_names: &nic_names,
+        cuda_runtime,
     };
     let model = Model::new(&job);
-    let per_process = model.worst_process(0..ranks);
-    let per_node = model.worst_node(0..shape.nodes);
-    let limits = Limits::read();
+    let per_process = model.worst_process(layout.representative_ranks().into_iter());
+    let per_node = model.worst_node(layout.representative_nodes().into_iter());
+    if memory != Memory::Host && limits.gpu_memory.is_none() {
+        limits.gpu_memory = Some(ASSUMED_GPU_MEMORY);
+        limits.gpu_memory_assumed = true;
+        notes.push(format!(
+            "no GPU here: GPU memory checked against A3-high's H100 80GB, {:.2} GB (assumed)",
+            ASSUMED_GPU_MEMORY as f64 / 1e9
+        ));
+    }
     let verdicts = check::verdicts(
         &Needs {
             host: "",
@@ -170,11 +184,12 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         shape,
         ranks_per_node: rpn,
         endpoints_per_rank: g,
-        pattern: settings.sweep.pattern.to_string(),
-        scope: settings.sweep.scope_on(shape.nodes).to_string(),
-        channels: settings.transport.channels,
-        max_peers: settings.sweep.max_peers,
-        maxbytes: plan.size,
+        pattern: sweep.pattern.to_string(),
+        scope: scope.to_string(),
+        channels: tr.channels,
+        max_peers: sweep.max_peers,
+        connect: tr.connect,
+        maxbytes: size,
         memory,
         helper_threads: plugin.thread_mode(per_process.comms, memory == Memory::Cuda),
         plugin,
@@ -185,6 +200,29 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         verdicts,
         notes,
     })
+}
+
+/// Where buffers live (`--mem auto` plans GPU memory: the shape's nodes have GPUs), and the
+/// notes that say what was assumed.
+fn memory_of(settings: &Settings, plugin: &PluginModel, name: &str) -> (Memory, Vec<String>) {
+    let mut notes = Vec::new();
+    let memory = match settings.transport.mem {
+        Mem::Host => Memory::Host,
+        Mem::Cuda => Memory::Cuda,
+        Mem::Auto => {
+            notes.push("--mem auto planned as cuda: the shape's nodes have GPUs".to_string());
+            Memory::Cuda
+        }
+    };
+    if settings.plugin.spec.is_some() && plugin.kind == Kind::TcpxEmu {
+        notes.push(format!(
+            "--plugin {name}: modelled as tcpx-emu (only tcpx or a name with GPUDirectTCPX plans TCPX)"
+        ));
+    }
+    if memory != Memory::Host && plugin.kind == Kind::Tcpx {
+        notes.push("TCPX's bounce buffer is RxDM's GPU memory, outside this process's figures".to_string());
+    }
+    (memory, notes)
 }
 
 fn level_word(l: Level) -> &'static str {
@@ -203,7 +241,7 @@ fn bytes(b: u64) -> String {
 /// The printed plan: a header, one aligned row per resource, one line per finding not ok.
 pub fn table(r: &PlanReport) -> String {
     let mut s = format!(
-        "# tcpx-perf --plan {}: {} ranks ({} per node, -g {}), {}, scope {}, {} channel(s), -e {}, --mem {}, {} (helper threads {})\n",
+        "# tcpx-perf --plan {}: {} ranks ({} per node, -g {}), {}, scope {}, {} channel(s), --connect {}, -e {}, --mem {}, {} (helper threads {})\n",
         r.shape,
         r.shape.nodes * r.ranks_per_node,
         r.ranks_per_node,
@@ -211,6 +249,7 @@ pub fn table(r: &PlanReport) -> String {
         r.pattern,
         r.scope,
         r.channels,
+        serde_json::to_value(r.connect).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
         tcpx_units::format_size(r.maxbytes),
         serde_json::to_value(r.memory).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
         r.plugin.name(),

@@ -87,11 +87,11 @@ fn files(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     let sockets = n.plugin.data_sockets + 1;
     let text = match level(need, have) {
         Level::Error => format!(
-            "{}open files limit {have} is below the {need} a rank needs ({} comms x {sockets} sockets + listeners + 256): raise `ulimit -n` to {need} (mpirun inherits it), or fewer --channels",
+            "{}open files limit {have} is below the {need} a rank needs ({} comms x {sockets} sockets + listeners + MPI's): raise `ulimit -n` to {need} (mpirun inherits it), or fewer --channels",
             n.host, p.comms
         ),
         Level::Warning => format!(
-            "{}open files limit {have} is near the {need} a rank needs ({} comms x {sockets} sockets + listeners + 256): raise `ulimit -n`",
+            "{}open files limit {have} is near the {need} a rank needs ({} comms x {sockets} sockets + listeners + MPI's): raise `ulimit -n`",
             n.host, p.comms
         ),
         Level::Ok => format!("{}open files limit {have} >= {need} needed", n.host),
@@ -263,20 +263,32 @@ fn gpu(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     let p = n.process;
     if let Some(have) = l.gpu_memory.filter(|_| p.gpu_bytes > 0) {
         let lv = level(p.gpu_bytes, have);
+        let (of, assumed) = if l.gpu_memory_assumed {
+            ("A3-high's H100 (assumed)", " (assumed: no GPU here)")
+        } else {
+            ("device memory", "")
+        };
+        let pooled = n.plugin.bounce_region() > 0;
+        let (pool, fix) = if pooled {
+            ("buffer + tcpx-emu bounce pool", " or TCPXEMU_BOUNCE_POOL_MB lower")
+        } else {
+            ("buffer", "")
+        };
         out.push(Verdict {
             level: lv,
             resource: "GPU memory".into(),
             per: "GPU",
             need: p.gpu_bytes,
             limit: have,
-            limit_name: "device memory".into(),
+            limit_name: of.into(),
             text: match lv {
-                Level::Ok => format!("{}GPU memory {} fits {}", n.host, gb(p.gpu_bytes), gb(have)),
+                Level::Ok => format!("{}GPU memory {} fits {}{assumed}", n.host, gb(p.gpu_bytes), gb(have)),
                 _ => format!(
-                    "{}GPU memory {} (buffer + tcpx-emu bounce pool) against {} per GPU: -e smaller or TCPXEMU_BOUNCE_POOL_MB lower",
+                    "{}GPU memory {} ({pool}) {} the {} of one GPU{assumed}: -e smaller{fix}",
                     n.host,
                     gb(p.gpu_bytes),
-                    gb(have)
+                    if lv == Level::Error { "exceeds" } else { "nears" },
+                    gb(have),
                 ),
             },
         });

@@ -36,6 +36,8 @@ pub struct Limits {
     pub mem_available: Option<u64>,
     /// Device memory of the smallest visible GPU, bytes (None: no GPU or no driver).
     pub gpu_memory: Option<u64>,
+    /// `gpu_memory` is not this machine's but assumed (`--plan` without a GPU: A3-high's H100).
+    pub gpu_memory_assumed: bool,
 }
 
 impl Limits {
@@ -77,6 +79,7 @@ impl Limits {
             port_range,
             mem_available: proc("meminfo").and_then(|s| meminfo_bytes(&s, "MemAvailable:")),
             gpu_memory: None,
+            gpu_memory_assumed: false,
         }
     }
 
@@ -90,7 +93,8 @@ impl Limits {
 /// unreadable), to set beside what the model predicted.
 pub fn own_usage() -> (u64, u64) {
     let count = |dir: &str| std::fs::read_dir(dir).map_or(0, |d| d.count() as u64);
-    (count("/proc/self/task"), count("/proc/self/fd"))
+    // Reading /proc/self/fd opens a descriptor of its own, listed with the rest.
+    (count("/proc/self/task"), count("/proc/self/fd").saturating_sub(1))
 }
 
 fn read(path: &Path) -> Option<String> {

@@ -175,12 +175,25 @@ impl PluginModel {
     /// fixed pool per process, or (auto) per socket up to `TCPXEMU_THREAD_SOCKETS` sockets, and
     /// always per socket for `cuda` comms (tcpx-emu `threads::choose`).
     pub fn helper_threads(&self, comms: usize, cuda: bool) -> usize {
+        self.helpers_started(comms, comms, cuda)
+    }
+
+    /// Helper threads started in a process of `comms` comms of which `active` carry data (both
+    /// plugins start a comm's helpers at its first transfer; tcpx-emu decides per-socket or
+    /// shared from every data socket open then, `threads::choose`).
+    pub fn helpers_started(&self, comms: usize, active: usize, cuda: bool) -> usize {
         match self.kind {
-            Kind::Tcpx => comms * self.socket_threads,
-            Kind::TcpxEmu if comms == 0 => 0,
-            Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => comms * self.data_sockets,
+            Kind::Tcpx => active * self.socket_threads,
+            Kind::TcpxEmu if active == 0 => 0,
+            Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => active * self.data_sockets,
             Kind::TcpxEmu => self.emu_shared_threads,
         }
+    }
+
+    /// Setup threads that outlive setup: tcpx-emu's acceptor, from the first listen to the end
+    /// (seen in `/proc` through the sweep); TCPX's detached threads end with their call.
+    pub fn resident_threads(&self, listens: usize) -> usize {
+        usize::from(self.kind == Kind::TcpxEmu && listens > 0)
     }
 
     /// Whether tcpx-emu gives each data socket its own thread in a process with `comms` comms.

@@ -50,20 +50,21 @@ fn fixture(pattern: Pattern, scope: Scope, nodes: usize, per_node: usize, nics: 
 }
 
 fn needs_of(f: &Fixture, plugin: &PluginModel, memory: Memory, mut check: impl FnMut(&ProcessNeed, &NodeNeed)) {
-    let connections = f.plan.connections();
+    let peers = Counted::all(f.topo.len(), &f.plan.connections());
     let nics = f.names.len();
     let nic_of = |e: usize| crate::placement::arithmetic_nic(f.topo.endpoints[e].gpu, f.per_node, nics);
     let job = JobShape {
-        topo: &f.topo,
-        connections: &connections,
+        layout: &f.topo,
+        peers: &peers,
         channels: 2,
+        active_channels: 2,
         buffer_len: f.plan.buffer_len.iter().copied().max().unwrap(),
         memory,
         local_copies: f.plan.flows.iter().any(crate::plan::Flow::is_local),
-        setup_threads: 64,
         plugin,
         nic_of: &nic_of,
         nic_names: &f.names,
+        cuda_runtime: memory != Memory::Host,
     };
     let model = Model::new(&job);
     check(&model.worst_process(0..f.topo.ranks()), &model.node(0));
@@ -75,10 +76,15 @@ fn fullmesh_on_one_node_counts_comms_files_threads_and_ports() {
     needs_of(&f, &emu(&[("NCCL_NSOCKS_PERTHREAD", "4")]), Memory::Host, |p, n| {
         // 3 peers x 2 channels each way.
         assert_eq!((p.comms, p.listens, p.sockets), (12, 6, 60));
-        assert_eq!(p.files, 60 + 6 + 256, "tcpx-emu: one listening socket per listen comm");
+        assert_eq!(
+            p.files,
+            60 + 6 + FDS_BASE,
+            "tcpx-emu: one listening socket per listen comm"
+        );
         assert_eq!(p.helper_threads, 48, "48 sockets <= 64: one thread each");
-        // Setup: 12 pool threads + 6 connect threads + 1 acceptor; sweep: 4 copiers + 48 helpers.
-        assert_eq!(p.threads, BASE_THREADS + 1 + 52);
+        // The endpoint and tcpx-emu's acceptor; setup: 2 pool threads + 6 connect threads;
+        // sweep: 4 copiers + 48 helpers.
+        assert_eq!(p.threads, PROCESS_THREADS + 1 + 1 + 52);
         assert_eq!(p.host_bytes, 8 << 20, "fullmesh's two halves of -e");
         assert_eq!(n.threads, 4 * p.threads);
         assert_eq!(n.ports.len(), 1);
@@ -96,7 +102,7 @@ fn tcpx_counts_two_listeners_and_its_ctrl_dev_apart() {
     needs_of(&f, &tcpx, Memory::Cuda, |p, n| {
         // One peer each way, 2 channels: 4 comms of 4 data + 1 ctrl sockets.
         assert_eq!((p.comms, p.listens, p.sockets), (4, 2, 20));
-        assert_eq!(p.files, 20 + 2 * 2 + 256);
+        assert_eq!(p.files, 20 + 2 * 2 + FDS_BASE + CUDA_FDS);
         assert_eq!(p.helper_threads, 4, "NCCL_SOCKET_NTHREADS=1 per comm");
         assert_eq!(p.gpu_recv_comms, 0, "RxDM owns TCPX's bounce buffer");
         let addrs: Vec<&str> = n.ports.iter().map(|p| p.address.as_str()).collect();
@@ -141,10 +147,14 @@ fn a_64_node_fullmesh_crosses_1024_files_and_the_bounce_pool() {
     let f = fixture(Pattern::Fullmesh, Scope::InterNode, 64, 8, 4, 64 << 20);
     let v = verdicts(&f, &emu(&[]), Memory::Cuda, &limits());
     let files = v.iter().find(|v| v.resource == "open files").unwrap();
-    // 504 peers x 2 channels x 2 directions = 2016 comms x 2 sockets + 1008 listeners + 256.
-    assert_eq!((files.level, files.need, files.limit), (Level::Error, 5296, 1024));
+    // 504 peers x 2 channels x 2 directions = 2016 comms x 2 sockets + 1008 listeners + MPI's
+    // and CUDA's.
+    assert_eq!(
+        (files.level, files.need, files.limit),
+        (Level::Error, 4032 + 1008 + FDS_BASE + CUDA_FDS, 1024)
+    );
     assert!(
-        files.text.starts_with("node0: open files limit 1024 is below the 5296") && files.text.contains("ulimit -n"),
+        files.text.starts_with("node0: open files limit 1024 is below the 5105") && files.text.contains("ulimit -n"),
         "{}",
         files.text
     );
@@ -167,15 +177,17 @@ fn a_64_node_fullmesh_crosses_1024_files_and_the_bounce_pool() {
 fn threads_near_and_over_pid_max_name_the_sysctl() {
     let f = fixture(Pattern::Fullmesh, Scope::All, 1, 8, 4, 1 << 20);
     let per_socket = emu(&[("TCPXEMU_THREADS", "per-socket"), ("NCCL_NSOCKS_PERTHREAD", "8")]);
+    // 8 ranks of 28 comms x 8 sockets, a helper each, 4 copiers, the endpoint, the acceptor.
     let tight = Limits {
-        pid_max: Some(2000),
+        pid_max: Some(1900),
         threads_in_use: Some(100),
         ..limits()
     };
     let v = verdicts(&f, &per_socket, Memory::Host, &tight);
     let t = v.iter().find(|v| v.resource == "threads").unwrap();
     assert_eq!(t.level, Level::Error, "{}", t.text);
-    assert_eq!(t.limit, 1900, "room = pid_max - threads in use");
+    assert_eq!(t.limit, 1800, "room = pid_max - threads in use");
+    assert_eq!(t.need, 8 * (PROCESS_THREADS as u64 + 2 + 4 + 224));
     assert!(t.text.contains("sysctl -w kernel.pid_max="), "{}", t.text);
     assert!(
         t.text.contains("TCPXEMU_THREADS=shared") && t.text.len() <= 200,
