@@ -15,7 +15,7 @@ for args in "${list[@]}"; do
   i=$((i + 1))
   s=$(date +%s.%N)
   # shellcheck disable=SC2086
-  timeout -k 5 150 bash launch/cluster.sh run -np $((nodes * ranks)) -- $args --out "$out/run$i" >"$out/log$i" 2>&1
+  timeout -k 5 ${RUN_TIMEOUT:-150} bash launch/cluster.sh run -np $((nodes * ranks)) -- $args --out "$out/run$i" >"$out/log$i" 2>&1
   rc=$?
   echo "== run $i ($args): exit $rc in $(awk -v s="$s" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s"
   grep -E "^# setup|^tcpx-perf: (error|rank)" "$out/log$i" | head -3 | cut -c1-500
