@@ -28,7 +28,7 @@ pub struct Blame {
 
 /// Phrases of an error caused by the other side: the plugin's `ncclRemoteError` and
 /// `ncclTimeout`, the socket's words for a peer gone, the engine's for a peer that never came.
-const REMOTE: [&str; 14] = [
+const REMOTE: [&str; 16] = [
     "ncclremoteerror",
     "nccltimeout",
     "peer closed",
@@ -40,6 +40,9 @@ const REMOTE: [&str; 14] = [
     "os error 104",
     "os error 110",
     "os error 32",
+    // The peer's listener is gone: its process ended, or closed it after its own failure.
+    "connection refused",
+    "os error 111",
     "failed while the others waited",
     "did not finish within -t",
     "stalled",
@@ -47,8 +50,10 @@ const REMOTE: [&str; 14] = [
 
 /// Phrases of a connection that the peer's end closed or reset (a process gone: killed or
 /// crashed), as opposed to one that went quiet.
-const CLOSED: [&str; 6] = [
+const CLOSED: [&str; 8] = [
     "closed",
+    "connection refused",
+    "os error 111",
     "reset",
     "broken pipe",
     "os error 104",

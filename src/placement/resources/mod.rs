@@ -32,8 +32,9 @@ use std::ops::Range;
 
 /// Threads every rank has besides its endpoints and the plugin's, measured in `/proc` (host
 /// memory, this box and the rig): main, Open MPI's two (named after the process), the signal
-/// thread and the setup and engine watchdogs.
-pub const PROCESS_THREADS: usize = 6;
+/// thread, the setup and engine watchdogs, and the thread that notices a stopped rank 0
+/// (run/stopped.rs).
+pub const PROCESS_THREADS: usize = 7;
 /// Setup pool threads of an endpoint: the first, and the one the pool adds when every thread
 /// has been inside a plugin call past 50 ms (engine/setup.rs), which a loaded host's ranks do
 /// (the 12 x 5 x 3 and 16 x 8 x 4 rigs' peaks on the 4 x H100 host); both plugins' calls
@@ -44,8 +45,10 @@ pub const SETUP_POOL_THREADS: usize = 2;
 pub const CUDA_THREADS: usize = 2;
 /// Files a rank holds besides the plugin's sockets, measured in `/proc` (4 ranks on one host
 /// and the 4 x 2 x 2 and 8 x 2 x 2 rigs alike): Open MPI's pipes, eventfds, epoll, PMIx
-/// socket and two listeners and `/dev` files (18), and on rank 0 the lock of `--out`.
-pub const FDS_BASE: u64 = 19;
+/// socket and two listeners and `/dev` files (18), and on rank 0 the lock of `--out` and the
+/// temporary of the result file it is writing whole (tcpx-files fsyncs it before the rename, so
+/// it is open long enough to count: the 8 x 2 x 2 rig's rank 0 peaked 2 above its peers).
+pub const FDS_BASE: u64 = 20;
 /// Files CUDA's driver holds per process (`/dev/nvidia*`, its pipes): the 4 x H100 host's
 /// peaks (16 x 8 x 4 and 12 x 5 x 3 rigs, host memory, GPUs probed) less this box's, 46 more
 /// than [`FDS_BASE`] on both; not measured on 8 GPUs.

@@ -154,7 +154,7 @@ fn a_64_node_fullmesh_crosses_1024_files_and_the_bounce_pool() {
         (Level::Error, 4032 + 1008 + FDS_BASE + CUDA_FDS, 1024)
     );
     assert!(
-        files.text.starts_with("node0: open files limit 1024 is below the 5105") && files.text.contains("ulimit -n"),
+        files.text.starts_with("node0: open files limit 1024 is below the 5106") && files.text.contains("ulimit -n"),
         "{}",
         files.text
     );
