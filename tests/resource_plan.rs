@@ -482,7 +482,8 @@ fn the_closed_form_equals_the_counted_plan() {
                     let size = 3000 * n as u64 + 17;
                     let built = Plan::build(pattern, scope, dir, &topo, size, max_peers);
                     for connect in [ConnectMode::All, ConnectMode::Rounds] {
-                        let closed = ShapePeers::new(pattern, scope, dir, uniform, max_peers, connect);
+                        let closed =
+                            ShapePeers::new(pattern, scope, dir, uniform, max_peers, connect == ConnectMode::Rounds);
                         let case =
                             format!("{nodes}x{gpus}x{nics} -g {g} {pattern} {dir} {scope} {max_peers:?} {connect:?}");
                         let plan = match (&built, closed) {

@@ -105,23 +105,10 @@ pub(super) fn finish(
     let mine = CpuCost::local(CpuTime::now().since(run_start.0), run_start.1.elapsed().as_secs_f64());
     info.cpu = Some(CpuCost::from_ranks(&mpi.gather_f64(&mine), moved));
 
-    let wrong = export::wrong_total(&results).unwrap_or(0);
-    // An unchecked run (-c 0) exits 0 as nccl-tests does; its footer and status say so.
-    let status = if wrong > 0 {
-        RunStatus::WrongData
-    } else if results.iter().any(|r| !r.verified()) {
-        RunStatus::Unchecked
-    } else {
-        RunStatus::Ok
-    };
     info.bandwidth_gate = settings
         .min_bw
         .map(|min| BandwidthGate::judge(min, export::avg_busbw(&results)));
-    // A failed NCCL_TESTS_MIN_BW (exit 7) is said in summary.json too, for the gate to refuse.
-    let status = match status {
-        RunStatus::Ok | RunStatus::Unchecked if info.bandwidth_gate.is_some_and(|g| !g.passed) => RunStatus::BelowMinBw,
-        other => other,
-    };
+    let status = run_status(&results, info.bandwidth_gate.as_ref());
     if rank == 0 {
         print!("{}", table::footer(&results, info.bandwidth_gate.as_ref()));
         print!("{}", table::concluded(&info.settings.pattern));
@@ -137,7 +124,28 @@ pub(super) fn finish(
             return Ok(super::EXIT_ERROR);
         }
     }
-    Ok(if wrong > 0 {
+    Ok(exit_status(&results, &info))
+}
+
+/// summary.json's status of a run that measured every size: wrong data, unchecked (-c 0 exits
+/// 0 as nccl-tests does; its footer and status say so), below `NCCL_TESTS_MIN_BW` (said in
+/// summary.json too, for the gate to refuse), or ok.
+fn run_status(results: &[SizeResult], gate: Option<&BandwidthGate>) -> RunStatus {
+    if export::wrong_total(results).unwrap_or(0) > 0 {
+        RunStatus::WrongData
+    } else if gate.is_some_and(|g| !g.passed) {
+        RunStatus::BelowMinBw
+    } else if results.iter().any(|r| !r.verified()) {
+        RunStatus::Unchecked
+    } else {
+        RunStatus::Ok
+    }
+}
+
+/// The exit status of a run that measured every size: wrong data first, then the bandwidth
+/// gate, then a bad node.
+fn exit_status(results: &[SizeResult], info: &RunInfo) -> i32 {
+    if export::wrong_total(results).unwrap_or(0) > 0 {
         EXIT_WRONG_DATA
     } else if info.bandwidth_gate.is_some_and(|g| !g.passed) {
         EXIT_MIN_BW
@@ -145,7 +153,7 @@ pub(super) fn finish(
         EXIT_BAD_NODE
     } else {
         EXIT_OK
-    })
+    }
 }
 
 /// `--healthy-hostfile`, `--drain-list` (rank 0, after the results): false when one cannot be

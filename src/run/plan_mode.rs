@@ -125,7 +125,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         sweep.dir,
         layout,
         sweep.max_peers,
-        settings.transport.connect,
+        settings.transport.connect == ConnectMode::Rounds,
     )?;
     // Buffers grow with the size and connections do not depend on it: the largest size decides.
     let largest = sweep.sizes.last().copied().unwrap_or(0);

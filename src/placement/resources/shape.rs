@@ -12,7 +12,6 @@
 //! their neighbours are the only ones evaluated.
 
 use super::{Layout, PeerCounts, Phase};
-use crate::cli::ConnectMode;
 use crate::plan::{shifts_per_round, Direction, Pattern, Scope};
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -133,17 +132,15 @@ impl ShapePeers {
         dir: Direction,
         shape: Uniform,
         max_peers: Option<usize>,
-        connect: ConnectMode,
+        // `--connect rounds`: only one `--max-peers` round's comms open at a time.
+        rounds: bool,
     ) -> Result<ShapePeers, String> {
         let (n, m) = (shape.endpoints(), shape.per_node());
         crate::plan::Plan::check_shape(pattern, scope, n, shape.nodes)?;
         let inter = scope == Scope::InterNode;
         // (endpoint, shift) pairs that carry traffic, as `Plan::build` counts them.
         let cross = if inter { n - m } else { n - 1 };
-        let window = match connect {
-            ConnectMode::All => None,
-            ConnectMode::Rounds => Some(shifts_per_round(max_peers, n, n as u128 * cross as u128)),
-        };
+        let window = rounds.then(|| shifts_per_round(max_peers, n, n as u128 * cross as u128));
         Ok(ShapePeers {
             pattern,
             inter,
