@@ -46,21 +46,9 @@ mkdir -p "$OUT"
 IP=${IP:-ip} TC=${TC:-tc}
 
 if [ -n "${IPROUTE2:-}" ]; then
-  # Wrappers whose library path reaches iproute2 only, never what `ip netns exec` starts.
-  ipr=$(cd "$IPROUTE2" && pwd) wrap="$OUT/.bin"
-  libs=$ipr/lib/x86_64-linux-gnu:$ipr/usr/lib/x86_64-linux-gnu
-  mkdir -p "$wrap"
-  cat >"$wrap/ip" <<WRAP
-#!/bin/sh
-if [ "\$1" = netns ] && [ "\$2" = exec ]; then
-  ns=\$3; shift 3
-  LD_LIBRARY_PATH=$libs exec $ipr/bin/ip netns exec "\$ns" env -u LD_LIBRARY_PATH "\$@"
-fi
-LD_LIBRARY_PATH=$libs exec $ipr/bin/ip "\$@"
-WRAP
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/sbin/tc "$@"\n' "$libs" "$ipr" >"$wrap/tc"
-  chmod +x "$wrap/ip" "$wrap/tc"
-  export IP=$wrap/ip TC=$wrap/tc
+  # shellcheck source=tools/iproute2-wrap.sh
+  source tools/iproute2-wrap.sh
+  iproute2_wrap "$IPROUTE2" "$OUT/.bin" || exit 1
 fi
 
 # Peak threads and fds of every tcpx-perf process, and the host's CPU line of /proc/stat with

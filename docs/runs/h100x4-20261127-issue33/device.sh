@@ -7,20 +7,10 @@ cd "$(dirname "$0")/../../.." || exit 1
 OUT=${OUT:-/tmp/out}; WORK=${WORK:-/tmp/work}; mkdir -p "$OUT" "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 CLUSTER_RIG=${CLUSTER_RIG:-1}
 BIN=${BIN:-$PWD/.devcarry/base}
-ipr=$PWD/.devcarry/iproute2 wrap=/tmp/iprbin
-libs=$ipr/lib/x86_64-linux-gnu:$ipr/usr/lib/x86_64-linux-gnu
-mkdir -p "$wrap"
-cat >"$wrap/ip" <<WRAP
-#!/bin/sh
-if [ "\$1" = netns ] && [ "\$2" = exec ]; then
-  ns=\$3; shift 3
-  LD_LIBRARY_PATH=$libs exec $ipr/bin/ip netns exec "\$ns" env -u LD_LIBRARY_PATH "\$@"
-fi
-LD_LIBRARY_PATH=$libs exec $ipr/bin/ip "\$@"
-WRAP
-printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/sbin/tc "$@"\n' "$libs" "$ipr" >"$wrap/tc"
-chmod +x "$wrap/ip" "$wrap/tc"
-export IP=$wrap/ip TC=$wrap/tc TCPX_PERF=$BIN/tcpx-perf
+# shellcheck source=tools/iproute2-wrap.sh
+source tools/iproute2-wrap.sh
+iproute2_wrap "$PWD/.devcarry/iproute2" /tmp/iprbin || exit 1
+export TCPX_PERF=$BIN/tcpx-perf
 { date -u; nproc; uname -r; nvidia-smi -L; for k in kernel/pid_max net/core/somaxconn net/core/netdev_max_backlog net/ipv4/tcp_max_syn_backlog net/ipv4/tcp_keepalive_time net/ipv4/tcp_synack_retries net/ipv4/neigh/default/gc_thresh3 net/ipv4/neigh/default/base_reachable_time_ms; do echo "$k $(cat /proc/sys/$k)"; done; ulimit -n; } >"$OUT/env.txt" 2>&1
 for spec in ${RUNS:?}; do
   IFS=: read -r name shape rate extra <<<"$spec"
