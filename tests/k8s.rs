@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{mpirun_command, output_within, show, spawn_piped, summary, wait_within};
+use common::{mpirun_command, output_within, show, spawn_piped, summary, wait_within, SmallTmpfs};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -931,29 +931,6 @@ fn render_never_writes_through_a_link() {
     }
     assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious\n");
     assert!(!outside.exists());
-}
-
-/// A 16 KiB tmpfs at `dir` (needs root, as CI has; without it the caller skips, saying so),
-/// unmounted on drop.
-struct SmallTmpfs(PathBuf);
-impl SmallTmpfs {
-    fn mount(dir: &Path) -> Option<SmallTmpfs> {
-        std::fs::create_dir_all(dir).expect("mkdir");
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipped: cannot mount a tmpfs at {} (needs root)", dir.display());
-        }
-        ok.then(|| SmallTmpfs(dir.to_path_buf()))
-    }
-}
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 /// On a full disk (16 KiB tmpfs, 64 nodes in the pods form, a 400 KB manifest) render.sh exits

@@ -5,7 +5,7 @@
 //! and a closed pipe does not turn an exit status into a panic.
 
 mod common;
-use common::{mpirun_command, show, spawn_piped, summary, wait_within};
+use common::{mpirun_command, show, spawn_piped, summary, wait_within, SmallTmpfs};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -209,31 +209,6 @@ fn alone(args: &[&str]) -> Output {
     common::output_within(&mut c, Duration::from_secs(60), "tcpx-perf --plan")
 }
 
-/// A 16 KiB tmpfs at `dir`, filled (needs root, as CI has; without it the caller skips, saying
-/// so), unmounted on drop.
-struct FullTmpfs(PathBuf);
-impl FullTmpfs {
-    fn mount(dir: &Path) -> Option<FullTmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipped: cannot mount a tmpfs at {} (needs root)", dir.display());
-            return None;
-        }
-        let _ = std::fs::write(dir.join("filler"), vec![b'x'; 64 << 10]);
-        Some(FullTmpfs(dir.to_path_buf()))
-    }
-}
-impl Drop for FullTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// `--plan-json` is written whole or not at all, never through a link: on a full disk one line
 /// naming the file and the cause, a non-zero exit and no file (before: a 0-byte file); a link
 /// at the path is refused, the file it points to untouched.
@@ -257,7 +232,7 @@ fn plan_json_is_whole_or_absent_and_never_through_a_link() {
         show(&o)
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    if let Some(full) = FullTmpfs::mount(&base.join("full")) {
+    if let Some(full) = SmallTmpfs::mount_full(&base.join("full")) {
         let file = full.0.join("plan.json");
         let o = alone(&[
             "--plan",

@@ -244,4 +244,4 @@ pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

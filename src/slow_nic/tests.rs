@@ -2,18 +2,19 @@ use super::*;
 use crate::placement::Choice;
 use crate::report::WireBytes;
 
-/// 2 nodes x 2 NICs, rank r on node r / 2 with GPU r % 2 on eth(r % 2 + 1) (the rig's layout).
-fn rows() -> Vec<Row> {
-    (0..4)
+/// `nodes` nodes x `nics` NICs, one rank per NIC: rank r on node r / nics with GPU r % nics on
+/// eth(r % nics + 1) (the rig's layout with one GPU per rank).
+pub(crate) fn placement_rows(nodes: usize, nics: usize) -> Vec<Row> {
+    (0..nodes * nics)
         .map(|r| Row {
             endpoint: r,
             rank: r,
-            host: format!("node{}", r / 2),
-            gpu: r % 2,
+            host: format!("node{}", r / nics),
+            gpu: r % nics,
             gpu_pci: "-".into(),
             gpu_numa: "-".into(),
-            nic: format!("eth{}", r % 2 + 1),
-            nic_dev: r % 2,
+            nic: format!("eth{}", r % nics + 1),
+            nic_dev: r % nics,
             nic_pci: "-".into(),
             nic_numa: "-".into(),
             speed_gbps: 10.0,
@@ -24,6 +25,11 @@ fn rows() -> Vec<Row> {
             cpus_why: String::new(),
         })
         .collect()
+}
+
+/// 2 nodes x 2 NICs (the rig's layout).
+fn rows() -> Vec<Row> {
+    placement_rows(2, 2)
 }
 
 fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {

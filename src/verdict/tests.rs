@@ -1,29 +1,8 @@
 use super::*;
-use crate::placement::Choice;
 
-/// `nodes` nodes x `nics` NICs, one rank per NIC: rank r on node r / nics with GPU r % nics on
-/// eth(r % nics + 1) (the rig's layout with one GPU per rank).
+/// `nodes` nodes x `nics` NICs, one rank per NIC (the slow-NIC tests' placement).
 fn rows(nodes: usize, nics: usize) -> Vec<Row> {
-    (0..nodes * nics)
-        .map(|r| Row {
-            endpoint: r,
-            rank: r,
-            host: format!("node{}", r / nics),
-            gpu: r % nics,
-            gpu_pci: "-".into(),
-            gpu_numa: "-".into(),
-            nic: format!("eth{}", r % nics + 1),
-            nic_dev: r % nics,
-            nic_pci: "-".into(),
-            nic_numa: "-".into(),
-            speed_gbps: 10.0,
-            mtu: Some(1500),
-            distance: "unknown".into(),
-            choice: Choice::Arithmetic,
-            cpus: "0-1".into(),
-            cpus_why: String::new(),
-        })
-        .collect()
+    crate::slow_nic::tests::placement_rows(nodes, nics)
 }
 
 /// A shaped side: (node, NIC, sending) at a share of the line rate.

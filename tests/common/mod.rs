@@ -81,3 +81,35 @@ pub fn show(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
+
+/// A 16 KiB tmpfs at `dir` (needs root, as CI has; without it the caller skips, saying so),
+/// unmounted on drop: the full disk of the complete-or-absent tests.
+pub struct SmallTmpfs(pub std::path::PathBuf);
+
+impl SmallTmpfs {
+    pub fn mount(dir: &Path) -> Option<SmallTmpfs> {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs at {} (needs root)", dir.display());
+        }
+        ok.then(|| SmallTmpfs(dir.to_path_buf()))
+    }
+
+    /// The same, filled to the brim.
+    pub fn mount_full(dir: &Path) -> Option<SmallTmpfs> {
+        let t = Self::mount(dir)?;
+        let _ = std::fs::write(dir.join("filler"), vec![b'x'; 64 << 10]);
+        Some(t)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
