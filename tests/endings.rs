@@ -562,23 +562,14 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     wait_for_rows(&mut child, &dir, 2);
     let target = rank_pid(&child, 2);
     let mpirun_pid = child.id();
-    // The shell stays a while, as a person's shell or a script would.
-    let mut sh = Command::new("sh")
-        .arg("-c")
-        .arg(format!("kill -TERM {target}; sleep 5"))
-        .spawn()
-        .expect("sh");
-    let o = finish(child, Duration::from_secs(30));
-    let _ = sh.kill();
-    let _ = sh.wait();
+    let (o, sh_pid) = sigterm_from_sh(child, target);
     assert_eq!(o.status.code(), Some(143), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     let named: Vec<&str> = err.lines().filter(|l| l.starts_with("tcpx-perf: rank 2: ")).collect();
     assert_eq!(
         named,
         [format!(
-            "tcpx-perf: rank 2: SIGTERM from sh (pid {}): this rank stops, and mpirun then ends the job",
-            sh.id()
+            "tcpx-perf: rank 2: SIGTERM from sh (pid {sh_pid}): this rank stops, and mpirun then ends the job"
         )],
         "{}",
         show(&o)
@@ -596,7 +587,7 @@ fn a_signal_from_a_plain_process_is_named_by_its_command() {
     let cause = format!(
         "rank 2 ({}) interrupted by SIGTERM from sh (pid {}); then SIGTERM from mpirun (pid {})",
         hostname(),
-        sh.id(),
+        sh_pid,
         mpirun_pid
     );
     assert_eq!(error, cause, "{}", show(&o));
@@ -621,14 +612,7 @@ fn a_signal_from_sh_during_connect_names_sh_and_the_rank() {
     }
     std::thread::sleep(Duration::from_millis(1500));
     let target = rank_pid(&child, 2);
-    let mut sh = Command::new("sh")
-        .arg("-c")
-        .arg(format!("kill -TERM {target}; sleep 5"))
-        .spawn()
-        .expect("sh");
-    let o = finish(child, Duration::from_secs(30));
-    let _ = sh.kill();
-    let _ = sh.wait();
+    let (o, sh_pid) = sigterm_from_sh(child, target);
     assert_eq!(o.status.code(), Some(143), "{}", show(&o));
     assert!(
         start.elapsed() < Duration::from_secs(8),
@@ -642,14 +626,14 @@ fn a_signal_from_sh_during_connect_names_sh_and_the_rank() {
         "{s}"
     );
     let c = assert_culprit(&s, &o, 2, &["signalled"]);
-    assert_eq!(c["sender"], format!("sh (pid {})", sh.id()), "{s}");
+    assert_eq!(c["sender"], format!("sh (pid {sh_pid})"), "{s}");
     assert_eq!(c["phase"], "connect", "{s}");
     let error = s["error"].as_str().unwrap_or_default();
     assert!(
         error.starts_with(&format!(
             "rank 2 ({}) interrupted by SIGTERM from sh (pid {})",
             hostname(),
-            sh.id()
+            sh_pid
         )),
         "{error}"
     );
@@ -745,4 +729,18 @@ fn a_stopped_rank_0_is_named_by_the_others() {
         error.starts_with("timeout: rank(s) 0 did not arrive within -T 3 s and did not answer"),
         "{error}"
     );
+}
+
+/// SIGTERM to `target` from a plain `sh` that stays a while (as a person's shell or a script
+/// would), then the job's end and the shell's pid.
+fn sigterm_from_sh(child: Child, target: i32) -> (Output, u32) {
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {target}; sleep 5"))
+        .spawn()
+        .expect("sh");
+    let o = finish(child, Duration::from_secs(30));
+    let _ = sh.kill();
+    let _ = sh.wait();
+    (o, sh.id())
 }

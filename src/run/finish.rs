@@ -124,7 +124,7 @@ pub(super) fn finish(
             return Ok(super::EXIT_ERROR);
         }
     }
-    Ok(exit_status(&results, &info))
+    Ok(exit_status(&status, &info))
 }
 
 /// summary.json's status of a run that measured every size: wrong data, unchecked (-c 0 exits
@@ -142,17 +142,14 @@ fn run_status(results: &[SizeResult], gate: Option<&BandwidthGate>) -> RunStatus
     }
 }
 
-/// The exit status of a run that measured every size: wrong data first, then the bandwidth
-/// gate, then a bad node.
-fn exit_status(results: &[SizeResult], info: &RunInfo) -> i32 {
-    if export::wrong_total(results).unwrap_or(0) > 0 {
-        EXIT_WRONG_DATA
-    } else if info.bandwidth_gate.is_some_and(|g| !g.passed) {
-        EXIT_MIN_BW
-    } else if info.node_verdicts.iter().any(|v| v.verdict == Health::Bad) {
-        EXIT_BAD_NODE
-    } else {
-        EXIT_OK
+/// The exit status of a run that measured every size, from its status (wrong data first, then
+/// the bandwidth gate), then a bad node.
+fn exit_status(status: &RunStatus, info: &RunInfo) -> i32 {
+    match status {
+        RunStatus::WrongData => EXIT_WRONG_DATA,
+        RunStatus::BelowMinBw => EXIT_MIN_BW,
+        _ if info.node_verdicts.iter().any(|v| v.verdict == Health::Bad) => EXIT_BAD_NODE,
+        _ => EXIT_OK,
     }
 }
 
