@@ -33,7 +33,7 @@
 # (default target/release/tcpx-perf), CLUSTER_RIG= rig id 0..15, CLUSTER_STATE_DIR= where the
 # rig's state file lives (default /run/tcpx-cluster; `up` makes it, `down` removes it when it is
 # empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
-# host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES).
+# host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
 # namespaces refused.
 set -euo pipefail
@@ -527,10 +527,14 @@ cmd_rank() {
   local ifnames r
   ifnames=$(for r in $(seq 1 "$NICS"); do printf 'eth%s,' "$r"; done)
   export TCPXEMU_IFNAMES=${ifnames%,}
-  # A GPU host split into nodes: node n sees GPUs n*G .. n*G+G-1 as its own 0 .. G-1.
+  # A GPU host split into nodes: node n sees GPUs n*G .. n*G+G-1 as its own 0 .. G-1; G = 0:
+  # nodes without GPUs (CUDA finds none: no process initialises a GPU it would share).
   if [ -n "${CLUSTER_GPUS_PER_NODE:-}" ]; then
-    in_range "$CLUSTER_GPUS_PER_NODE" 1 64 || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (1..64)"
-    CUDA_VISIBLE_DEVICES=$(seq -s, $((n * CLUSTER_GPUS_PER_NODE)) $(((n + 1) * CLUSTER_GPUS_PER_NODE - 1)))
+    in_range "$CLUSTER_GPUS_PER_NODE" 0 64 || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (0..64; 0: none)"
+    CUDA_VISIBLE_DEVICES=""
+    if [ "$CLUSTER_GPUS_PER_NODE" -gt 0 ]; then
+      CUDA_VISIBLE_DEVICES=$(seq -s, $((n * CLUSTER_GPUS_PER_NODE)) $(((n + 1) * CLUSTER_GPUS_PER_NODE - 1)))
+    fi
     export CUDA_VISIBLE_DEVICES
   fi
   # shellcheck disable=SC2016

@@ -51,5 +51,6 @@ pub mod slow_nic;
 pub mod stats;
 pub mod tcp_stats;
 pub mod topology;
+pub mod trace;
 pub mod verdict;
 pub mod wire;

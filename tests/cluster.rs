@@ -57,6 +57,11 @@ impl Rig {
     }
 
     fn cmd(&self, args: &str) -> Output {
+        self.cmd_with(args, &[])
+    }
+
+    /// `cmd` with `env` set (after the rig's own variables, so it may override them).
+    fn cmd_with(&self, args: &str, env: &[(&str, &str)]) -> Output {
         let mut c = Command::new("bash");
         c.arg(SCRIPT)
             .args(args.split_whitespace())
@@ -65,7 +70,8 @@ impl Rig {
             .env("TCPX_PERF", BIN)
             .env("NCCL_DYNAMIC_CHUNK_SIZE", "524288")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .envs(env.iter().copied());
         output_within(&mut c, Duration::from_secs(120), &format!("cluster.sh {args}"))
     }
 
@@ -1196,6 +1202,27 @@ fn a_rate_tc_cannot_take_is_one_line_in_the_rigs_words() {
         "{err}"
     );
     assert!(!zero_state.exists() && !exists("netns", "r3-node0"), "made nothing");
+}
+
+/// `CLUSTER_GPUS_PER_NODE=0` gives the nodes no GPU (an empty `CUDA_VISIBLE_DEVICES`, which
+/// CUDA and tcpx-gpu read as none: no rank queues in the driver's initialisation for a GPU it
+/// would share); G > 0 gives node n the host's GPUs n*G .. n*G+G-1.
+#[test]
+fn gpus_per_node_zero_leaves_the_nodes_without_gpus() {
+    let Some(rig) = Rig::up(2, "--nodes 2 --nics 1") else {
+        return;
+    };
+    for (per_node, want) in [("0", ["", ""]), ("2", ["0,1", "2,3"])] {
+        // printenv fails on an unset variable: an empty line is an empty, set list.
+        let o = rig.cmd_with(
+            "run -np 2 -- CUDA_VISIBLE_DEVICES",
+            &[("TCPX_PERF", "/usr/bin/printenv"), ("CLUSTER_GPUS_PER_NODE", per_node)],
+        );
+        assert!(o.status.success(), "CLUSTER_GPUS_PER_NODE={per_node}: {}", show(&o));
+        let mut seen: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect();
+        seen.sort();
+        assert_eq!(seen, want, "CLUSTER_GPUS_PER_NODE={per_node}");
+    }
 }
 
 /// The rig's scripts pass shellcheck (installed by launch/setup.sh --tests; skipped where absent).

@@ -25,7 +25,7 @@
 # A shape is NODESxRANKSxNICS[gG][@RATE]: RANKS processes per node, each driving G GPUs (`-g G`,
 # G endpoints per rank; default 1), so 64x1x4g8 is 64 nodes of one 8-GPU process (512
 # endpoints) and 64x8x4 the same endpoints as 512 processes; @RATE overrides RATE for that shape.
-# SHAPES run in host memory; SLOW_SHAPE (empty: none) and CUDA_SHAPE (empty: none) runs --mem cuda with node n's processes on
+# SHAPES run in host memory, on nodes without GPUs (CLUSTER_GPUS_PER_NODE=0); SLOW_SHAPE (empty: none) and CUDA_SHAPE (empty: none) runs --mem cuda with node n's processes on
 # GPUs n*R*G..(n+1)*R*G-1 (CLUSTER_GPUS_PER_NODE=R*G). ARGS replaces the tcpx-perf flags
 # (default: fullmesh, -b 1M -e 8M, 10 timed iterations). IP/TC as for launch/cluster.sh;
 # IPROUTE2=DIR (an extracted iproute2 with its libraries: the GPU host has none) writes wrappers.
@@ -125,6 +125,10 @@ run_shape() {
   if [ "$RAW_TCP" = 1 ] && [ "$nodes" -ge 2 ] && [ -z "$slow" ]; then raw_tcp "$dir" "$rate"; fi
   [ -n "$slow" ] && bash launch/cluster.sh shape "$SLOW_NODE" "$SLOW_NIC" "$slow" >>"$dir/up.log" 2>&1
   local env=() gflag=()
+  # Host memory: the nodes get no GPU. 128 processes initialising CUDA on one host's 4 GPUs
+  # queue in the driver (~115 ms each: 15 s before the plugin opens), which A3-high nodes, 8
+  # processes each on their own GPUs, never do (docs/runs/h100x4-20261127b-issue33).
+  env=(CLUSTER_GPUS_PER_NODE=0)
   [ "$mem" = cuda ] && env=(CLUSTER_GPUS_PER_NODE="$((ranks * gpus))")
   [ "$gpus" -gt 1 ] && gflag=(-g "$gpus")
   rig_counters "$nodes" >"$dir/counters.before" 2>&1

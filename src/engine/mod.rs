@@ -398,6 +398,7 @@ impl Engine {
                 (rank, keys.len() * size)
             })
             .collect();
+        crate::trace::trace("connect: listening");
         self.phase("handle exchange (MPI)");
         let messages = coll.exchange(&sends, &recvs);
         let mut handles = HashMap::new();
@@ -406,6 +407,7 @@ impl Engine {
                 handles.insert(*key, chunk.try_into().expect("exact chunk"));
             }
         }
+        crate::trace::trace("connect: handles exchanged");
         self.phase("connect/accept");
         let mut timing = SetupTiming::default();
         for reply in self.broadcast_watching(Command::Connect(Arc::new(handles)), Some(coll))? {
@@ -414,6 +416,7 @@ impl Engine {
                 timing.threads = timing.threads.max(threads);
             }
         }
+        crate::trace::trace("connect: comms up");
         Ok(timing)
     }
 

@@ -232,6 +232,15 @@ impl Worker {
         })
     }
 
+    /// The endpoint's GPU, once its buffer is allocated, where CUDA has that GPU (host memory:
+    /// the context the plugin's calls read; CUDA memory: the buffer's device).
+    fn device(&self) -> Option<&tcpx_gpu::Device> {
+        match self.memory.as_ref()? {
+            Memory::Host(_) => self.context.as_ref(),
+            Memory::Gpu(state) => Some(&state.device),
+        }
+    }
+
     /// Makes the endpoint's GPU context current on this thread where a GPU exists (host memory;
     /// the CUDA path opens the GPU with its buffer). Without CUDA there is nothing to bind.
     fn bind_gpu_context(&mut self) -> Result<(), String> {
@@ -277,10 +286,19 @@ impl Worker {
                 .enumerate()
                 .map(|(i, l)| Task::Accept(i, l)),
         );
+        // Setup threads only make the endpoint's context current (cuCtxSetCurrent): it was
+        // opened with the buffer and is held to the end. Opening the GPU again per setup thread
+        // (a stream, buffers, the kernels' module) took the driver's locks once per thread per
+        // connect, what 128 ranks sharing 4 GPUs queued behind for ~30 s per connect phase.
         let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
+        let device = self.device().cloned();
         let init = move || -> Result<Box<dyn std::any::Any>, String> {
-            let device = bind_gpu(gpu).map_err(|e| format!("GPU {gpu} on a setup thread: {e}"))?;
-            Ok(Box::new(device))
+            if let Some(device) = &device {
+                device
+                    .make_current()
+                    .map_err(|e| format!("GPU {gpu} on a setup thread: {e}"))?;
+            }
+            Ok(Box::new(()))
         };
         let describe = |t: &Task| match t {
             Task::Connect(i, _) => format!("connect to {}", self.label(send_peers[*i])),
@@ -554,7 +572,8 @@ impl Worker {
 fn bind_gpu(gpu: usize) -> Result<Option<tcpx_gpu::Device>, String> {
     match tcpx_gpu::Gpu::probe() {
         Ok(Some(info)) if gpu < info.count() => {
-            let device = tcpx_gpu::Device::open(gpu).map_err(|e| e.to_string())?;
+            // Lazy: a host-memory endpoint launches no kernel, so NVRTC never runs for it.
+            let device = tcpx_gpu::Device::open_lazy(gpu).map_err(|e| e.to_string())?;
             device.make_current().map_err(|e| e.to_string())?;
             Ok(Some(device))
         }

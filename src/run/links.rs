@@ -169,6 +169,9 @@ impl Links {
 
     /// The first timed iteration of the run is starting on this rank.
     pub fn timed_start(&mut self, at: Instant) {
+        if self.first_timed.is_none() {
+            crate::trace::trace("first timed iteration");
+        }
         self.first_timed.get_or_insert(at);
     }
 
@@ -178,7 +181,7 @@ impl Links {
     pub fn complete(&self, mpi: &Mpi, report: &mut SetupReport) {
         let first = self
             .first_timed
-            .and_then(|t| Some(process_age()? - t.elapsed().as_secs_f64()))
+            .and_then(|t| Some(crate::trace::process_age()? - t.elapsed().as_secs_f64()))
             .unwrap_or(-1.0);
         let all = mpi.gather_f64(&[
             self.after_setup.0 as f64,
@@ -204,34 +207,5 @@ impl Links {
         .to_string();
         report.rounds.clone_from(&self.rounds);
         report.connect_seconds_total = self.rounds.iter().map(|r| r.seconds_total).sum();
-    }
-}
-
-/// Seconds since this process started (`/proc/self/stat`'s start time against the uptime, at
-/// the kernel's clock tick), or None where /proc does not say.
-fn process_age() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // After the command name in parentheses (which may hold spaces): field 3 on; the start time
-    // is field 22.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let ticks: f64 = rest.split_whitespace().nth(22 - 3)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| (uptime - ticks / hz as f64).max(0.0))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_fresh_process_is_young() {
-        let age = super::process_age().expect("/proc says");
-        // The test binary started moments ago (a busy CI box: generous).
-        assert!((0.0..600.0).contains(&age), "{age}");
     }
 }

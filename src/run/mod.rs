@@ -120,6 +120,7 @@ pub fn run(cli: Cli) -> i32 {
             contracts::DYNAMIC_CHUNK_DEFAULT
         ));
     }
+    crate::trace::trace("start");
     let mpi = match Mpi::init() {
         Ok(m) => m,
         Err(e) => {
@@ -127,6 +128,7 @@ pub fn run(cli: Cli) -> i32 {
             return EXIT_ERROR;
         }
     };
+    crate::trace::trace("MPI initialised");
     let phase = Cell::new(PHASES[0]);
     let outcome = run_with(&cli, &mpi, notes, &phase);
     if let Err(fatal) = &outcome {
@@ -247,17 +249,22 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
     let setup = Watchdog::start(|| "  (no comms yet)".to_string(), mpi.rank());
     setup.arm("setup (flags, topology, plugin)", settings::timeout_of(cli.timeout));
     agree_on_flags(mpi)?;
+    crate::trace::trace("flags agreed");
     // Every rank now has the same flags, so rank 0 alone reports what is wrong with them.
     let settings = Settings::from_cli(cli).map_err(Fatal::Usage)?;
     notes.extend(settings.nccl_tests_notes());
     let start_time = report::now_rfc3339();
     let job = plan_job(&settings, mpi)?;
+    crate::trace::trace("job planned");
     let vetted = vet::vet_plugin(&settings, mpi, &job, &mut notes)?;
+    crate::trace::trace("plugin vetted");
     let placed = match place::place(&settings, mpi, &job, &vetted, notes, start_time)? {
         place::Placed::DryRun(code) => return Ok(code),
         place::Placed::Ready(ready) => *ready,
     };
+    crate::trace::trace("placed");
     finish::announce(&settings, mpi, &job, &placed.info)?;
+    crate::trace::trace("header printed");
     let record = record::Record::new(&settings, mpi, &job, &placed.info);
     setup.disarm();
     let vet::Vetted { probe, resources, .. } = vetted;
@@ -267,6 +274,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         record.set_phase(PHASES[1]);
         let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
         record.set_info(&info);
+        crate::trace::trace("first comms connected");
         phase.set(PHASES[2]);
         record.set_phase(PHASES[2]);
         let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {

@@ -107,6 +107,11 @@ impl Settings {
                 self.iterations.iteration_reduction
             ));
         }
+        if self.transport.connect == crate::cli::ConnectMode::Rounds {
+            notes.push(
+                "--connect rounds: a size's time is the sum of its rounds'; the idle gap between rounds (their connects) lets shapers and switch buffers drain, so a round that fits in their burst runs above the sustained rate (16 x 8 x 4 rig at 1-8 MiB: 1.4x a node's shaped limit). Compare busbw with --connect all".into(),
+            );
+        }
         if self.timeout == TIMEOUT_OFF {
             notes.push("-T 0: no deadline; a stuck plugin or peer hangs the job (nccl-tests' default)".into());
         }

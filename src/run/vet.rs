@@ -51,6 +51,7 @@ pub(super) fn vet_plugin(settings: &Settings, mpi: &Mpi, job: &Job, notes: &mut 
     let (topo, rank) = (&job.topo, mpi.rank());
     let transport = &settings.transport;
     let plugin = agree(mpi, open_plugin(&settings.plugin))?;
+    crate::trace::trace("plugin opened");
     check_limits(&plugin, transport.window)?;
     let props = agree(mpi, plugin.properties(0).map_err(|e| e.to_string()))?;
     let mem = agree(mpi, resolve_mem(transport.mem, topo, rank, &props, notes))?;

@@ -148,8 +148,26 @@ impl Device {
     /// The device of the context current on the calling thread (NCCL makes the GPU's primary
     /// context current with `cudaSetDevice` before it calls a plugin), GPU 0's primary context
     /// when none is current. Kernels are loaded lazily, as with [`open_lazy`](Self::open_lazy).
+    ///
+    /// A primary context's device is made once per process and kept (its context retained to
+    /// the end, as TCPX keeps its per-GPU state): a plugin asks for it per comm, and a new one
+    /// per comm (a stream, three buffers, a synchronize) queued every comm of every process on
+    /// the driver's locks. A borrowed context's device is new each time (its creator may destroy
+    /// the context).
     pub fn current() -> Result<Device, GpuError> {
-        Self::with_ctx(Ctx::current()?)
+        static OPENED: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+        let ctx = Ctx::current()?;
+        if !ctx.owned {
+            return Self::with_ctx(ctx);
+        }
+        let mut opened = OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(dev) = opened.iter().find(|d| d.inner.ctx.raw == ctx.raw) {
+            dev.make_current()?;
+            return Ok(dev.clone());
+        }
+        let dev = Self::with_ctx(ctx)?;
+        opened.push(dev.clone());
+        Ok(dev)
     }
 
     fn with_ctx(ctx: Arc<Ctx>) -> Result<Device, GpuError> {

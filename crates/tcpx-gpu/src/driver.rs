@@ -27,6 +27,12 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 pub(crate) fn init() -> Result<(), GpuError> {
     static INIT: OnceLock<Result<(), GpuError>> = OnceLock::new();
     INIT.get_or_init(|| {
+        // An empty CUDA_VISIBLE_DEVICES hides every GPU: cuInit would say NO_DEVICE, but only
+        // after the driver's own setup, which is serialized across processes (~115 ms each on
+        // the 4 x H100 host: 128 ranks waited 14.5 s for it; docs/runs/h100x4-20261127b-issue33).
+        if hides_every_gpu(std::env::var_os("CUDA_VISIBLE_DEVICES").as_deref()) {
+            return Err(GpuError::NoDevice);
+        }
         // SAFETY: is_culib_present only tries to dlopen the candidate names.
         let present = catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
         if !present {
@@ -41,6 +47,12 @@ pub(crate) fn init() -> Result<(), GpuError> {
         }
     })
     .clone()
+}
+
+/// Whether `CUDA_VISIBLE_DEVICES` (its value, if set) leaves CUDA no device: set and empty (or
+/// only blanks). Other values are the driver's to read (a list it may partly reject).
+fn hides_every_gpu(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| v.to_string_lossy().trim().is_empty())
 }
 
 /// What one GPU is.
@@ -189,7 +201,7 @@ pub(crate) struct Ctx {
     pub(crate) raw: CUcontext,
     /// Whether we hold a primary-context retain to release in Drop (false: a borrowed,
     /// non-primary context that its creator keeps alive).
-    owned: bool,
+    pub(crate) owned: bool,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (the driver API is thread-safe
@@ -284,5 +296,19 @@ pub fn pointer_is_device(addr: u64) -> Result<bool, GpuError> {
         CUresult::CUDA_SUCCESS => Ok(ty == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32),
         CUresult::CUDA_ERROR_INVALID_VALUE => Ok(false),
         r => check(r, "cuPointerGetAttribute").map(|()| false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    #[test]
+    fn an_empty_visible_device_list_hides_every_gpu() {
+        assert!(super::hides_every_gpu(Some(OsStr::new(""))));
+        assert!(super::hides_every_gpu(Some(OsStr::new("  "))));
+        assert!(!super::hides_every_gpu(None), "unset: every GPU");
+        assert!(!super::hides_every_gpu(Some(OsStr::new("0,1"))));
+        assert!(!super::hides_every_gpu(Some(OsStr::new("-1"))), "the driver's to read");
     }
 }

@@ -28,9 +28,12 @@ use crate::error::{NetError, NetResult};
 use crate::handle::ListenInfo;
 use crate::wire::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
 
-/// How long a fresh socket has to deliver its hello. A real peer sends it right after connecting;
-/// hellos are read side by side, so a silent socket costs only its own slot until then.
-pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a fresh socket has to deliver its hello: as long as the peer's kernel keeps
+/// retransmitting it (`TCP_USER_TIMEOUT`). A real peer sends it right after connecting, but a lost
+/// segment comes again only after 1, 3, 7, 15 s of backoff: at 5 s, a 128-rank connect storm
+/// through the rig's shaped NICs had a real data socket rejected, and its comm waited for it until
+/// -T. Hellos are read side by side, so a silent socket costs only its own slot meanwhile.
+pub const HELLO_TIMEOUT: Duration = Duration::from_millis(crate::wire::USER_TIMEOUT_MS as u64);
 /// Sockets waiting for their hello at once; beyond this the oldest is dropped.
 const MAX_GREETING: usize = 256;
 /// Rejected connections remembered for the diagnosis (all are counted and logged).
@@ -49,6 +52,8 @@ struct Rejected {
 pub struct ListenShared {
     pub listener: TcpListener,
     pub info: ListenInfo,
+    /// See [`crate::config::Config::hello_timeout`].
+    hello_timeout: Duration,
     pub closing: AtomicBool,
     pub ready: Mutex<VecDeque<Connected>>,
     pub error: Mutex<Option<NetError>>,
@@ -58,10 +63,11 @@ pub struct ListenShared {
 }
 
 impl ListenShared {
-    pub fn new(listener: TcpListener, info: ListenInfo) -> ListenShared {
+    pub fn new(listener: TcpListener, info: ListenInfo, hello_timeout: Duration) -> ListenShared {
         ListenShared {
             listener,
             info,
+            hello_timeout,
             closing: AtomicBool::new(false),
             ready: Mutex::new(VecDeque::new()),
             error: Mutex::new(None),
@@ -324,7 +330,7 @@ impl Listening {
                     g.from,
                     &format!(
                         "no hello within {} s ({} of {HELLO_LEN} bytes)",
-                        HELLO_TIMEOUT.as_secs(),
+                        ls.hello_timeout.as_secs_f64(),
                         g.got
                     ),
                 ),
@@ -361,7 +367,7 @@ fn accept_new(ls: &ListenShared, greeting: &mut Vec<Greeting>) -> bool {
                     from,
                     buf: [0; HELLO_LEN],
                     got: 0,
-                    deadline: Instant::now() + HELLO_TIMEOUT,
+                    deadline: Instant::now() + ls.hello_timeout,
                 });
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return true,

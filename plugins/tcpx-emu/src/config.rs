@@ -131,6 +131,9 @@ pub struct Config {
     pub mtu: Option<u32>,
     /// Host mode reports `netDeviceType` UNPACK (v7) as TCPX does.
     pub host_as_unpack: bool,
+    /// How long an accepted socket may stay silent before its hello (then it is a stranger,
+    /// rejected and named). [`crate::accept::HELLO_TIMEOUT`]; tests shorten it.
+    pub hello_timeout: std::time::Duration,
     /// Unpack mode also offers `NCCL_PTR_DMABUF` and `regMrDmaBuf` (v8+ tables), as GPUDirect
     /// plugins such as aws-ofi-nccl do; TCPX does not (its `regMrDmaBuf` is NULL).
     pub dmabuf: bool,
@@ -160,6 +163,7 @@ impl Default for Config {
             setup_blocking: false,
             mtu: None,
             host_as_unpack: false,
+            hello_timeout: crate::accept::HELLO_TIMEOUT,
             dmabuf: false,
         }
     }

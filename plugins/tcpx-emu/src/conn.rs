@@ -342,7 +342,7 @@ impl ListenComm {
         };
         let mut handle = [0u8; nccl_net_abi::NET_HANDLE_MAXSIZE];
         info.encode(&mut handle);
-        let shared = Arc::new(ListenShared::new(listener, info));
+        let shared = Arc::new(ListenShared::new(listener, info, cfg.hello_timeout));
         accept::register(Arc::clone(&shared))?;
         let comm = Box::new(ListenComm {
             shared,

@@ -2,9 +2,11 @@
 //! delay a real peer, and the listener names them when setup does not finish.
 
 use super::*;
-use crate::accept::HELLO_TIMEOUT;
 use std::io::Write;
 use std::net::TcpStream;
+
+/// The silent-socket deadline in these tests (the default is the 30 s of `TCP_USER_TIMEOUT`).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Opens `silent` connections that never send a byte, then connects a real peer: the time from
 /// its first `connect` call to both comms existing.
@@ -38,19 +40,25 @@ fn setup_time_with_strangers(c: &Config, silent: usize) -> Duration {
 
 #[test]
 fn silent_connections_do_not_delay_a_real_peer() {
-    let c = cfg(2, 8192);
+    let c = Config {
+        hello_timeout: HELLO_TIMEOUT,
+        ..cfg(2, 8192)
+    };
     let alone = setup_time_with_strangers(&c, 0);
     // Four silent connections held the old single-threaded acceptor 4 x 10 s.
     let behind = setup_time_with_strangers(&c, 4);
     assert!(
-        behind < HELLO_TIMEOUT / 2 && behind < alone * 20 + Duration::from_millis(500),
+        behind < c.hello_timeout / 2 && behind < alone * 20 + Duration::from_millis(500),
         "setup took {behind:?} behind 4 silent connections, {alone:?} alone"
     );
 }
 
 #[test]
 fn strangers_are_named_and_closing_is_prompt() {
-    let c = cfg(1, 8192);
+    let c = Config {
+        hello_timeout: HELLO_TIMEOUT,
+        ..cfg(1, 8192)
+    };
     let (lc, _h) = ListenComm::bind(LOCALHOST, 0, &c).expect("listen");
     let silent = TcpStream::connect(lc.addr()).expect("connect");
     let mut bogus = TcpStream::connect(lc.addr()).expect("connect");
@@ -59,11 +67,11 @@ fn strangers_are_named_and_closing_is_prompt() {
     let early_addr = early.local_addr().expect("addr");
     drop(early);
     let (bogus_addr, silent_addr) = (bogus.local_addr().expect("addr"), silent.local_addr().expect("addr"));
-    let end = Instant::now() + HELLO_TIMEOUT + Duration::from_secs(5);
+    let end = Instant::now() + c.hello_timeout + Duration::from_secs(5);
     let want = [
         format!("{bogus_addr} (not a tcpx-emu hello"),
         format!("{early_addr} (closed after 0 of the 32 hello bytes)"),
-        format!("{silent_addr} (no hello within {} s", HELLO_TIMEOUT.as_secs()),
+        format!("{silent_addr} (no hello within {} s", c.hello_timeout.as_secs_f64()),
     ];
     loop {
         assert!(lc.accept().expect("accept").is_none(), "no stranger becomes a comm");
@@ -88,4 +96,55 @@ fn strangers_are_named_and_closing_is_prompt() {
         "close took {:?}",
         start.elapsed()
     );
+}
+
+/// A real peer's data socket whose hello comes 6 s late (its first segment lost in a connect
+/// storm, resent after TCP's backoff) still joins its comm under the default deadline: at 5 s it
+/// was rejected as a stranger and the comm waited for it until -T (128 ranks on the GPU host).
+#[test]
+fn a_hello_resent_after_backoff_still_joins_its_comm() {
+    use crate::handle::ListenInfo;
+    use crate::wire::{Hello, KIND_CTRL, KIND_DATA};
+    let c = cfg(1, 8192);
+    assert!(
+        c.hello_timeout >= Duration::from_secs(30),
+        "the default follows TCP_USER_TIMEOUT"
+    );
+    let (lc, h) = ListenComm::bind(LOCALHOST, 0, &c).expect("listen");
+    let info = ListenInfo::decode(&h).expect("handle");
+    let hello = |kind, index| {
+        Hello {
+            kind,
+            index,
+            nsocks: 1,
+            flags: 0,
+            chunk_size: info.chunk_size as u32,
+            token: info.token,
+            conn_id: 7,
+        }
+        .encode()
+    };
+    let mut ctrl = TcpStream::connect(info.addr).expect("ctrl");
+    ctrl.write_all(&hello(KIND_CTRL, 0)).expect("ctrl hello");
+    let mut data = TcpStream::connect(info.addr).expect("data");
+    let late = Duration::from_secs(6);
+    let start = Instant::now();
+    let mut sent = false;
+    let comm = loop {
+        if !sent && start.elapsed() >= late {
+            data.write_all(&hello(KIND_DATA, 0)).expect("data hello");
+            sent = true;
+        }
+        if let Some(comm) = lc.accept().expect("accept") {
+            break comm;
+        }
+        assert!(
+            start.elapsed() < late + Duration::from_secs(10),
+            "the late data socket never joined: {}",
+            lc.waiting_for()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(sent, "the comm existed before its data socket said hello");
+    drop((comm, ctrl, data, lc));
 }
