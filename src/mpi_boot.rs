@@ -23,6 +23,23 @@ pub struct Mpi {
     _universe: Universe,
 }
 
+/// Where a launcher announces the rank (Open MPI, PMIx, PMI, Slurm).
+const LAUNCHER_RANK_VARS: [&str; 4] = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"];
+
+/// Whether a launcher started this process (it announced a rank).
+pub fn launched() -> bool {
+    LAUNCHER_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some())
+}
+
+/// This process's rank as the launcher announces it, before MPI starts (Open MPI, PMIx, PMI,
+/// Slurm); 0 for a process started without a launcher.
+pub fn launcher_rank() -> usize {
+    LAUNCHER_RANK_VARS
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 impl Mpi {
     /// Initialises MPI. Fails with a clear message when the library cannot give the threading
     /// level the engine needs.

@@ -8,7 +8,7 @@
 /// Prints this rank's milestone `what` when `TCPX_PERF_TRACE` is set.
 pub fn trace(what: &str) {
     if std::env::var_os("TCPX_PERF_TRACE").is_some() {
-        let rank = crate::run::launcher_rank();
+        let rank = crate::mpi_boot::launcher_rank();
         eprintln!("trace {rank} {:.3} {what}", process_age().unwrap_or(-1.0));
     }
 }

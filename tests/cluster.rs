@@ -468,6 +468,19 @@ fn a_rank_killed_among_sixteen_is_the_culprit_in_summary_json() {
     let error = summary["error"].as_str().unwrap_or_default();
     let host = summary["hosts"][victim]["hostname"].as_str().unwrap_or("?");
     assert!(error.starts_with(&format!("rank 11 ({host}")), "{error}");
+    // The failed run judges its nodes too: the culprit's node suspect by the failure, every
+    // other node healthy by the sizes measured before it.
+    let verdicts = summary["node_verdicts"].as_array().expect("node_verdicts");
+    assert_eq!(verdicts.len(), 8, "{summary}");
+    for v in verdicts {
+        if v["host"] == host {
+            assert_eq!(v["verdict"], "suspect", "{v}");
+            assert_eq!(v["decided_by"], "failure", "{v}");
+            assert!(v["evidence"].as_str().unwrap_or_default().contains("rank 11"), "{v}");
+        } else {
+            assert_eq!(v["verdict"], "healthy", "{v}");
+        }
+    }
 }
 
 /// The process of `rank` (`OMPI_COMM_WORLD_RANK`) among the descendants of `root`.

@@ -83,6 +83,8 @@ ENVIRONMENT:
                             cannot say (placement without a GPU)
   TCPX_GPU_NVRTC, CUDA_HOME, CUDA_PATH
                             where libnvrtc is found for the GPU kernels
+  TCPX_PERF_TRACE           set: each rank prints `trace RANK SECONDS EVENT` on stderr at its
+                            start-up milestones (seconds since its process started)
 
 EXIT STATUS:
   0 every size measured, every byte checked right (with -c 0: measured but unchecked, the footer

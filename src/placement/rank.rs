@@ -67,7 +67,6 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
     node_gpus.sort_unstable();
     node_gpus.dedup();
     let gpus = locate_gpus(&sys, &node_gpus, &super::gpu_bus_ids());
-    crate::trace::trace("placement: GPUs located");
     let nics = locate_nics(&sys, input.props);
     let (choice, notes) = choose_nics(&gpus, &nics, input.net_dev, input.channels, input.spread_channels)?;
     let (helpers, binding_problems) = cpus::helper_cpus(env);

@@ -191,22 +191,7 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 /// ([`crate::verdict`]) are made first, from the flows and preflight's findings (the measured
 /// ones name no node's fault: the verdicts read the flows themselves).
 fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: crate::verdict::Thresholds) -> String {
-    let mut hosts: Vec<String> = Vec::new();
-    for h in &info.hosts {
-        if !hosts.contains(&h.hostname) {
-            hosts.push(h.hostname.clone());
-        }
-    }
-    if hosts.len() > 1 {
-        let evidence = crate::verdict::Evidence {
-            hosts: &hosts,
-            rows: &info.placement.rows,
-            results,
-            findings: &info.placement.findings,
-            failure: None,
-        };
-        info.node_verdicts = crate::verdict::verdicts(&evidence, thresholds);
-    }
+    info.node_verdicts = crate::verdict::of_run(info, results, None, thresholds);
     let mut lines = String::new();
     info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
     let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);

@@ -50,22 +50,7 @@ pub const EXIT_BAD_NODE: i32 = 5;
 /// A flag or value tcpx-perf does not accept (`EX_USAGE` of sysexits.h).
 pub const EXIT_USAGE: i32 = 64;
 
-/// Where a launcher announces the rank (Open MPI, PMIx, PMI, Slurm).
-const LAUNCHER_RANK_VARS: [&str; 4] = ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"];
-
-/// Whether a launcher started this process (it announced a rank).
-pub fn launched() -> bool {
-    LAUNCHER_RANK_VARS.iter().any(|v| std::env::var_os(v).is_some())
-}
-
-/// This process's rank as the launcher announces it, before MPI starts (Open MPI, PMIx, PMI,
-/// Slurm); 0 for a process started without a launcher.
-pub fn launcher_rank() -> usize {
-    LAUNCHER_RANK_VARS
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
-        .unwrap_or(0)
-}
+pub use crate::mpi_boot::{launched, launcher_rank};
 
 /// The built-in plugin: tcpx-emu as GPUDirect-TCPX presents itself (only `ncclNetPlugin_v7`
 /// exported, so nothing can pick a newer table), by NCCL's file name and by cargo's. The build

@@ -18,8 +18,10 @@
 //! named as the node (CPU, PCIe, memory: what its NICs share), not a NIC.
 //!
 //! Findings: an error finding that names a node makes it `bad`; a warning that names some nodes
-//! (not all: a job-wide warning says nothing about one node) makes them `suspect`. The run's
-//! failure makes its rank's node `bad`.
+//! (not all: a job-wide warning says nothing about one node) makes them `suspect`. The failure
+//! that ended a run early makes its culprit's node `suspect` (the blame graph's root,
+//! [`crate::blame`]: the rank the others' errors lead to), beside what the sizes measured before
+//! say of every node.
 
 use crate::placement::dry_run::{NodeFinding, Row};
 use crate::placement::preflight::Level;
@@ -304,8 +306,11 @@ fn named_pieces(host: &str, e: &Evidence) -> Vec<Piece> {
     let mut pieces = Vec::new();
     if let Some((failed, line)) = e.failure {
         if failed == host {
+            // Where the run broke, not proof of a fault there (a plugin's or the launcher's
+            // error names a node too): a failed run leaves no node `bad` on its own, and a node
+            // named by failure after failure shows in `history nodes`.
             pieces.push(Piece {
-                health: Health::Bad,
+                health: Health::Suspect,
                 decided_by: "failure",
                 text: format!("failure: {line}"),
             });
@@ -329,6 +334,34 @@ fn named_pieces(host: &str, e: &Evidence) -> Vec<Piece> {
         });
     }
     pieces
+}
+
+/// The verdicts of a run described by `info` with `results` measured: its nodes (host names in
+/// rank order, each once; none for a one-node job), placement's rows and findings, and the
+/// failure that ended it early (the culprit's host and its line).
+pub fn of_run(
+    info: &crate::report::RunInfo,
+    results: &[SizeResult],
+    failure: Option<(&str, &str)>,
+    t: Thresholds,
+) -> Vec<NodeVerdict> {
+    let mut hosts: Vec<String> = Vec::new();
+    for h in &info.hosts {
+        if !hosts.contains(&h.hostname) {
+            hosts.push(h.hostname.clone());
+        }
+    }
+    if hosts.len() < 2 {
+        return Vec::new();
+    }
+    let evidence = Evidence {
+        hosts: &hosts,
+        rows: &info.placement.rows,
+        results,
+        findings: &info.placement.findings,
+        failure,
+    };
+    verdicts(&evidence, t)
 }
 
 /// Every node's verdict; empty when nothing was judged (no size of at least 1 MiB with flows

@@ -224,7 +224,7 @@ fn findings_and_the_failure_name_nodes_and_a_job_wide_warning_does_not() {
         vec![
             ("node1", Health::Bad, Some("finding")),
             ("node2", Health::Suspect, Some("finding")),
-            ("node3", Health::Bad, Some("failure"))
+            ("node3", Health::Suspect, Some("failure"))
         ]
     );
     assert_eq!(v[1].evidence, "error: eth1 link down");
