@@ -430,6 +430,43 @@ fn a_failed_connect_names_the_round_and_the_peer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A run that stops inside a size's later round shows on disk which rounds it had connected,
+/// and how long each took: `summary.json` is rewritten after every connect of `--connect rounds`
+/// (before: only the first connect, until the run's end).
+#[test]
+fn rounds_connected_before_a_failure_are_on_disk() {
+    let dir = scratch("connect-rounds-on-disk");
+    // Rank 2's listen comms from the fifth on fail: rounds 0 and 1 have two each, round 2 fails.
+    let o = run(
+        4,
+        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
+        &dir,
+        &[
+            ("TCPXEMU_FAULT", "accept"),
+            ("TCPXEMU_FAULT_AFTER", "4"),
+            ("TCPXEMU_FAULT_RANK", "2"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("round 2"), "{}", show(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json")).expect("json");
+    assert_eq!(summary["status"], "failed", "{summary}");
+    let setup = &summary["placement"]["setup"];
+    let rounds: Vec<u64> = setup["rounds"]
+        .as_array()
+        .expect("rounds")
+        .iter()
+        .map(|r| r["round"].as_u64().expect("round"))
+        .collect();
+    assert_eq!(rounds, [0, 1], "{setup}");
+    for r in setup["rounds"].as_array().expect("rounds") {
+        assert_eq!(r["connects"], 1, "{r}");
+        assert!(r["seconds_max"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// TCPX logs a WARN on every host-memory receive (tcpx-emu presenting itself as TCPX does the
 /// same): thousands of identical lines per run. They are printed three times per rank, then
 /// counted, and each rank lists the count when it ends.

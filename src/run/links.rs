@@ -36,6 +36,8 @@ pub(super) struct Links {
     peak: (u64, u64),
     /// This rank's first timed iteration, as it started.
     first_timed: Option<Instant>,
+    /// Told the rounds so far after every connect ([`Self::on_connect`]).
+    on_connect: Option<Box<dyn Fn(&[RoundSetup])>>,
 }
 
 /// One connect, the slowest rank's figures.
@@ -59,7 +61,14 @@ impl Links {
             after_setup: (0, 0),
             peak: (0, 0),
             first_timed: None,
+            on_connect: None,
         }
+    }
+
+    /// `f` sees the rounds' setup so far after every later connect (the run's record, which
+    /// writes them to disk as they happen).
+    pub fn on_connect(&mut self, f: impl Fn(&[RoundSetup]) + 'static) {
+        self.on_connect = Some(Box::new(f));
     }
 
     /// The parts a size runs one after another: its rounds with `--connect rounds`, else the
@@ -154,6 +163,9 @@ impl Links {
         r.comms = r.comms.max(comms);
         r.seconds_total += connect.seconds;
         r.seconds_max = r.seconds_max.max(connect.seconds);
+        if let Some(f) = &self.on_connect {
+            f(&self.rounds);
+        }
         Ok(Some(connect))
     }
 

@@ -259,6 +259,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         record.set_phase(PHASES[1]);
         let (mut connected, info) = connect::connect(&settings, mpi, &job, resources, placed)?;
         record.set_info(&info);
+        connected.links.on_connect(record.rounds_hook());
         crate::trace::trace("first comms connected");
         phase.set(PHASES[2]);
         record.set_phase(PHASES[2]);

@@ -31,6 +31,7 @@ use crate::export::{
     RunStatus,
 };
 use crate::mpi_boot::Mpi;
+use crate::placement::dry_run::RoundSetup;
 use crate::report::{RunInfo, SizeResult};
 use crate::signals;
 use std::path::PathBuf;
@@ -342,6 +343,28 @@ impl Record {
     pub(super) fn set_info(&self, info: &RunInfo) {
         if let Some(mut st) = self.lock() {
             st.info = info.clone();
+        }
+    }
+
+    /// What `--connect rounds` calls after each connect (rank 0's record; a no-op elsewhere):
+    /// `summary.json` gets the rounds set up so far at once, so a run that stops inside a size
+    /// shows which rounds it had connected, and how long each took.
+    pub(super) fn rounds_hook(&self) -> impl Fn(&[RoundSetup]) + 'static {
+        let state = self.state.clone();
+        move |rounds| {
+            let Some(state) = &state else { return };
+            let mut st = state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if st.ended {
+                return;
+            }
+            let Some(setup) = st.info.placement.setup.as_mut() else {
+                return;
+            };
+            setup.rounds = rounds.to_vec();
+            setup.connect_seconds_total = rounds.iter().map(|r| r.seconds_total).sum();
+            if let Err(e) = st.write_summary(&RunStatus::Running) {
+                eprintln!("tcpx-perf: error: {e}");
+            }
         }
     }
 
