@@ -37,8 +37,11 @@ pub(super) struct Links {
     /// This rank's first timed iteration, as it started.
     first_timed: Option<Instant>,
     /// Told the rounds so far after every connect ([`Self::on_connect`]).
-    on_connect: Option<Box<dyn Fn(&[RoundSetup])>>,
+    on_connect: Option<OnConnect>,
 }
+
+/// What [`Links::on_connect`] installs.
+type OnConnect = Box<dyn Fn(&[RoundSetup])>;
 
 /// One connect, the slowest rank's figures.
 pub(super) struct Connect {
