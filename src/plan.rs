@@ -223,6 +223,38 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Node against node: for each `(a, b)` of `pairs` (node indices), the i-th endpoint of `a`
+    /// and the i-th of `b` send each other `size` bytes (the node verdicts' second pass: a suspect
+    /// against a node that was healthy). Laid out as `pairs`: the own block first, the partner's
+    /// after it. Every endpoint of a node in no pair idles.
+    pub fn node_pairs(topo: &Topology, pairs: &[(usize, usize)], size: u64) -> Plan {
+        let n = topo.len();
+        let mut plan = Plan {
+            pattern: Pattern::Pairs,
+            scope: Scope::InterNode,
+            dir: Direction::Bi,
+            size,
+            buffer_len: vec![0; n],
+            fills: vec![Vec::new(); n],
+            flows: Vec::new(),
+        };
+        let on = |node: usize| (0..n).filter(move |&e| topo.endpoints[e].node == node);
+        for &(a, b) in pairs {
+            for (x, y) in on(a).zip(on(b)) {
+                for (src, dst) in [(x, y), (y, x)] {
+                    plan.buffer_len[src] = 2 * size;
+                    plan.fills[src] = vec![Fill {
+                        off: 0,
+                        len: size,
+                        origin_off: 0,
+                    }];
+                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
+                }
+            }
+        }
+        plan
+    }
+
     /// Whether `pattern` runs on `endpoints` endpoints over `nodes` nodes: the refusals that do
     /// not depend on where the endpoints sit (`--plan` checks a shape without building it).
     pub fn check_shape(pattern: Pattern, scope: Scope, endpoints: usize, nodes: usize) -> Result<(), String> {

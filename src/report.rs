@@ -561,9 +561,11 @@ pub struct NodeVerdict {
     /// One line: which NIC, which direction, its share of the median, the flows and peers that
     /// show it, the findings and failure that name the node; for a healthy node its lowest share.
     pub evidence: String,
-    /// What decided a verdict that is not healthy: `partners` (its flows with several partners
-    /// are slow, theirs with everyone else are not), `cannot-separate` (its only partners are
-    /// slow too: re-run with fullmesh), `finding`, `failure`; null for a healthy node.
+    /// What decided the verdict: `partners` (its flows with several partners are slow, theirs
+    /// with everyone else are not), `cannot-separate` (its only partners are slow too, and no
+    /// healthy node was left to re-test it with), `second-pass` (re-tested against a healthy node
+    /// in the same job: whatever verdict that gave, healthy included), `finding`, `failure`;
+    /// null for a node the sweep alone found healthy.
     pub decided_by: Option<String>,
     /// The lowest share of the median NIC side among this node's sides, at the largest size
     /// judged (null when no size was judged).

@@ -571,11 +571,13 @@ fn unhealthy_nodes(summary: &serde_json::Value) -> Vec<(String, String, String)>
         .collect()
 }
 
-/// 8 nodes x 2 ranks x 2 NICs, one rig, several fullmesh runs: a healthy rig gives 8 healthy
+/// 8 nodes x 2 ranks x 2 NICs, one rig, several runs: a healthy rig gives 8 healthy
 /// nodes (exit 0) twice; node5's eth2 at an eighth of the rate makes node5 bad or suspect,
 /// naming eth2 sending, every other node healthy, the healthy hostfile the other 7 with their 2
 /// slots and the drain list node5 alone (exit 5 when bad); node3's eth1 and node6's eth2 at an
-/// eighth are both named, nobody else. Shares are of the median side measured in the same run.
+/// eighth are both named, nobody else; with `pairs` (one partner each) node5 slowed is named by
+/// the second pass, its partner cleared by it. Shares are of the median side measured in the
+/// same run.
 #[test]
 fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
     let Some(rig) = Rig::up(4, "--nodes 8 --nics 2 --rate 50mbit") else {
@@ -651,6 +653,44 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
     assert_eq!(hosts, ["node3", "node6"], "{named:?}\n{}", show(&o));
     assert!(named[0].2.starts_with("eth1 sending"), "{named:?}");
     assert!(named[1].2.starts_with("eth2 sending"), "{named:?}");
+
+    // `pairs` gives node5 one partner (node1): the sweep cannot tell them apart, so the job
+    // re-tests both against healthy nodes (node1 with node0, node5 with node2) before it ends.
+    rig.ok("shape node3 eth1 off");
+    rig.ok("shape node6 eth2 off");
+    rig.ok("shape node5 eth2 6250kbit");
+    let out = scratch("verdict-pairs");
+    let o = rig.cmd(&format!(
+        "run -np 16 -- --pattern pairs -b 1M -e 2M -n 4 -w 1 -T 120 --out {}",
+        out.display()
+    ));
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|_| panic!("{}", show(&o))),
+    )
+    .expect("json");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("# second pass: node1 with node0, node5 with node2 at 2 MiB"),
+        "{}",
+        show(&o)
+    );
+    let named = unhealthy_nodes(&summary);
+    assert_eq!(named.len(), 1, "node5 alone: {named:?}\n{}", show(&o));
+    assert_eq!(named[0].0, "node5", "{named:?}");
+    assert!(
+        named[0].2.starts_with("eth2 sending at 0.")
+            && named[0].2.ends_with("with healthy node2 at 2 MiB (second pass)"),
+        "{named:?}"
+    );
+    let decided: Vec<(&str, &str)> = summary["node_verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["decided_by"] == "second-pass")
+        .map(|v| (v["host"].as_str().unwrap_or(""), v["verdict"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(decided.len(), 2, "{decided:?}");
+    assert!(decided.contains(&("node1", "healthy")), "{decided:?}");
 }
 
 /// A NIC that dies mid-run: the run ends within its -T deadline of the last completion (exit 3),

@@ -4,6 +4,7 @@
 
 use super::connect::Connected;
 use super::record::{self, Record};
+use super::second_pass::SecondPass;
 use super::settings::Settings;
 use super::sweep::Swept;
 use super::{Fatal, Job, EXIT_BAD_NODE, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
@@ -49,6 +50,7 @@ pub(super) fn finish(
     job: &Job,
     mut connected: Connected,
     swept: Swept,
+    second: Option<SecondPass>,
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
     record: &Record,
@@ -58,6 +60,15 @@ pub(super) fn finish(
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
     let link_findings = add_link_findings(&mut info, &results, settings.verdicts);
+    if let (0, Some(s)) = (rank, &second) {
+        crate::verdict::second_pass::apply(
+            &mut info.node_verdicts,
+            &s.pairs,
+            &info.placement.rows,
+            &s.result,
+            settings.verdicts,
+        );
+    }
     if let Some(b) = &nccl {
         info.nccl = Some(b.info().clone());
     }

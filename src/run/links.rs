@@ -68,6 +68,16 @@ impl Links {
         }
     }
 
+    /// Runs `f` (the node verdicts' second pass) with its connects left out of the run's
+    /// account of connects (the peaks of threads and files stand: they were held).
+    pub fn aside<T>(&mut self, f: impl FnOnce(&mut Links) -> T) -> T {
+        let (rounds, hook) = (self.rounds.clone(), self.on_connect.take());
+        let out = f(self);
+        self.rounds = rounds;
+        self.on_connect = hook;
+        out
+    }
+
     /// `f` sees the rounds' setup so far after every later connect (the run's record, which
     /// writes them to disk as they happen).
     pub fn on_connect(&mut self, f: impl Fn(&[RoundSetup]) + 'static) {

@@ -5,7 +5,8 @@
 //! [`vet::vet_plugin`] (the plugin, its limits and the memory path), [`place::place`] (NICs,
 //! CPUs, preflight, the check that all ranks agree; `--dry-run` ends here), [`connect::connect`]
 //! (workers and comms, the NCCL baseline's communicators), [`sweep::sweep`] (every size, with a
-//! hook after each) and [`finish::finish`] (the run's CPU cost, the footers and the files).
+//! hook after each), [`second_pass::run`] (suspects the sweep could not tell from their partners,
+//! re-tested against healthy nodes) and [`finish::finish`] (the run's CPU cost, the footers and the files).
 //! Errors that every rank hits identically (a plan that cannot work) are printed once by rank 0;
 //! errors of one rank (a plugin that fails to load there) are printed by that rank, which then
 //! ends the whole job so that no other rank waits for it.
@@ -30,6 +31,7 @@ mod measure;
 mod place;
 mod plan_mode;
 mod record;
+mod second_pass;
 pub(crate) mod settings;
 mod stopped;
 mod sweep;
@@ -263,10 +265,19 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         crate::trace::trace("first comms connected");
         phase.set(PHASES[2]);
         record.set_phase(PHASES[2]);
-        let swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
+        let mut swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
             record.add(r).map_err(Fatal::Here)
         });
-        finish::finish(&settings, mpi, &job, connected, swept, info, run_start, &record, phase)
+        let mut second = None;
+        if swept.failure.is_none() {
+            match second_pass::run(&settings, mpi, &job, &probe, &mut connected, &swept.results, &info) {
+                Ok(s) => second = s,
+                Err(e) => swept.failure = Some(e),
+            }
+        }
+        finish::finish(
+            &settings, mpi, &job, connected, swept, second, info, run_start, &record, phase,
+        )
     })();
     measured.map_err(|fatal| record.fail(mpi, phase.get(), fatal))
 }

@@ -29,6 +29,11 @@ use crate::report::{Health, NodeVerdict, PairResult, Side, SizeResult, SlowSide}
 use crate::slow_nic::{judged_sizes, Judged};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod second_pass;
+
+/// `decided_by` of a suspect whose only partners are slow too (the second pass re-tests it).
+pub const CANNOT_SEPARATE: &str = "cannot-separate";
+
 /// A NIC side below this share of the median side is suspect: below the lowest share a side of
 /// a healthy rig kept, 0.567 in 41 healthy runs and 0.542 beside slowed NICs
 /// (docs/drain.md#thresholds).
@@ -287,7 +292,7 @@ fn flow_pieces(host: &str, ends: &[SlowEnd], nics: &BTreeSet<&str>, last: &Judge
             .collect();
         pieces.push(Piece {
             health: Health::Suspect,
-            decided_by: "cannot-separate",
+            decided_by: CANNOT_SEPARATE,
             text: format!(
                 "{} {} at {:.2} of the median ({} of {judged} sizes) with {} only, slow too: cannot separate, re-run with fullmesh",
                 e.side.nic,

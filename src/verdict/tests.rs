@@ -253,3 +253,63 @@ fn thresholds_are_shares_with_bad_below_suspect() {
         assert!(e.contains("--bad-share") && e.contains("defaults"), "{e}");
     }
 }
+
+/// `pairs` on 4 nodes (node0 with node2, node1 with node3) with node2's eth2 sending at an
+/// eighth: node0 and node2 cannot be told apart. The second pass pairs each with a healthy node
+/// (node0 with node1, node2 with node3): node2's side is slow with a healthy partner, so node2
+/// is bad and node0 healthy, both decided by the second pass.
+#[test]
+fn the_second_pass_decides_what_pairs_cannot_separate() {
+    let (nodes, nics) = (4, 2);
+    let pairs_flows: Vec<(usize, usize)> = (0..nodes * nics)
+        .map(|s| (s, (s + nodes * nics / 2) % (nodes * nics)))
+        .collect();
+    let slow: Shaped = &[(2, "eth2", true, 0.125)];
+    let mut v = judge(nodes, nics, &pairs_flows, slow);
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node0", Health::Suspect, Some(CANNOT_SEPARATE)),
+            ("node2", Health::Suspect, Some(CANNOT_SEPARATE))
+        ]
+    );
+    let pairs = second_pass::pairs(&v);
+    assert_eq!(
+        pairs,
+        vec![
+            ("node0".to_string(), "node1".to_string()),
+            ("node2".to_string(), "node3".to_string())
+        ]
+    );
+    // The pass: node0 <-> node1 and node2 <-> node3, rank by rank, both ways.
+    let between =
+        |a: usize, b: usize| (0..nics).flat_map(move |i| [(a * nics + i, b * nics + i), (b * nics + i, a * nics + i)]);
+    let flows: Vec<(usize, usize)> = between(0, 1).chain(between(2, 3)).collect();
+    let measured = size(4 << 20, nics, &flows, slow);
+    second_pass::apply(&mut v, &pairs, &rows(nodes, nics), &measured, Thresholds::default());
+    assert_eq!(
+        unhealthy(&v),
+        vec![("node2", Health::Bad, Some(second_pass::SECOND_PASS))]
+    );
+    assert!(v[2].evidence.starts_with("eth2 sending at 0.1"), "{}", v[2].evidence);
+    assert!(
+        v[2].evidence.contains("with healthy node3 at 4 MiB (second pass)"),
+        "{}",
+        v[2].evidence
+    );
+    assert_eq!(v[0].decided_by.as_deref(), Some(second_pass::SECOND_PASS));
+    assert!(
+        v[0].evidence.starts_with("second pass with healthy node1"),
+        "{}",
+        v[0].evidence
+    );
+}
+
+/// No healthy node to pair with (2 nodes): nothing to re-test, the suspects stay as they were.
+#[test]
+fn without_a_healthy_node_there_is_no_second_pass() {
+    let slow: Shaped = &[(1, "eth1", true, 0.125)];
+    let v = judge(2, 2, &ring(2, 2), slow);
+    assert!(v.iter().all(|v| v.verdict == Health::Suspect), "{v:?}");
+    assert!(second_pass::pairs(&v).is_empty());
+}
