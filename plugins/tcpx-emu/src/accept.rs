@@ -28,12 +28,6 @@ use crate::error::{NetError, NetResult};
 use crate::handle::ListenInfo;
 use crate::wire::{tune_common, Hello, FLAG_ACKS, HELLO_LEN, KIND_CTRL, KIND_DATA};
 
-/// How long a fresh socket has to deliver its hello: as long as the peer's kernel keeps
-/// retransmitting it (`TCP_USER_TIMEOUT`). A real peer sends it right after connecting, but a lost
-/// segment comes again only after 1, 3, 7, 15 s of backoff: at 5 s, a 128-rank connect storm
-/// through the rig's shaped NICs had a real data socket rejected, and its comm waited for it until
-/// -T. Hellos are read side by side, so a silent socket costs only its own slot meanwhile.
-pub const HELLO_TIMEOUT: Duration = Duration::from_millis(crate::wire::USER_TIMEOUT_MS as u64);
 /// Sockets waiting for their hello at once; beyond this the oldest is dropped.
 const MAX_GREETING: usize = 256;
 /// Rejected connections remembered for the diagnosis (all are counted and logged).

@@ -85,6 +85,14 @@ pub const DEFAULT_THREAD_SOCKETS: usize = 64;
 /// Default of `TCPXEMU_BOUNCE_POOL_MB`: room for 32 receive comms per GPU.
 pub const DEFAULT_BOUNCE_POOL_MB: usize = 2048;
 
+/// How long an accepted socket has to deliver its hello: as long as the peer's kernel keeps
+/// retransmitting it (`TCP_USER_TIMEOUT`). A real peer sends it right after connecting, but a lost
+/// segment comes again only after 1, 3, 7, 15 s of backoff: at 5 s, a 128-rank connect storm
+/// through the rig's shaped NICs had a real data socket rejected, and its comm waited for it until
+/// -T. Hellos are read side by side, so a silent socket costs only its own slot meanwhile.
+pub const DEFAULT_HELLO_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_millis(crate::wire::USER_TIMEOUT_MS as u64);
+
 /// Default of `TCPXEMU_UNPACK_MAX_RUN`.
 pub const DEFAULT_UNPACK_MAX_RUN: usize = crate::scramble::DEFAULT_MAX_RUN;
 
@@ -132,7 +140,7 @@ pub struct Config {
     /// Host mode reports `netDeviceType` UNPACK (v7) as TCPX does.
     pub host_as_unpack: bool,
     /// How long an accepted socket may stay silent before its hello (then it is a stranger,
-    /// rejected and named). [`crate::accept::HELLO_TIMEOUT`]; tests shorten it.
+    /// rejected and named). [`DEFAULT_HELLO_TIMEOUT`]; tests shorten it.
     pub hello_timeout: std::time::Duration,
     /// Unpack mode also offers `NCCL_PTR_DMABUF` and `regMrDmaBuf` (v8+ tables), as GPUDirect
     /// plugins such as aws-ofi-nccl do; TCPX does not (its `regMrDmaBuf` is NULL).
@@ -163,7 +171,7 @@ impl Default for Config {
             setup_blocking: false,
             mtu: None,
             host_as_unpack: false,
-            hello_timeout: crate::accept::HELLO_TIMEOUT,
+            hello_timeout: DEFAULT_HELLO_TIMEOUT,
             dmabuf: false,
         }
     }
