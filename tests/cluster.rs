@@ -166,8 +166,7 @@ fn every_nic_carries_its_planned_bytes_on_two_nodes() {
         out.display()
     ));
     assert!(o.status.success(), "{}", show(&o));
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).unwrap();
+    let summary = summary_of(&out, &o);
     assert_eq!(summary["nodes"], 2, "ranks in two UTS namespaces are two nodes");
     assert_eq!(summary["scope"], "inter-node", "2 nodes: pairs cross between them");
     let iters = summary["iters"].as_u64().unwrap();
@@ -298,13 +297,19 @@ fn a_dead_nic_and_an_mtu_mismatch_are_found_before_the_run() {
     assert!(rig.cmd(dry).status.success(), "the link is back: clean again");
 }
 
+/// A run's summary.json (`o`: the run, shown when there is none).
+fn summary_of(out: &Path, o: &Output) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|e| panic!("summary.json: {e}\n{}", show(o)));
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
 /// One run on the rig, expected to succeed: its stdout and summary.json.
 fn run_ok(rig: &Rig, name: &str, args: &str) -> (String, serde_json::Value, PathBuf) {
     let out = scratch(name);
     let o = rig.cmd(&format!("run -np 4 -- {args} --out {}", out.display()));
     assert!(o.status.success(), "{}", show(&o));
-    let summary = serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json"))
-        .expect("summary.json parses");
+    let summary = summary_of(&out, &o);
     (String::from_utf8_lossy(&o.stdout).into_owned(), summary, out)
 }
 
@@ -382,8 +387,7 @@ fn eight_nodes_with_default_flags_name_a_slow_nic_in_one_short_line() {
     // 5: node5 is bad (its share below --bad-share); 0: suspect.
     assert!(matches!(o.status.code(), Some(0 | 5)), "{}", show(&o));
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+    let summary = summary_of(&out, &o);
     assert_eq!(
         (summary["nodes"].as_u64(), summary["ranks"].as_u64()),
         (Some(8), Some(16))
@@ -457,8 +461,7 @@ fn a_rank_killed_among_sixteen_is_the_culprit_in_summary_json() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let o = common::wait_within(child, Duration::from_secs(60), "cluster.sh run");
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json")).expect("json");
+    let summary = summary_of(&out, &o);
     assert_eq!(summary["status"], "failed", "{summary}\n{}", show(&o));
     let culprit = &summary["failure"]["culprit"];
     assert_eq!(culprit["rank"], victim, "{summary}\n{}", show(&o));
@@ -525,9 +528,7 @@ fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
             out.display()
         ));
         assert!(o.status.success(), "{mode}: {}", show(&o));
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary.json"))
-                .expect("json");
+        let summary = summary_of(&out, &o);
         assert_eq!(summary["complete"], true);
         let rows = csv_rows(&out.join("results.csv"));
         assert_eq!(rows.len(), 1);
@@ -594,10 +595,7 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
             hostfile.display(),
             drain.display()
         ));
-        let summary: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|_| panic!("{}", show(&o))),
-        )
-        .expect("json");
+        let summary = summary_of(&out, &o);
         (o, summary)
     };
     for i in 0..2 {
@@ -664,10 +662,7 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
         "run -np 16 -- --pattern pairs -b 1M -e 2M -n 4 -w 1 -T 120 --out {}",
         out.display()
     ));
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|_| panic!("{}", show(&o))),
-    )
-    .expect("json");
+    let summary = summary_of(&out, &o);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains("# second pass: node1 with node0, node5 with node2 at 2 MiB"),

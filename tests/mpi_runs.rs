@@ -401,6 +401,21 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
     }
 }
 
+/// 4 ranks of fullmesh, `--connect rounds` one peer per round (three rounds), rank 2 accepting
+/// only its first `accepts` comms (tcpx-emu's accept fault fails the rest).
+fn rounds_with_rank_2_accepting(accepts: u32, dir: &Path) -> Output {
+    run(
+        4,
+        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
+        dir,
+        &[
+            ("TCPXEMU_FAULT", "accept"),
+            ("TCPXEMU_FAULT_AFTER", &accepts.to_string()),
+            ("TCPXEMU_FAULT_RANK", "2"),
+        ],
+    )
+}
+
 /// A comm that fails while a later round connects (`--connect rounds`): the error names the
 /// round, the peer (rank, GPU and host) and the plugin's reason, and the job ends.
 #[test]
@@ -408,16 +423,7 @@ fn a_failed_connect_names_the_round_and_the_peer() {
     let dir = scratch("connect-round-fails");
     // Rank 2's listen comms from the third on fail: round 0 has two (one peer, two channels),
     // round 1 (shift 2: rank 2 hears from rank 0) is the first to fail.
-    let o = run(
-        4,
-        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
-        &dir,
-        &[
-            ("TCPXEMU_FAULT", "accept"),
-            ("TCPXEMU_FAULT_AFTER", "2"),
-            ("TCPXEMU_FAULT_RANK", "2"),
-        ],
-    );
+    let o = rounds_with_rank_2_accepting(2, &dir);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     let stderr = String::from_utf8_lossy(&o.stderr);
     let line = stderr
@@ -437,16 +443,7 @@ fn a_failed_connect_names_the_round_and_the_peer() {
 fn rounds_connected_before_a_failure_are_on_disk() {
     let dir = scratch("connect-rounds-on-disk");
     // Rank 2's listen comms from the fifth on fail: rounds 0 and 1 have two each, round 2 fails.
-    let o = run(
-        4,
-        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
-        &dir,
-        &[
-            ("TCPXEMU_FAULT", "accept"),
-            ("TCPXEMU_FAULT_AFTER", "4"),
-            ("TCPXEMU_FAULT_RANK", "2"),
-        ],
-    );
+    let o = rounds_with_rank_2_accepting(4, &dir);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("round 2"), "{}", show(&o));
     let summary: serde_json::Value =
