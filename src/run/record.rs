@@ -67,9 +67,16 @@ impl State {
     /// Writes the CSV files and `summary.json` with `status` (partial: no pictures).
     fn write(&self, status: &RunStatus) -> Result<(), String> {
         let status = self.with_cause(status);
+        self.write_caused(&status, &self.info_for(&status))
+    }
+
+    /// [`Self::write`] of a status whose cause is in it already, with `info` from
+    /// [`Self::info_for`] it.
+    fn write_caused(&self, status: &RunStatus, info: &RunInfo) -> Result<(), String> {
         match &self.dir {
-            Some(dir) => export::write_partial(dir, &self.info_for(&status), &self.results, self.planned, &status)
-                .map_err(|e| e.to_string()),
+            Some(dir) => {
+                export::write_partial(dir, info, &self.results, self.planned, status).map_err(|e| e.to_string())
+            }
             None => Ok(()),
         }
     }
@@ -444,14 +451,15 @@ impl Record {
             }
             _ => st.with_cause(&RunStatus::Running),
         };
-        if let Err(e) = st.write(&status) {
+        let written = st.with_cause(&status);
+        let info = st.info_for(&written);
+        if let Err(e) = st.write_caused(&written, &info) {
             eprintln!("tcpx-perf: error: {e}");
         }
-        // The node verdicts the record now holds: the culprit's node, and what the sizes
-        // measured before say of the others (the table of a complete run's footer).
-        let verdicts = st.info_for(&st.with_cause(&status)).node_verdicts.clone();
-        if !verdicts.is_empty() {
-            print!("{}", export::nodes::footer(&verdicts, st.thresholds));
+        // The node verdicts written: the culprit's node, and what the sizes measured before say
+        // of the others (the table of a complete run's footer).
+        if !info.node_verdicts.is_empty() {
+            print!("{}", export::nodes::footer(&info.node_verdicts, st.thresholds));
         }
         match (status.error(), fatal) {
             (Some(line), Fatal::Here(_)) => Fatal::Here(line),

@@ -57,26 +57,19 @@ pub fn apply(
         };
         let size = tcpx_units::format_size_label(j.size);
         let direction = if side.sending { "sending" } else { "receiving" };
-        let (health, text) = if share < t.bad {
-            (
-                Health::Bad,
-                format!(
-                    "{} {direction} at {share:.2} of the median with healthy {partner} at {size} (second pass)",
-                    side.nic
-                ),
-            )
+        let health = if share < t.bad {
+            Health::Bad
         } else if share < t.suspect {
-            (
-                Health::Suspect,
-                format!(
-                    "{} {direction} at {share:.2} of the median with healthy {partner} at {size} (second pass)",
-                    side.nic
-                ),
-            )
+            Health::Suspect
         } else {
-            (
-                Health::Healthy,
-                format!("second pass with healthy {partner} at {size}: lowest NIC side at {share:.2} of the median (its first-pass partner was the slow end)"),
+            Health::Healthy
+        };
+        let text = if health == Health::Healthy {
+            format!("second pass with healthy {partner} at {size}: lowest NIC side at {share:.2} of the median (its first-pass partner was the slow end)")
+        } else {
+            format!(
+                "{} {direction} at {share:.2} of the median with healthy {partner} at {size} (second pass)",
+                side.nic
             )
         };
         v.verdict = health;
