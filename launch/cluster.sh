@@ -33,7 +33,8 @@
 # (default target/release/tcpx-perf), CLUSTER_RIG= rig id 0..15, CLUSTER_STATE_DIR= where the
 # rig's state file lives (default /run/tcpx-cluster; `up` makes it, `down` removes it when it is
 # empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
-# host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none).
+# host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none),
+# CLUSTER_QUEUE_MS=Q (up, shape) each shaped NIC's egress queue in ms at its rate (default 20).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
 # namespaces refused.
 set -euo pipefail
@@ -59,6 +60,7 @@ case $RIG in
   *) die "CLUSTER_RIG=$RIG: give a rig id from 0 to 15" ;;
 esac
 
+
 # The rig's shape and what it made, from its state file (load_state): MADE holds lines
 # "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", "sysctl KEY OLD:NEW", in the
 # order they were made; MAKING the "netns NAME" and "link NAME" that `up` was about to make (a
@@ -71,6 +73,8 @@ NETNS_DIR=/run/netns
 
 # "is $1 an integer from $2 to $3"
 in_range() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+QUEUE_MS=${CLUSTER_QUEUE_MS:-20}
+in_range "$QUEUE_MS" 1 10000 || die "CLUSTER_QUEUE_MS=$QUEUE_MS: give each NIC's queue in ms at its rate (1..10000)"
 
 tag="cx$RIG"
 state="$STATE_DIR/rig$RIG.env"
@@ -273,7 +277,7 @@ nic_index() {
 
 # tbf that reaches its rate: a bucket of at least 2 GSO packets (veth sends up to 64 KiB
 # segments) and at least 4 ms at the rate (so a timer tick of 1-4 ms never starves it); a
-# queue of 20 ms at the rate, at least 256 KiB.
+# queue of CLUSTER_QUEUE_MS (20) at the rate, at least 256 KiB.
 # The rate is checked by the caller (valid_rate) before anything changes; `replace` swaps the
 # qdisc in one step, so a tc refusal leaves the old one in place. Recorded in the state file.
 shape_nic() {
@@ -285,9 +289,10 @@ shape_nic() {
   fi
   local bps
   bps=$(rate_bits "$rate")
-  local burst=$((bps / 8 / 250)) limit=$((bps / 8 / 50))
+  local burst=$((bps / 8 / 250)) limit=$((bps / 8 * QUEUE_MS / 1000))
   [ "$burst" -ge 131072 ] || burst=131072
   [ "$limit" -ge 262144 ] || limit=262144
+  [ "$limit" -lt 4294967296 ] || die "a queue of ${QUEUE_MS} ms at $rate is past tbf's 4 GB: a smaller CLUSTER_QUEUE_MS"
   # tc's own words stay out: its usage text is no answer to `shape node1 eth2 RATE`.
   "$TC" -n "$ns" qdisc replace dev "$dev" root tbf rate "$bps"bit burst "$burst" limit "$limit" 2>/dev/null \
     || die "tc refused a ${rate} limit on $ns $dev; its shaping is left as it was"

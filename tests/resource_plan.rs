@@ -214,6 +214,22 @@ fn peaks_while(mut child: std::process::Child, limit: Duration) -> (Output, Hash
     (child.wait_with_output().expect("output"), peaks)
 }
 
+/// mpirun of 4 ranks on this host with `flags`, `-n iters -w 0`, results in `out`, the model's
+/// variables unset but for `env`.
+fn four_ranks(out: &std::path::Path, iters: &str, flags: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = mpirun_command();
+    cmd.args(["-np", "4", BIN, "-n", iters, "-w", "0", "--out"])
+        .arg(out)
+        .args(flags.split_whitespace())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    for v in MODEL_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied());
+    cmd
+}
+
 #[test]
 fn the_model_bounds_what_a_real_run_holds() {
     // 1 MiB per peer: two 512K requests, so both channels carry data and every comm starts its
@@ -238,16 +254,7 @@ fn the_model_bounds_what_a_real_run_holds() {
     );
 
     let out = scratch("run");
-    let mut cmd = mpirun_command();
-    cmd.args(["-np", "4", BIN, "-n", "200", "-w", "0", "--out"])
-        .arg(&out)
-        .args(flags.split_whitespace())
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    for v in MODEL_VARS {
-        cmd.env_remove(v);
-    }
-    cmd.envs(env);
+    let mut cmd = four_ranks(&out, "200", flags, &env);
     let child = common::spawn_piped(&mut cmd, "mpirun");
     let (o, peaks) = peaks_while(child, Duration::from_secs(120));
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -290,6 +297,36 @@ fn the_model_bounds_what_a_real_run_holds() {
     }
     // The worst rank's peaks, planned to within 10% (measured <= planned <= 1.1 x measured).
     within_a_tenth(&peaks, model("threads"), model("files"), "4 ranks on one host");
+}
+
+/// `--connects-in-flight 16`: an endpoint has at most 16 connects under way at once (tcpx-emu
+/// and TCPX run a thread per connect under way; 512 ranks that started all of theirs at once ran
+/// the GPU host out of `kernel.pid_max`). 4 ranks x 8 endpoints, 62 connects each, every connect
+/// held 200 ms (`TCPXEMU_CONNECT_MS=100`, two sockets): the peak threads are the plan's (16
+/// connects per endpoint) to within a tenth; all at once would be 8 x 62 connect threads (the
+/// run without the window peaked at 527).
+#[test]
+fn an_endpoint_has_its_connects_in_flight_under_way_at_most() {
+    // One setup thread per endpoint: on a loaded box the pool grows while its thread waits in a
+    // call (a thread start behind the others' stacks), and its threads would be measured too.
+    let flags = "--pattern fullmesh --scope all --mem host -g 8 -b 1M -e 1M --connects-in-flight 16 --setup-threads 1";
+    let (threads, _) = planned("1x32x1", flags);
+    assert!(
+        threads < 8 * 62,
+        "the plan counts a window of connects: {threads} threads"
+    );
+    let out = scratch("window");
+    let mut cmd = four_ranks(&out, "1", flags, &[("TCPXEMU_CONNECT_MS", "100")]);
+    let child = common::spawn_piped(&mut cmd, "mpirun");
+    let (o, peaks) = peaks_while(child, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(peaks.len(), 4, "four ranks seen: {peaks:?}");
+    let most = peaks.values().map(|p| p.0).max().unwrap_or(0);
+    assert!(
+        most <= threads && threads * 10 <= most * 11,
+        "threads planned {threads}, measured {most} (peaks by pid {peaks:?})"
+    );
 }
 
 /// The worst process's peak threads and fds against the plan's: measured <= planned <= 1.1 x
@@ -536,6 +573,8 @@ fn the_closed_form_equals_the_counted_plan() {
                                         buffer_len: plan.buffer_len[0],
                                         memory: *memory,
                                         local_copies: local,
+                                        // Small enough to cut some endpoints' connects.
+                                        connects_in_flight: 3,
                                         plugin,
                                         nic_of: &nic_of,
                                         nic_names: &names,

@@ -115,8 +115,12 @@ run_shape() {
   fi
   nodes=${BASH_REMATCH[1]} ranks=${BASH_REMATCH[2]} nics=${BASH_REMATCH[3]}
   gpus=${BASH_REMATCH[5]:-1} rate=${BASH_REMATCH[7]:-$RATE}
-  name="${shape%@*}-$mem${slow:+-slow}"
+  # The rate is in the name when the shape gives one: 16x8x4@1gbit and 16x8x4@500mbit are two
+  # runs, and a run never reads another's results (a second run into one folder was refused,
+  # and its report showed the first run's figures as its own).
+  name="${shape%@*}${BASH_REMATCH[6]:+-${BASH_REMATCH[7]}}-$mem${slow:+-slow}"
   dir="$OUT/$name"
+  rm -rf "$dir"
   mkdir -p "$dir"
   bash launch/cluster.sh down >/dev/null 2>&1
   bash launch/cluster.sh up --nodes "$nodes" --nics "$nics" --rate "$rate" >"$dir/up.log" 2>&1 || {
@@ -155,7 +159,7 @@ with open(sys.argv[1], "w") as log, open(sys.argv[2], "w") as ts:
 
 {
   echo "# tools/scale-bench.sh on $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs, kernel $(uname -r), pid_max $(cat /proc/sys/kernel/pid_max)"
-  echo "# rate $RATE per NIC (unless a shape says @RATE), tcpx-perf ${ARGS[*]}, $(date -u +%FT%TZ)"
+  echo "# rate $RATE per NIC (unless a shape says @RATE), egress queue ${CLUSTER_QUEUE_MS:-20} ms at the rate, tcpx-perf ${ARGS[*]}, $(date -u +%FT%TZ)"
   for shape in $SHAPES; do run_shape "$shape" host ""; done
   if [ -n "$SLOW_SHAPE" ]; then
     slow_rate=$RATE

@@ -23,6 +23,11 @@ KERNEL = [("TcpExt", "TCPAbortOnTimeout", "TCPAbortOnTimeout"), ("Tcp", "EstabRe
 NEIGH = ["res_failed", "forced_gc_runs", "table_fulls"]
 
 
+def tbf_burst(bps):
+    """launch/cluster.sh's tbf bucket for a NIC of `bps` bits/s: 4 ms at the rate, >= 128 KiB."""
+    return max(bps / 8 / 250, 131072)
+
+
 def rate_bits(rate):
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)bit", rate)
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
@@ -150,7 +155,12 @@ def main(argv):
             tx = [w["tx_bytes"] for w in j["bytes"]["wire"] if w["iface"] != "eth0"]
             med = statistics.median(tx) if tx else 0
             spread = f"NIC tx min/max over median {min(tx)/med:.2f}/{max(tx)/med:.2f}" if med else "no NIC counters"
+            # The most the shapers let through in one iteration of time t: the rate for t plus a
+            # full bucket per NIC, when the gap before the iteration (the barrier) refilled it.
+            t = float(r["time_us"]) / 1e6
+            bucketed = limit + nodes * nics * tbf_burst(rate_bits(rate)) / t / 1e9 if t > 0 else limit
             print(f"   {size >> 20:>4} MiB: busbw {float(r['busbw_gbps']):.3f} GB/s, network {net:.3f} GB/s = {net/limit:.2f} of {limit:.2f}"
+                  f" ({net/bucketed:.2f} of {bucketed:.2f} with the buckets)"
                   f"; peers in flight {r['recv_peers_in_flight']}; tcp timeouts {r.get('tcp_timeouts')}, retrans {r.get('tcp_retrans_segs')}; {spread}")
             print("        " + cpu_line(r, procs, cores, raw, busy_cores(samples, *windows[size], cores) if size in windows else None))
         if windows:

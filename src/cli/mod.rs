@@ -269,6 +269,15 @@ pub struct Cli {
     #[arg(long = "setup-threads")]
     pub setup_threads: Option<usize>,
 
+    /// Most connects under way at once per endpoint (default: auto)
+    ///
+    /// A connect's first call starts the plugin's work (TCPX and tcpx-emu: a thread until its
+    /// sockets are up); the others wait their turn. auto: each endpoint of the job on this kernel
+    /// gets an even share of half of kernel.pid_max, at least 16 (every connect at once where
+    /// that fits, as at 128 ranks on one host).
+    #[arg(long = "connects-in-flight")]
+    pub connects_in_flight: Option<usize>,
+
     /// Stop before moving data: MPI, plugin, placement, CPU bindings and preflight checks on
     /// every node, then a per-node table and one line per finding; exit 0 if no error
     #[arg(long = "dry-run")]
@@ -541,6 +550,9 @@ impl Cli {
         }
         if self.setup_threads == Some(0) {
             return Err("--setup-threads 0 cannot set anything up: use 1 or more, or drop the flag".into());
+        }
+        if self.connects_in_flight == Some(0) {
+            return Err("--connects-in-flight 0 would never connect: use 1 or more, or drop the flag".into());
         }
         if self.dir == Dir::Uni && self.pattern != Pattern::Pairs {
             return Err(format!(

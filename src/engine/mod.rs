@@ -53,6 +53,8 @@ pub struct EngineConfig {
     pub timeout: Duration,
     /// Most setup threads per endpoint ([`setup`]).
     pub setup_threads: usize,
+    /// Most connects under way at once per endpoint ([`setup::connects_in_flight`]).
+    pub connects_in_flight: usize,
     /// Largest single registration: the buffer is registered in segments of this size.
     pub reg_segment: u64,
     /// How progress loops wait when nothing completes (`--poll`).

@@ -9,10 +9,10 @@
 //! deadlock when two ranks block in accepts whose connects are queued behind them. So setup
 //! starts with one thread and, whenever every thread has been inside a plugin call for longer
 //! than [`BLOCKED`], adds one per comm still waiting (up to `max_threads`); the plugin must then
-//! take calls on distinct
-//! comms from several threads at once (TCPX: `connect.cc` guards its shared state, the
-//! per-device stride counters, with `tx_stride_mu`/`rx_stride_mu`; everything else a call
-//! touches is its own comm's).
+//! take calls on distinct comms from several threads at once (TCPX: `connect.cc` guards its
+//! shared state, the per-device stride counters, with `tx_stride_mu`/`rx_stride_mu`; everything
+//! else a call touches is its own comm's). Connects start in turns of `in_flight` per endpoint
+//! ([`connects_in_flight`]): each one under way holds a plugin thread.
 
 use nccl_net::{ListenComm, PendingConnect, RecvComm, SendComm};
 use std::collections::VecDeque;
@@ -26,6 +26,25 @@ pub const BLOCKED: Duration = Duration::from_millis(50);
 pub const STILL_WAITING: &str = "still waiting for ";
 /// Pause between passes over comms that are not ready yet (NCCL's own setup polls about as often).
 const IDLE: Duration = Duration::from_millis(1);
+/// The fewest connects an endpoint has under way at once ([`connects_in_flight`]).
+pub const MIN_CONNECTS_IN_FLIGHT: usize = 16;
+/// Threads of a process besides its connects' while it sets up (main, MPI's, watchdogs, the
+/// endpoints' workers and setup pools, the plugin's acceptor), budgeted per endpoint.
+const SETUP_RESERVE: usize = 12;
+
+/// Connects one endpoint has under way at once (`--connects-in-flight auto`); the others wait
+/// their turn. A connect's first call starts the plugin's work, a thread each in tcpx-emu and
+/// TCPX until its sockets are up, and every thread takes a pid of the kernel's `pid_max`, which
+/// every process on that kernel shares: 512 ranks on one host (the 64-node rig) that started
+/// all of their 1008 connects at once ran ~290 threads each and ran the host out of pids
+/// (docs/runs/h100x4-20261127c-issue33). So each of the `endpoints_on_kernel` endpoints of the
+/// job on this kernel gets an even share of half the pids, less its other threads, and at least
+/// [`MIN_CONNECTS_IN_FLIGHT`]: 244 for 128 ranks under pid_max 65536 (all of a 16-node
+/// fullmesh's 224 at once, as before the window), 52 for 512 ranks.
+pub fn connects_in_flight(pid_max: u64, endpoints_on_kernel: usize) -> usize {
+    let share = usize::try_from(pid_max / 2).unwrap_or(usize::MAX) / endpoints_on_kernel.max(1);
+    share.saturating_sub(SETUP_RESERVE).max(MIN_CONNECTS_IN_FLIGHT)
+}
 
 /// One comm still being set up.
 pub enum Task {
@@ -46,6 +65,8 @@ pub struct Established {
 
 struct Pool {
     queue: Mutex<VecDeque<Task>>,
+    /// Connects not started yet: one joins `queue` as each connect under way finishes.
+    later: Mutex<VecDeque<Task>>,
     sends: Mutex<Vec<Option<SendComm>>>,
     recvs: Mutex<Vec<Option<RecvComm>>>,
     remaining: AtomicUsize,
@@ -103,8 +124,13 @@ impl Pool {
                     // on a small rig, all of them on a loaded 128-rank one), and the process's
                     // peak of open files with them. Kept, the peak is every socket and every
                     // listener, what the resource model plans, and it lasts to be seen.
-                    if let Task::Accept(_, listen) = task {
-                        Self::lock(&self.accepted).push(listen);
+                    match task {
+                        Task::Accept(_, listen) => Self::lock(&self.accepted).push(listen),
+                        Task::Connect(..) => {
+                            if let Some(next) = Self::lock(&self.later).pop_front() {
+                                Self::lock(&self.queue).push_back(next);
+                            }
+                        }
                     }
                     self.remaining.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -136,9 +162,27 @@ impl Pool {
     }
 }
 
+/// The tasks polled from the start (every accept and the first `in_flight` connects) and the
+/// connects that wait their turn, each in the order given.
+fn first_turn(tasks: Vec<Task>, in_flight: usize) -> (VecDeque<Task>, VecDeque<Task>) {
+    let (mut now, mut later) = (VecDeque::new(), VecDeque::new());
+    let mut connecting = 0;
+    for task in tasks {
+        match task {
+            Task::Connect(..) if connecting >= in_flight.max(1) => later.push_back(task),
+            Task::Connect(..) => {
+                connecting += 1;
+                now.push_back(task);
+            }
+            Task::Accept(..) => now.push_back(task),
+        }
+    }
+    (now, later)
+}
+
 /// Sets up every comm of `tasks` (connect indices `0..connects`, accept indices
-/// `0..accepts`) before `deadline`, or until `abort` is set (another rank failed: its comms will
-/// never come); `init` runs first on every setup thread (the GPU context the plugin reads in
+/// `0..accepts`), at most `in_flight` connects under way at once, before `deadline`, or until
+/// `abort` is set (another rank failed: its comms will never come); `init` runs first on every setup thread (the GPU context the plugin reads in
 /// connect). `describe` names a comm that did not finish, for the error.
 #[allow(clippy::too_many_arguments)]
 pub fn establish(
@@ -146,6 +190,7 @@ pub fn establish(
     connects: usize,
     accepts: usize,
     max_threads: usize,
+    in_flight: usize,
     deadline: Instant,
     abort: &AtomicBool,
     init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync),
@@ -153,9 +198,11 @@ pub fn establish(
 ) -> Result<Established, String> {
     let start = Instant::now();
     let max_threads = max_threads.clamp(1, tasks.len().max(1));
+    let (now, later) = first_turn(tasks, in_flight);
     let pool = Pool {
-        remaining: AtomicUsize::new(tasks.len()),
-        queue: Mutex::new(tasks.into()),
+        remaining: AtomicUsize::new(now.len() + later.len()),
+        queue: Mutex::new(now),
+        later: Mutex::new(later),
         sends: Mutex::new((0..connects).map(|_| None).collect()),
         recvs: Mutex::new((0..accepts).map(|_| None).collect()),
         failed: Mutex::new(None),
@@ -184,7 +231,12 @@ pub fn establish(
                 return pool.fail("stopped: another rank failed".to_string());
             }
             if Instant::now() > deadline {
-                let missing: Vec<String> = Pool::lock(&pool.queue).iter().map(describe).collect();
+                let mut missing: Vec<String> = Pool::lock(&pool.queue).iter().map(describe).collect();
+                missing.extend(
+                    Pool::lock(&pool.later)
+                        .iter()
+                        .map(|t| format!("{} (not started)", describe(t))),
+                );
                 let busy = started
                     - pool.in_call[..started]
                         .iter()
@@ -232,4 +284,20 @@ pub fn establish(
         threads: started,
         elapsed: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connects_in_flight_shares_half_the_pids_among_the_kernels_endpoints() {
+        // The 4 x H100 host: 128 ranks set up every connect of a 16-node fullmesh (224) at once.
+        assert_eq!(connects_in_flight(65536, 128), 244);
+        // 512 ranks: 52 each, 512 x (52 + 12) pids = half of pid_max.
+        assert_eq!(connects_in_flight(65536, 512), 52);
+        // Never fewer than the minimum, whatever the share; no endpoints counts as one.
+        assert_eq!(connects_in_flight(32768, 4096), MIN_CONNECTS_IN_FLIGHT);
+        assert_eq!(connects_in_flight(4_194_304, 0), 2_097_152 - 12);
+    }
 }

@@ -279,6 +279,16 @@ impl Worker {
                 send_peers.push(peer);
             }
         }
+        // Each endpoint starts with the peers above it: connects wait their turn
+        // (`setup::connects_in_flight`), and in ascending order every endpoint's first turn would
+        // go to the same few peers, whose accepts would then take the whole job's first turn.
+        let first = self
+            .lanes
+            .send_peers
+            .iter()
+            .position(|&p| p > self.endpoint)
+            .unwrap_or(0);
+        tasks.rotate_left(first * self.lanes.channels);
         let accepts = self.listens.len();
         tasks.extend(
             std::mem::take(&mut self.listens)
@@ -312,6 +322,7 @@ impl Worker {
             send_peers.len(),
             accepts,
             self.config.setup_threads,
+            self.config.connects_in_flight,
             deadline,
             &self.shared.abort,
             &init,

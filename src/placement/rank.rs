@@ -38,6 +38,8 @@ pub struct RankInput<'a> {
     pub local_copies: bool,
     /// `--connect rounds`: every network flow's (src, dst, round); None, every comm at once.
     pub rounds: Option<&'a [(usize, usize, u32)]>,
+    /// Connects each endpoint has under way at once (the engine's).
+    pub connects_in_flight: usize,
 }
 
 /// This rank's placement and report.
@@ -177,6 +179,7 @@ fn resource_findings(
         buffer_len: input.buffer_len,
         memory: input.memory,
         local_copies: input.local_copies,
+        connects_in_flight: input.connects_in_flight,
         plugin,
         nic_of: &nic_of,
         nic_names: nics,
@@ -244,6 +247,7 @@ mod tests {
             buffer_len: 8192,
             local_copies: true,
             rounds: None,
+            connects_in_flight: usize::MAX,
         };
         plan(&input).unwrap().report.findings
     }

@@ -44,6 +44,7 @@ pub(super) fn connect(
         setup_threads: tr
             .setup_threads
             .unwrap_or_else(|| crate::placement::resources::plugin::default_setup_threads(resources.plugin.name())),
+        connects_in_flight: job.connects_in_flight,
         reg_segment: resources.reg_segment,
         poll: tr.poll,
     };

@@ -227,6 +227,8 @@ struct Job {
     connections: Vec<(usize, usize)>,
     /// The largest buffer any plan needs.
     buffer_len: u64,
+    /// Connects each endpoint has under way at once (`--connects-in-flight`).
+    connects_in_flight: usize,
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static str>) -> Result<i32, Fatal> {
@@ -315,7 +317,18 @@ fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
         .flat_map(|p| p.buffer_len.iter().copied())
         .max()
         .unwrap_or(0);
+    // Every thread of every process on this kernel takes one of its pids: the ranks that share
+    // it (one boot id) share the connects' threads.
+    let connects_in_flight = settings.transport.connects_in_flight.unwrap_or_else(|| {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let same = mpi.gather_strings(&boot_id).iter().filter(|b| **b == boot_id).count();
+        let pid_max = crate::placement::resources::limits::Limits::read()
+            .pid_max
+            .unwrap_or(32768);
+        crate::engine::setup::connects_in_flight(pid_max, same * topo.gpus_per_rank)
+    });
     Ok(Job {
+        connects_in_flight,
         scope: settings.sweep.scope_on(topo.nodes),
         topo,
         plans,

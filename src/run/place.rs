@@ -183,6 +183,7 @@ pub(super) struct ResourceInputs {
     local_copies: bool,
     /// `--connect rounds`: every network flow's (src, dst, round), one round's comms open at once.
     rounds: Option<Vec<(usize, usize, u32)>>,
+    connects_in_flight: usize,
 }
 
 /// The job's memory, buffers, local copies and the comms open at once, as the engine will use them.
@@ -194,6 +195,7 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             MemKind::Cuda(CudaPath::Staged) => Memory::CudaStaged,
         },
         buffer_len: job.buffer_len,
+        connects_in_flight: job.connects_in_flight,
         local_copies: job
             .plans
             .iter()
@@ -241,6 +243,7 @@ pub(super) fn place_rank(
         buffer_len: inputs.buffer_len,
         local_copies: inputs.local_copies,
         rounds: inputs.rounds.as_deref(),
+        connects_in_flight: inputs.connects_in_flight,
     })
 }
 

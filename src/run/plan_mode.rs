@@ -154,6 +154,11 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         memory,
         // Fullmesh copies each endpoint's block to itself unless the scope leaves its node out.
         local_copies: sweep.pattern == Pattern::Fullmesh && scope == Scope::All,
+        // The imagined nodes are machines of their own: each node's ranks share its kernel,
+        // whose pid_max this machine's stands in for.
+        connects_in_flight: tr
+            .connects_in_flight
+            .unwrap_or_else(|| crate::engine::setup::connects_in_flight(limits.pid_max.unwrap_or(32768), rpn * g)),
         plugin: &plugin,
         nic_of: &nic_of,
         nic_names: &nic_names,

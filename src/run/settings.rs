@@ -62,7 +62,8 @@ pub(crate) struct PluginSettings {
     pub log_level: LogLevel,
 }
 
-/// How bytes move (`--mem --channels --window --chunk --max-reg --setup-threads --poll`); the
+/// How bytes move (`--mem --channels --window --chunk --max-reg --setup-threads --connects-in-flight
+/// --poll`); the
 /// engine's config once the plugin has said what it allows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TransportSettings {
@@ -72,6 +73,8 @@ pub(crate) struct TransportSettings {
     pub chunk: u64,
     pub max_reg: Option<u64>,
     pub setup_threads: Option<usize>,
+    /// `--connects-in-flight`; None: [`crate::engine::setup::connects_in_flight`].
+    pub connects_in_flight: Option<usize>,
     pub poll: PollMode,
     /// `--connect`: every comm up front, or only the round in flight.
     pub connect: ConnectMode,
@@ -220,6 +223,7 @@ impl Settings {
                 chunk: cli.chunk,
                 max_reg: cli.max_reg,
                 setup_threads: cli.setup_threads,
+                connects_in_flight: cli.connects_in_flight,
                 poll: cli.poll,
                 connect: cli.connect,
             },

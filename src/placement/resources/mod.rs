@@ -15,7 +15,7 @@
 //! Calibrated against `/proc` peaks (docs/a3-high.md, `--plan`): a rank's fds are its comms'
 //! sockets, its listeners (kept until setup ends: engine/setup.rs) and [`FDS_BASE`]; its threads
 //! are [`PROCESS_THREADS`], its endpoints, tcpx-emu's acceptor, and the larger of setup
-//! ([`SETUP_POOL_THREADS`] per endpoint, the plugin's connect threads) and sweep (helpers of the
+//! ([`SETUP_POOL_THREADS`] per endpoint, the plugin's threads of the connects under way) and sweep (helpers of the
 //! comms that carry data, copiers); CUDA's share where the process loads its driver.
 
 pub mod check;
@@ -210,6 +210,8 @@ pub struct JobShape<'a> {
     pub memory: Memory,
     /// The plan copies blocks locally (fullmesh's block to itself): host memory starts copiers.
     pub local_copies: bool,
+    /// Connects each endpoint has under way at once (`engine::setup::connects_in_flight`).
+    pub connects_in_flight: usize,
     pub plugin: &'a PluginModel,
     /// The NIC (index on its node) each endpoint's comms use.
     pub nic_of: &'a dyn Fn(usize) -> usize,
@@ -312,7 +314,7 @@ impl<'a> Model<'a> {
             need.endpoints += 1;
             need.comms += send + recv;
             need.listens += recv;
-            connects += send;
+            connects += send.min(job.connects_in_flight.max(1));
             pools += SETUP_POOL_THREADS.min(send + recv);
             // Comms whose channel carries no data never start their helpers.
             active += (send + recv) / job.channels.max(1) * job.active_channels.min(job.channels);
@@ -339,8 +341,8 @@ impl<'a> Model<'a> {
         } else {
             0
         };
-        // Setup: the pools and the plugin's setup threads with every connect and accept under
-        // way at once. Sweep: the helpers (both plugins start them at a comm's first transfer:
+        // Setup: the pools and the plugin's setup threads with every accept and each endpoint's
+        // `connects_in_flight` connects under way at once. Sweep: the helpers (both plugins start them at a comm's first transfer:
         // tcpx-emu `threads.rs`, plugin-abi.md §3.4) and the copiers. tcpx-emu's acceptor
         // lives from the first listen to the end.
         let acceptor = p.resident_threads(need.listens);

@@ -61,6 +61,7 @@ fn needs_of(f: &Fixture, plugin: &PluginModel, memory: Memory, mut check: impl F
         buffer_len: f.plan.buffer_len.iter().copied().max().unwrap(),
         memory,
         local_copies: f.plan.flows.iter().any(crate::plan::Flow::is_local),
+        connects_in_flight: usize::MAX,
         plugin,
         nic_of: &nic_of,
         nic_names: &f.names,
