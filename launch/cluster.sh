@@ -289,7 +289,7 @@ shape_nic() {
   fi
   local bps
   bps=$(rate_bits "$rate")
-  local burst=$((bps / 8 / 250)) limit=$((bps / 8 * QUEUE_MS / 1000))
+  local burst=$((bps / 8 / 250)) limit=$((bps * QUEUE_MS / 8000))
   [ "$burst" -ge 131072 ] || burst=131072
   [ "$limit" -ge 262144 ] || limit=262144
   [ "$limit" -lt 4294967296 ] || die "a queue of ${QUEUE_MS} ms at $rate is past tbf's 4 GB: a smaller CLUSTER_QUEUE_MS"
