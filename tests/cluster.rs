@@ -1273,6 +1273,115 @@ fn gpus_per_node_zero_leaves_the_nodes_without_gpus() {
     }
 }
 
+/// tc's latency of a tbf queue (`lat 10.5ms`, `lat 190ms`, `lat 1.2s`), in ms.
+fn tbf_latency_ms(qdisc: &str) -> Option<f64> {
+    let word = qdisc.split_whitespace().skip_while(|w| *w != "lat").nth(1)?;
+    let split = word.find(|c: char| c.is_ascii_alphabetic())?;
+    let (value, unit) = word.split_at(split);
+    let value: f64 = value.parse().ok()?;
+    Some(match unit {
+        "us" => value / 1000.0,
+        "ms" => value,
+        "s" => value * 1000.0,
+        _ => return None,
+    })
+}
+
+/// `CLUSTER_QUEUE_MS` sets how long a shaped NIC's queue is at its rate (tbf's latency: the queue
+/// less the bucket, over the rate); out of its range it is refused in one line, the shaping left
+/// as it was.
+#[test]
+fn a_shaped_nic_queues_cluster_queue_ms_at_its_rate() {
+    let Some(rig) = Rig::up(15, "--nodes 2 --nics 1") else {
+        return;
+    };
+    let latency = || {
+        let o = Command::new("tc")
+            .args(["-n", "r15-node1", "qdisc", "show", "dev", "eth1"])
+            .output()
+            .expect("tc");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        tbf_latency_ms(&text).unwrap_or_else(|| panic!("no tbf latency in {text}"))
+    };
+    let shape = |queue: &str| rig.cmd_with("shape node1 eth1 100mbit", &[("CLUSTER_QUEUE_MS", queue)]);
+    assert!(shape("200").status.success());
+    // 200 ms at 100 Mbit/s is 2.5 MB, less the 128 KiB bucket: 190 ms.
+    let long = latency();
+    assert!((180.0..200.0).contains(&long), "200 ms queue: tbf latency {long} ms");
+    assert!(shape("20").status.success());
+    // 20 ms is below the 256 KiB floor at this rate: 256 KiB less the bucket, 10.5 ms.
+    let short = latency();
+    assert!((5.0..20.0).contains(&short), "20 ms queue: tbf latency {short} ms");
+    for bad in ["0", "10001", "soon"] {
+        let o = shape(bad);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "CLUSTER_QUEUE_MS={bad}: {}", show(&o));
+        assert!(
+            err.contains("CLUSTER_QUEUE_MS") && err.trim().lines().count() == 1,
+            "{err}"
+        );
+        assert_eq!(latency(), short, "CLUSTER_QUEUE_MS={bad} changed the queue");
+    }
+}
+
+/// `tools/scale-bench.sh` runs one shape at two rates into two folders, and each report is its
+/// own run's. Before, the second run found the first one's folder (same shape, no rate in the
+/// name), was refused, and its report printed the first run's figures as its own.
+#[test]
+fn scale_bench_keeps_two_rates_of_one_shape_apart() {
+    let Some(_alone) = rigs_possible(3) else {
+        return;
+    };
+    let out = scratch("scale-bench");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut c = Command::new("bash");
+    c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/scale-bench.sh"))
+        .env("OUT", &out)
+        .env("SHAPES", "2x1x1@100mbit 2x1x1@200mbit")
+        .env("SLOW_SHAPE", "")
+        .env("CUDA_SHAPE", "")
+        .env("RAW_TCP", "0")
+        .env("ARGS", "--pattern fullmesh -b 1M -e 1M -n 2 -w 1 -T 60")
+        .env("CLUSTER_RIG", "3")
+        .env("CLUSTER_STATE_DIR", scratch("scale-bench-state"))
+        .env("TCPX_PERF", BIN)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let o = output_within(&mut c, Duration::from_secs(240), "tools/scale-bench.sh");
+    let text = String::from_utf8_lossy(&o.stdout);
+    for rate in ["100mbit", "200mbit"] {
+        assert!(
+            text.contains(&format!("== 2x1x1-{rate}-host: exit 0")),
+            "{rate}: {}",
+            show(&o)
+        );
+        let summary = out.join(format!("2x1x1-{rate}-host/run/summary.json"));
+        assert!(summary.exists(), "{} missing: {}", summary.display(), show(&o));
+    }
+    // Each report's limit is its own rate's: 2 nodes x 1 NIC at 100 and 200 Mbit/s, 0.025 and
+    // 0.05 GB/s (two decimals).
+    let limits: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("1 MiB: busbw"))
+        .filter_map(|l| l.split(" of ").nth(1)?.split_whitespace().next())
+        .collect();
+    assert_eq!(limits, ["0.03", "0.05"], "{text}");
+    // Beside each share of the rate, the share of the rate plus each NIC's tbf bucket per
+    // iteration (the most an idle gap lets through), which is smaller.
+    for line in text.lines().filter(|l| l.contains("1 MiB: busbw")) {
+        let share = |after: &str| -> f64 {
+            let rest = line.split(after).nth(1).unwrap_or_else(|| panic!("{after} in {line}"));
+            rest.split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let (plain, bucketed) = (share(" = "), share(" ("));
+        assert!(line.contains("with the buckets") && bucketed < plain, "{line}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// The rig's scripts pass shellcheck (installed by launch/setup.sh --tests; skipped where absent).
 #[test]
 fn cluster_scripts_pass_shellcheck() {
