@@ -146,6 +146,7 @@ fn plan_json_holds_the_figures_and_verdicts() {
 
 #[test]
 fn a_run_past_its_open_files_limit_is_refused_before_connecting() {
+    let _alone = measured_alone();
     let mut cmd = mpirun_command();
     cmd.args(["-np", "2", "sh", "-c"])
         .arg(format!("ulimit -n 24; exec {BIN} --no-out -n 1"))
@@ -191,6 +192,17 @@ fn descends_from(pid: u32, root: u32) -> bool {
     false
 }
 
+/// One run measured in `/proc` at a time, and nothing else heavy beside it: a process's peak
+/// threads depend on the host's load (a setup thread that waits past 50 ms in a call on a busy
+/// host gets company), and these tests would load each other's 2 cores.
+static ONE_MEASURED_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn measured_alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_MEASURED_RUN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The most threads and open files each `tcpx-perf` process under `child` held while it ran.
 fn peaks_while(mut child: std::process::Child, limit: Duration) -> (Output, HashMap<u32, (usize, usize)>) {
     let count = |dir: String| std::fs::read_dir(dir).map_or(0, Iterator::count);
@@ -232,6 +244,7 @@ fn four_ranks(out: &std::path::Path, iters: &str, flags: &str, env: &[(&str, &st
 
 #[test]
 fn the_model_bounds_what_a_real_run_holds() {
+    let _alone = measured_alone();
     // 1 MiB per peer: two 512K requests, so both channels carry data and every comm starts its
     // helpers (they start at a comm's first transfer).
     let flags = "--pattern fullmesh --scope all --mem host -b 4M -e 4M";
@@ -307,6 +320,7 @@ fn the_model_bounds_what_a_real_run_holds() {
 /// run without the window peaked at 527).
 #[test]
 fn an_endpoint_has_its_connects_in_flight_under_way_at_most() {
+    let _alone = measured_alone();
     // One setup thread per endpoint: on a loaded box the pool grows while its thread waits in a
     // call (a thread start behind the others' stacks), and its threads would be measured too.
     let flags = "--pattern fullmesh --scope all --mem host -g 8 -b 1M -e 1M --connects-in-flight 16 --setup-threads 1";
@@ -365,6 +379,7 @@ fn planned(shape: &str, flags: &str) -> (usize, usize) {
 #[test]
 fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
     const RIG: &str = "14";
+    let _alone = measured_alone();
     let state = std::env::temp_dir().join(format!("tcpx-perf-plan-rig-{}", std::process::id()));
     let rig = |args: &str| {
         let mut c = Command::new("bash");
@@ -465,6 +480,7 @@ fn plan_never_starts_mpi() {
 /// both `--connect` modes, a spread of `--max-peers` and small shapes, odd ones included.
 #[test]
 fn the_closed_form_equals_the_counted_plan() {
+    let _alone = measured_alone();
     use tcpx_perf::cli::ConnectMode;
     use tcpx_perf::placement::arithmetic_nic;
     use tcpx_perf::placement::resources::shape::{ShapePeers, Uniform};
