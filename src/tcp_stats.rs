@@ -134,11 +134,11 @@ fn table<'a>(text: &'a str, prefix: &str) -> HashMap<&'a str, u64> {
 pub fn namespace_key() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata("/proc/self/ns/net").ok()?.ino();
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let boot = crate::topology::boot_id().unwrap_or_default();
     // FNV-1a over the boot id; 21 bits of it above the inode's 32 (namespace inodes are below
     // 2^32) stay below 2^53, so the key crosses MPI as an exact f64.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in boot.trim().bytes() {
+    for b in boot.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     Some(((h & 0x1f_ffff) << 32) | (inode & 0xffff_ffff))

@@ -150,9 +150,17 @@ pub fn host_identity(hostname: &str, nccl_hostid: Option<&str>, boot_id: Option<
     }
 }
 
-/// This process's [`host_identity`] (`NCCL_HOSTID`, `/proc/sys/kernel/random/boot_id`).
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`, trimmed): the same for every process
+/// on one running kernel, whatever its namespaces.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_string())
+}
+
+/// This process's [`host_identity`] (`NCCL_HOSTID`, the kernel's [`boot_id`]).
 pub fn this_host_identity(hostname: &str) -> String {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    let boot_id = boot_id();
     host_identity(
         hostname,
         std::env::var("NCCL_HOSTID").ok().as_deref(),

@@ -1014,18 +1014,21 @@ fn a_state_that_records_nothing_removes_nothing() {
 
 /// A rejected command changes nothing: `shape node1 eth2 banana` (and a NIC the rig lacks)
 /// leaves node1's eth2 at the 100mbit it was shaped to; `shape ... off` removes the qdisc.
+/// `tc qdisc show` of NIC `dev` in namespace `ns`.
+fn qdisc_of(ns: &str, dev: &str) -> String {
+    let o = Command::new("tc")
+        .args(["-n", ns, "qdisc", "show", "dev", dev])
+        .output()
+        .expect("tc");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 #[test]
 fn a_rejected_shape_keeps_the_shaping_there_was() {
     let Some(rig) = Rig::up(15, "--nodes 2 --nics 2") else {
         return;
     };
-    let qdisc = || {
-        let o = Command::new("tc")
-            .args(["-n", "r15-node1", "qdisc", "show", "dev", "eth2"])
-            .output()
-            .expect("tc");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let qdisc = || qdisc_of("r15-node1", "eth2");
     rig.ok("shape node1 eth2 100mbit");
     assert!(qdisc().contains("rate 100Mbit"), "{}", qdisc());
     for bad in [
@@ -1296,11 +1299,7 @@ fn a_shaped_nic_queues_cluster_queue_ms_at_its_rate() {
         return;
     };
     let latency = || {
-        let o = Command::new("tc")
-            .args(["-n", "r15-node1", "qdisc", "show", "dev", "eth1"])
-            .output()
-            .expect("tc");
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let text = qdisc_of("r15-node1", "eth1");
         tbf_latency_ms(&text).unwrap_or_else(|| panic!("no tbf latency in {text}"))
     };
     let shape = |queue: &str| rig.cmd_with("shape node1 eth1 100mbit", &[("CLUSTER_QUEUE_MS", queue)]);

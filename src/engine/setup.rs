@@ -41,7 +41,9 @@ const SETUP_RESERVE: usize = 12;
 /// job on this kernel gets an even share of half the pids, less its other threads, and at least
 /// [`MIN_CONNECTS_IN_FLIGHT`]: 244 for 128 ranks under pid_max 65536 (all of a 16-node
 /// fullmesh's 224 at once, as before the window), 52 for 512 ranks.
-pub fn connects_in_flight(pid_max: u64, endpoints_on_kernel: usize) -> usize {
+/// `pid_max` None (unreadable): Linux's default, 32768.
+pub fn connects_in_flight(pid_max: Option<u64>, endpoints_on_kernel: usize) -> usize {
+    let pid_max = pid_max.unwrap_or(32768);
     let share = usize::try_from(pid_max / 2).unwrap_or(usize::MAX) / endpoints_on_kernel.max(1);
     share.saturating_sub(SETUP_RESERVE).max(MIN_CONNECTS_IN_FLIGHT)
 }
@@ -94,12 +96,11 @@ impl Pool {
     }
 
     /// One setup thread: takes a comm, polls it once, puts it back if not ready.
-    fn serve(&self, me: usize, init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync)) {
-        // Held for the thread's life (the GPU context the plugin's calls read).
-        let _guard = match init() {
-            Ok(guard) => guard,
-            Err(e) => return self.fail(e),
-        };
+    fn serve(&self, me: usize, init: &(dyn Fn() -> Result<(), String> + Sync)) {
+        // The GPU context the plugin's calls read, current on this thread.
+        if let Err(e) = init() {
+            return self.fail(e);
+        }
         let mut misses = 0usize;
         while !self.stop.load(Ordering::Relaxed) && self.remaining.load(Ordering::Acquire) > 0 {
             let Some(mut task) = Self::lock(&self.queue).pop_front() else {
@@ -182,8 +183,9 @@ fn first_turn(tasks: Vec<Task>, in_flight: usize) -> (VecDeque<Task>, VecDeque<T
 
 /// Sets up every comm of `tasks` (connect indices `0..connects`, accept indices
 /// `0..accepts`), at most `in_flight` connects under way at once, before `deadline`, or until
-/// `abort` is set (another rank failed: its comms will never come); `init` runs first on every setup thread (the GPU context the plugin reads in
-/// connect). `describe` names a comm that did not finish, for the error.
+/// `abort` is set (another rank failed: its comms will never come); `init` runs first on every
+/// setup thread (the GPU context the plugin reads in connect). `describe` names a comm that did
+/// not finish, for the error.
 #[allow(clippy::too_many_arguments)]
 pub fn establish(
     tasks: Vec<Task>,
@@ -193,7 +195,7 @@ pub fn establish(
     in_flight: usize,
     deadline: Instant,
     abort: &AtomicBool,
-    init: &(dyn Fn() -> Result<Box<dyn std::any::Any>, String> + Sync),
+    init: &(dyn Fn() -> Result<(), String> + Sync),
     describe: &dyn Fn(&Task) -> String,
 ) -> Result<Established, String> {
     let start = Instant::now();
@@ -293,11 +295,13 @@ mod tests {
     #[test]
     fn connects_in_flight_shares_half_the_pids_among_the_kernels_endpoints() {
         // The 4 x H100 host: 128 ranks set up every connect of a 16-node fullmesh (224) at once.
-        assert_eq!(connects_in_flight(65536, 128), 244);
+        assert_eq!(connects_in_flight(Some(65536), 128), 244);
         // 512 ranks: 52 each, 512 x (52 + 12) pids = half of pid_max.
-        assert_eq!(connects_in_flight(65536, 512), 52);
+        assert_eq!(connects_in_flight(Some(65536), 512), 52);
         // Never fewer than the minimum, whatever the share; no endpoints counts as one.
-        assert_eq!(connects_in_flight(32768, 4096), MIN_CONNECTS_IN_FLIGHT);
-        assert_eq!(connects_in_flight(4_194_304, 0), 2_097_152 - 12);
+        assert_eq!(connects_in_flight(Some(32768), 4096), MIN_CONNECTS_IN_FLIGHT);
+        assert_eq!(connects_in_flight(Some(4_194_304), 0), 2_097_152 - 12);
+        // Unreadable: Linux's default.
+        assert_eq!(connects_in_flight(None, 32), connects_in_flight(Some(32768), 32));
     }
 }

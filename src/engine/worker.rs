@@ -302,13 +302,13 @@ impl Worker {
         // connect, what 128 ranks sharing 4 GPUs queued behind for ~30 s per connect phase.
         let gpu = self.shared.topology.endpoints[self.endpoint].gpu;
         let device = self.device().cloned();
-        let init = move || -> Result<Box<dyn std::any::Any>, String> {
-            if let Some(device) = &device {
-                device
+        let init = move || -> Result<(), String> {
+            match &device {
+                Some(device) => device
                     .make_current()
-                    .map_err(|e| format!("GPU {gpu} on a setup thread: {e}"))?;
+                    .map_err(|e| format!("GPU {gpu} on a setup thread: {e}")),
+                None => Ok(()),
             }
-            Ok(Box::new(()))
         };
         let describe = |t: &Task| match t {
             Task::Connect(i, _) => format!("connect to {}", self.label(send_peers[*i])),

@@ -320,11 +320,9 @@ fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
     // Every thread of every process on this kernel takes one of its pids: the ranks that share
     // it (one boot id) share the connects' threads.
     let connects_in_flight = settings.transport.connects_in_flight.unwrap_or_else(|| {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let boot_id = crate::topology::boot_id().unwrap_or_default();
         let same = mpi.gather_strings(&boot_id).iter().filter(|b| **b == boot_id).count();
-        let pid_max = crate::placement::resources::limits::Limits::read()
-            .pid_max
-            .unwrap_or(32768);
+        let pid_max = crate::placement::resources::limits::Limits::read().pid_max;
         crate::engine::setup::connects_in_flight(pid_max, same * topo.gpus_per_rank)
     });
     Ok(Job {

@@ -158,7 +158,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         // whose pid_max this machine's stands in for.
         connects_in_flight: tr
             .connects_in_flight
-            .unwrap_or_else(|| crate::engine::setup::connects_in_flight(limits.pid_max.unwrap_or(32768), rpn * g)),
+            .unwrap_or_else(|| crate::engine::setup::connects_in_flight(limits.pid_max, rpn * g)),
         plugin: &plugin,
         nic_of: &nic_of,
         nic_names: &nic_names,

@@ -62,9 +62,8 @@ pub(crate) struct PluginSettings {
     pub log_level: LogLevel,
 }
 
-/// How bytes move (`--mem --channels --window --chunk --max-reg --setup-threads --connects-in-flight
-/// --poll`); the
-/// engine's config once the plugin has said what it allows.
+/// How bytes move (`--mem --channels --window --chunk --max-reg --setup-threads
+/// --connects-in-flight --poll`); the engine's config once the plugin has said what it allows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TransportSettings {
     pub mem: Mem,
