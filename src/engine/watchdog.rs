@@ -4,7 +4,6 @@
 //! The progress loop reports stalls itself; the watchdog exists for waits the engine cannot
 //! bound from inside (an MPI barrier whose peer is stuck, a plugin call that blocks).
 
-use std::io::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,16 +58,13 @@ impl Watchdog {
                         // A signal is ending the process: the phase stopped because of it, not
                         // a hang (and the signal thread decides the status).
                         crate::signals::hold_if_ending();
-                        let mut err = std::io::stderr().lock();
-                        let _ = writeln!(
-                            err,
+                        // Formatted first, one write: other ranks' lines do not cut into it.
+                        eprintln!(
                             "tcpx-perf: rank {rank}: timeout: phase '{}' did not finish within {:.0} s; comm state:\n{}",
                             armed.phase,
                             armed.timeout.as_secs_f64(),
                             dump().trim_end()
                         );
-                        let _ = err.flush();
-                        drop(err);
                         let account = format!(
                             "phase '{}' did not finish within {:.0} s (watchdog)",
                             armed.phase,

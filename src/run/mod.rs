@@ -152,6 +152,9 @@ pub fn run(cli: Cli) -> i32 {
             } else {
                 500
             }));
+            // mpirun's SIGTERM came meanwhile: rank 0's last words are being written, and an
+            // abort now would kill it mid-record; the signal thread ends this process instead.
+            mpi.hold_if_ending(None);
             mpi.abort(EXIT_ERROR)
         }
         Err(Fatal::Stalled(msg)) => {

@@ -176,7 +176,8 @@ unsafe extern "C" fn sink(level: c_int, _flags: c_ulong, file: *const c_char, li
     if level != abi::NCCL_LOG_NONE && severity <= THRESHOLD.load(Ordering::Relaxed) {
         let text = format!("[plugin] {} {}:{}: {}", level_name(level), file, line, msg);
         if first_few(&text) {
-            let _ = writeln!(std::io::stderr().lock(), "{text}");
+            // One write: ranks sharing mpirun's pipe cannot cut into the line.
+            let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
         }
     }
     if level == abi::NCCL_LOG_WARN || level == abi::NCCL_LOG_ABORT {
@@ -227,7 +228,7 @@ pub fn recent_warnings() -> Vec<String> {
 /// A message from this crate itself (close failures and the like), never on the hot path.
 pub(crate) fn local_warn(msg: std::fmt::Arguments<'_>) {
     if THRESHOLD.load(Ordering::Relaxed) >= abi::NCCL_LOG_WARN {
-        let _ = writeln!(std::io::stderr().lock(), "[nccl-net] WARN {msg}");
+        let _ = std::io::stderr().write_all(format!("[nccl-net] WARN {msg}\n").as_bytes());
     }
 }
 

@@ -28,7 +28,8 @@ pub fn emit(level: LogLevel, flags: c_ulong, file: &'static str, line: u32, msg:
     let raw = LOGGER.load(Ordering::Acquire);
     if raw == 0 {
         if level == NCCL_LOG_WARN {
-            eprintln!("tcpx-emu WARN {msg}");
+            // One write: processes sharing a pipe cannot cut into the line.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("tcpx-emu WARN {msg}\n").as_bytes());
         }
         return;
     }
