@@ -7,8 +7,9 @@
 //! poll. One thread polling every comm then sets all of them up in about one connect latency.
 //! A plugin whose calls block instead would serialize them: n peers, n latencies, and a
 //! deadlock when two ranks block in accepts whose connects are queued behind them. So setup
-//! starts with one thread and, whenever every thread has been inside a plugin call for longer
-//! than [`BLOCKED`], adds one per comm still waiting (up to `max_threads`); the plugin must then
+//! starts with one thread and, whenever every thread is blocked ([`Pool::all_blocked`]: inside a
+//! call for longer than [`BLOCKED`], asleep in it), doubles (up to the comms waiting and
+//! `max_threads`); the plugin must then
 //! take calls on distinct comms from several threads at once (TCPX: `connect.cc` guards its
 //! shared state, the per-device stride counters, with `tx_stride_mu`/`rx_stride_mu`; everything
 //! else a call touches is its own comm's). Connects start in turns of `in_flight` per endpoint
@@ -16,7 +17,7 @@
 
 use nccl_net::{ListenComm, PendingConnect, RecvComm, SendComm};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,8 @@ struct Pool {
     stop: AtomicBool,
     /// Per thread: nanoseconds since `epoch` when its current plugin call began, 0 = none.
     in_call: Vec<AtomicU64>,
+    /// Per thread: its kernel thread id (0 until it runs), to read its state.
+    tids: Vec<AtomicI32>,
     epoch: Instant,
 }
 
@@ -97,6 +100,8 @@ impl Pool {
 
     /// One setup thread: takes a comm, polls it once, puts it back if not ready.
     fn serve(&self, me: usize, init: &(dyn Fn() -> Result<(), String> + Sync)) {
+        // SAFETY: gettid has no preconditions.
+        self.tids[me].store(unsafe { libc::gettid() }, Ordering::Release);
         // The GPU context the plugin's calls read, current on this thread.
         if let Err(e) = init() {
             return self.fail(e);
@@ -152,15 +157,33 @@ impl Pool {
         }
     }
 
-    /// Whether every started thread is inside a call that has lasted longer than [`BLOCKED`].
+    /// Whether every started thread is blocked in the plugin: inside a call that has lasted
+    /// longer than [`BLOCKED`] and asleep in it (not `R`, waiting for a core; not `D`, waiting
+    /// in the kernel for memory maps or I/O, as the `mmap`/`mprotect` of the connect threads'
+    /// stacks do when many start at once). A non-blocking poll still outlasts 50 ms now and then
+    /// (queued behind a lock: a futex), hence the doubling. Before, any such wait added a thread
+    /// per comm waiting: every endpoint's pool went to `--setup-threads`, and the threads started
+    /// made the waits longer (4 ranks x 8 endpoints on 2 cores set up in 3.1-5.7 s with 64
+    /// threads each; 0.30-0.35 s with 2-4 now, docs/runs/20261127-setup-pool; 84 threads per
+    /// process against 27 planned at 512 ranks, docs/runs/h100x4-20261127c-issue33).
     fn all_blocked(&self, started: usize) -> bool {
         let now = self.now();
         let blocked = BLOCKED.as_nanos() as u64;
-        self.in_call[..started].iter().all(|t| {
-            let since = t.load(Ordering::Acquire);
-            since != 0 && now.saturating_sub(since) > blocked
+        (0..started).all(|i| {
+            let since = self.in_call[i].load(Ordering::Acquire);
+            since != 0
+                && now.saturating_sub(since) > blocked
+                && !matches!(thread_state(self.tids[i].load(Ordering::Acquire)), Some('R' | 'D'))
         })
     }
+}
+
+/// The state letter of this process's thread `tid` (`R` runnable, `S` sleeping, `D` waiting on
+/// I/O; see proc(5)), or None when it cannot be read.
+fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // `tid (comm) S ...`: the command may hold spaces and parentheses, the state follows the last `)`.
+    stat.get(stat.rfind(')')? + 1..)?.trim_start().chars().next()
 }
 
 /// The tasks polled from the start (every accept and the first `in_flight` connects) and the
@@ -211,6 +234,7 @@ pub fn establish(
         accepted: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
         in_call: (0..max_threads).map(|_| AtomicU64::new(0)).collect(),
+        tids: (0..max_threads).map(|_| AtomicI32::new(0)).collect(),
         epoch: start,
     };
     let mut started = 0;
@@ -251,11 +275,12 @@ pub fn establish(
                 };
                 return pool.fail(format!("{STILL_WAITING}{}{blocked}", missing.join(", ")));
             }
-            // All threads stuck in calls: one more for every comm waiting, so that a plugin
-            // whose calls block still has all of them in flight at once.
+            // All threads blocked in calls: twice as many (no more than the comms waiting), so
+            // that a plugin whose calls block has all of them in flight within a few doublings
+            // (50 ms each), and a false alarm costs a thread or two, not `max_threads`.
             let waiting = Pool::lock(&pool.queue).len();
             if started < max_threads && waiting > 0 && pool.all_blocked(started) {
-                for _ in 0..waiting.min(max_threads - started) {
+                for _ in 0..started.min(waiting).min(max_threads - started) {
                     match spawn(started) {
                         Ok(()) => started += 1,
                         Err(e) => return pool.fail(e),
@@ -291,6 +316,42 @@ pub fn establish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The state that tells a starved call from a blocked one, read from a thread that spins and
+    /// one that sleeps.
+    #[test]
+    fn a_spinning_thread_is_runnable_and_a_sleeping_one_is_not() {
+        let stop = AtomicBool::new(false);
+        let tids = [AtomicI32::new(0), AtomicI32::new(0)];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid has no preconditions.
+                tids[0].store(unsafe { libc::gettid() }, Ordering::Release);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            s.spawn(|| {
+                // SAFETY: as above.
+                tids[1].store(unsafe { libc::gettid() }, Ordering::Release);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let (mut spinning, mut sleeping) = (None, None);
+            // A spinning thread may be read between time slices only as runnable; a sleeping one
+            // is asleep nearly always: a few reads settle both.
+            while Instant::now() < deadline && (spinning != Some('R') || sleeping != Some('S')) {
+                std::thread::sleep(Duration::from_millis(5));
+                spinning = thread_state(tids[0].load(Ordering::Acquire));
+                sleeping = thread_state(tids[1].load(Ordering::Acquire));
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert_eq!((spinning, sleeping), (Some('R'), Some('S')));
+        });
+        assert_eq!(thread_state(-1), None, "no such thread");
+    }
 
     #[test]
     fn connects_in_flight_shares_half_the_pids_among_the_kernels_endpoints() {
