@@ -13,7 +13,7 @@ mod common;
 mod rig;
 
 use common::show;
-use rig::{csv_rows, scratch, Rig, BIN, SCRIPT};
+use rig::{csv_rows, scratch, Rig, BIN};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -290,29 +290,22 @@ fn a_rank_killed_among_sixteen_is_the_culprit_in_summary_json() {
         return;
     };
     let out = scratch("killed-of-16");
-    let mut c = Command::new("bash");
-    c.arg(SCRIPT)
-        .args([
-            "run",
-            "-np",
-            "16",
-            "--",
-            "--pattern",
-            "fullmesh",
-            "-b",
-            "64K",
-            "-e",
-            "4M",
-        ])
-        .args(["-n", "20", "-w", "1", "-T", "20", "--progress", "never", "--out"])
-        .arg(&out)
-        .env("CLUSTER_RIG", rig.id.to_string())
-        .env("CLUSTER_STATE_DIR", &rig.state_dir)
-        .env("TCPX_PERF", BIN)
-        .env("TCPXEMU_FAULT", "slow")
-        .env("NCCL_DYNAMIC_CHUNK_SIZE", "524288")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let mut c = rig.script();
+    c.args([
+        "run",
+        "-np",
+        "16",
+        "--",
+        "--pattern",
+        "fullmesh",
+        "-b",
+        "64K",
+        "-e",
+        "4M",
+    ])
+    .args(["-n", "20", "-w", "1", "-T", "20", "--progress", "never", "--out"])
+    .arg(&out)
+    .env("TCPXEMU_FAULT", "slow");
     let mut child = common::spawn_piped(&mut c, "cluster.sh run");
     let start = std::time::Instant::now();
     while !out.join("results.csv").exists() {
@@ -568,32 +561,31 @@ fn a_nic_that_dies_mid_run_is_named_within_the_deadline() {
     };
     let deadline_s = 6;
     let out = scratch("dies");
-    let mut c = Command::new("bash");
-    c.arg(SCRIPT)
-        .args([
-            "run",
-            "-np",
-            "4",
-            "--",
-            "--pattern",
-            "pairs",
-            "-b",
-            "1M",
-            "-e",
-            "4M",
-            "-n",
-            "50",
-            "-w",
-            "1",
-        ])
-        .args(["-T", &deadline_s.to_string(), "--out", &out.display().to_string()])
-        .env("CLUSTER_RIG", rig.id.to_string())
-        .env("CLUSTER_STATE_DIR", &rig.state_dir)
-        .env("TCPX_PERF", BIN)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let mut c = rig.script();
+    c.args([
+        "run",
+        "-np",
+        "4",
+        "--",
+        "--pattern",
+        "pairs",
+        "-b",
+        "1M",
+        "-e",
+        "4M",
+        "-n",
+        "50",
+        "-w",
+        "1",
+    ])
+    .args(["-T", &deadline_s.to_string(), "--out", &out.display().to_string()])
+    .env("CLUSTER_RIG", rig.id.to_string())
+    .env("CLUSTER_STATE_DIR", &rig.state_dir)
+    .env("TCPX_PERF", BIN)
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     let mut child = c.spawn().expect("cluster.sh run");
     let stderr = child.stderr.take().expect("stderr");
     let err_reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());

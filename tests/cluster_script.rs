@@ -114,15 +114,10 @@ fn a_failed_up_removes_only_what_it_made() {
     let mut foreign = Foreign(Vec::new());
     foreign.ip("netns add r9-node5");
     foreign.ip("link add cx9r7 type bridge");
-    let wrapper = scratch("ip-refuses");
-    std::fs::create_dir_all(&wrapper).unwrap();
-    let fake = wrapper.join("ip");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\ncase \"$*\" in *'198.19.9.2/24'*) echo 'ip: refused on purpose' >&2; exit 2 ;; esac\nexec ip \"$@\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let fake = fake_ip(
+        "ip-refuses",
+        "case \"$*\" in *'198.19.9.2/24'*) echo 'ip: refused on purpose' >&2; exit 2 ;; esac\nexec ip \"$@\"",
+    );
     let o = up(&fake.display().to_string());
     assert_ne!(o.status.code(), Some(0), "{}", show(&o));
     assert!(
@@ -141,7 +136,7 @@ fn a_failed_up_removes_only_what_it_made() {
     }
     assert_eq!(foreign.still_there(), ["r9-node5", "cx9r7"], "{}", show(&o));
     assert!(!state_dir.exists(), "the state directory it made is gone");
-    let _ = std::fs::remove_dir_all(&wrapper);
+    let _ = std::fs::remove_dir_all(fake.parent().expect("the fake's folder"));
 }
 
 /// `down` removes what the rig made and nothing else: a namespace `r10-node7` and a link
@@ -281,14 +276,19 @@ fn a_missing_tool_is_one_line_and_exit_77() {
 /// An `ip` that takes 0.3 s after each `link add` (a busy host), for killing `up` between
 /// making a link and writing it down.
 fn slow_ip(name: &str) -> PathBuf {
+    fake_ip(
+        name,
+        "ip \"$@\"; rc=$?\ncase \"$*\" in 'link add '*) sleep 0.3 ;; esac\nexit $rc",
+    )
+}
+
+/// An executable `ip` in a scratch folder of its own that runs `body` (sh), for the tests that
+/// make the rig's `ip` misbehave on purpose (`IP=` the path).
+fn fake_ip(name: &str, body: &str) -> PathBuf {
     let dir = scratch(name);
     std::fs::create_dir_all(&dir).unwrap();
     let fake = dir.join("ip");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\nip \"$@\"; rc=$?\ncase \"$*\" in 'link add '*) sleep 0.3 ;; esac\nexit $rc\n",
-    )
-    .unwrap();
+    std::fs::write(&fake, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     fake
 }
@@ -389,15 +389,10 @@ fn a_name_taken_while_up_runs_is_left_alone() {
         return;
     };
     let state_dir = scratch("taken-meanwhile");
-    let dir = scratch("taken-meanwhile-ip");
-    std::fs::create_dir_all(&dir).unwrap();
-    let fake = dir.join("ip");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\ncase \"$*\" in 'link add cx3r2 '*) ip link add cx3r2 type bridge ;; esac\nexec ip \"$@\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let fake = fake_ip(
+        "taken-meanwhile-ip",
+        "case \"$*\" in 'link add cx3r2 '*) ip link add cx3r2 type bridge ;; esac\nexec ip \"$@\"",
+    );
     let foreign = Foreign(vec![("link", "cx3r2".to_string())]);
     let mut c = Command::new("bash");
     c.arg(SCRIPT)
@@ -416,7 +411,7 @@ fn a_name_taken_while_up_runs_is_left_alone() {
     assert!(!exists("link", "cx3m") && !exists("link", "cx3r1"), "{}", show(&o));
     drop(foreign);
     assert_eq!(leftovers(3, &state_dir), Vec::<String>::new());
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(fake.parent().expect("the fake's folder"));
 }
 
 /// A rate tc cannot take (`0mbit`, a rate past tbf's 32-bit queue, a number past 64 bits) is

@@ -54,17 +54,23 @@ impl Rig {
 
     /// `cmd` with `env` set (after the rig's own variables, so it may override them).
     pub fn cmd_with(&self, args: &str, env: &[(&str, &str)]) -> Output {
+        let mut c = self.script();
+        c.args(args.split_whitespace()).envs(env.iter().copied());
+        output_within(&mut c, Duration::from_secs(120), &format!("cluster.sh {args}"))
+    }
+
+    /// `bash cluster.sh` on this rig, with tcpx-perf and mpirun's root flags; the caller adds
+    /// the command and its arguments (and may override the environment).
+    pub fn script(&self) -> Command {
         let mut c = Command::new("bash");
         c.arg(SCRIPT)
-            .args(args.split_whitespace())
             .env("CLUSTER_RIG", self.id.to_string())
             .env("CLUSTER_STATE_DIR", &self.state_dir)
             .env("TCPX_PERF", BIN)
             .env("NCCL_DYNAMIC_CHUNK_SIZE", "524288")
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .envs(env.iter().copied());
-        output_within(&mut c, Duration::from_secs(120), &format!("cluster.sh {args}"))
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        c
     }
 
     pub fn ok(&self, args: &str) {

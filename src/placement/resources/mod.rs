@@ -35,10 +35,10 @@ use std::ops::Range;
 /// thread, the setup and engine watchdogs, and the thread that notices a stopped rank 0
 /// (run/stopped.rs).
 pub const PROCESS_THREADS: usize = 7;
-/// Setup pool threads of an endpoint: the first, and the one the pool adds when every thread
-/// has been inside a plugin call past 50 ms (engine/setup.rs), which a loaded host's ranks do
-/// (the 12 x 5 x 3 and 16 x 8 x 4 rigs' peaks on the 4 x H100 host); both plugins' calls
-/// return at once, so it grows no further.
+/// Setup pool threads of an endpoint: the first, and the second a false alarm doubles it to
+/// (engine/setup.rs: both plugins' calls return at once, but a call now and then waits on a lock
+/// past 50 ms). A second false alarm makes 4 (seen on loopback with 8 endpoints per rank;
+/// 2 on a 4 x 8 x 4 rig, docs/runs/20261127-setup-pool).
 pub const SETUP_POOL_THREADS: usize = 2;
 /// CUDA's threads per process that loads its driver (GPU memory, or the probe of a node with
 /// GPUs): an allowance, not measured here (no GPU).
