@@ -157,6 +157,27 @@ impl Pool {
         }
     }
 
+    /// The error of a deadline that passed: the comms not set up (those not started said so)
+    /// and how many of the `started` threads are inside a plugin call.
+    fn still_waiting(&self, started: usize, describe: &dyn Fn(&Task) -> String) -> String {
+        let mut missing: Vec<String> = Self::lock(&self.queue).iter().map(describe).collect();
+        missing.extend(
+            Self::lock(&self.later)
+                .iter()
+                .map(|t| format!("{} (not started)", describe(t))),
+        );
+        let busy = self.in_call[..started]
+            .iter()
+            .filter(|t| t.load(Ordering::Acquire) != 0)
+            .count();
+        let blocked = if busy > 0 {
+            format!(" ({busy} inside a plugin call)")
+        } else {
+            String::new()
+        };
+        format!("{STILL_WAITING}{}{blocked}", missing.join(", "))
+    }
+
     /// Whether every started thread is blocked in the plugin: inside a call that has lasted
     /// longer than [`BLOCKED`] and asleep in it (not `R`, waiting for a core; not `D`, waiting
     /// in the kernel for memory maps or I/O, as the `mmap`/`mprotect` of the connect threads'
@@ -257,23 +278,7 @@ pub fn establish(
                 return pool.fail("stopped: another rank failed".to_string());
             }
             if Instant::now() > deadline {
-                let mut missing: Vec<String> = Pool::lock(&pool.queue).iter().map(describe).collect();
-                missing.extend(
-                    Pool::lock(&pool.later)
-                        .iter()
-                        .map(|t| format!("{} (not started)", describe(t))),
-                );
-                let busy = started
-                    - pool.in_call[..started]
-                        .iter()
-                        .filter(|t| t.load(Ordering::Acquire) == 0)
-                        .count();
-                let blocked = if busy > 0 {
-                    format!(" ({busy} inside a plugin call)")
-                } else {
-                    String::new()
-                };
-                return pool.fail(format!("{STILL_WAITING}{}{blocked}", missing.join(", ")));
+                return pool.fail(pool.still_waiting(started, describe));
             }
             // All threads blocked in calls: twice as many (no more than the comms waiting), so
             // that a plugin whose calls block has all of them in flight within a few doublings

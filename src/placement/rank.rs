@@ -40,6 +40,8 @@ pub struct RankInput<'a> {
     pub rounds: Option<&'a [(usize, usize, u32)]>,
     /// Connects each endpoint has under way at once (the engine's).
     pub connects_in_flight: usize,
+    /// The nodes on this rank's kernel, its own included (the rig's namespaces share one).
+    pub kernel_nodes: &'a [usize],
 }
 
 /// This rank's placement and report.
@@ -187,8 +189,17 @@ fn resource_findings(
     };
     let model = resources::Model::new(&job);
     // The node's sums are checked once, by its first rank: one line per node, not per rank.
+    // Nodes that share this kernel share its pids and memory: the first of them checks their
+    // sums (a rig of 64 namespaces on one host, each node alone within pid_max, ran out of pids
+    // together); the others their own, a part of what the first checked.
     let first = (0..topo.ranks()).find(|&r| topo.endpoints[topo.endpoints_of(r).start].node == node);
-    let node_need = (first == Some(input.rank)).then(|| model.node(node));
+    let node_need = (first == Some(input.rank)).then(|| {
+        if input.kernel_nodes.first() == Some(&node) {
+            model.kernel(node, input.kernel_nodes)
+        } else {
+            model.node(node)
+        }
+    });
     let needs = check::Needs {
         host: "",
         process: &model.process(input.rank),
@@ -229,7 +240,14 @@ mod tests {
 
     /// Rank `rank`'s findings in a 4-rank fullmesh on one node over `lo`.
     fn findings_of(rank: usize) -> Vec<Finding> {
-        let topo = Topology::with_ranks_per_node(4, 4, 1, vec!["h".into(); 4]);
+        findings_on(rank, &["h"; 4], &[0])
+    }
+
+    /// Rank `rank`'s findings in a 4-rank fullmesh on the nodes `hosts` name, whose nodes
+    /// `kernel_nodes` share rank `rank`'s kernel.
+    fn findings_on(rank: usize, hosts: &[&str], kernel_nodes: &[usize]) -> Vec<Finding> {
+        let per_node = hosts.iter().filter(|h| **h == hosts[0]).count();
+        let topo = Topology::with_ranks_per_node(4, per_node, 1, hosts.iter().map(|h| (*h).into()).collect());
         let flows = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo, 4096, None).unwrap();
         let props = [super::super::tests::props("lo", None)];
         let input = RankInput {
@@ -248,8 +266,42 @@ mod tests {
             local_copies: true,
             rounds: None,
             connects_in_flight: usize::MAX,
+            kernel_nodes,
         };
         plan(&input).unwrap().report.findings
+    }
+
+    /// Two nodes on one kernel (the rig): node0's first rank checks both nodes' threads against
+    /// the kernel's pids, naming them; on kernels of their own, each node its two ranks.
+    #[test]
+    fn nodes_that_share_a_kernel_are_checked_together() {
+        let hosts = ["node0", "node0", "node1", "node1"];
+        let threads = |f: &[Finding]| {
+            f.iter()
+                .find(|x| x.text.contains(" threads for "))
+                .map(|x| x.text.clone())
+                .unwrap_or_default()
+        };
+        let together = threads(&findings_on(0, &hosts, &[0, 1]));
+        assert!(
+            together.contains("threads for 4 ranks of 2 nodes on this kernel"),
+            "{together}"
+        );
+        let alone = threads(&findings_on(0, &hosts, &[0]));
+        assert!(alone.contains("threads for 2 ranks"), "{alone}");
+        let need = |t: &str| {
+            t.split(" threads")
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        assert!(need(&together) > need(&alone), "{together} / {alone}");
+        // node1's first rank checks node1 alone (a part of what node0's checked): one sum per kernel.
+        let node1 = threads(&findings_on(2, &hosts, &[0, 1]));
+        assert!(
+            node1.contains("threads for 2 ranks") && !node1.contains("on this kernel"),
+            "{node1}"
+        );
     }
 
     #[test]

@@ -232,6 +232,9 @@ struct Job {
     buffer_len: u64,
     /// Connects each endpoint has under way at once (`--connects-in-flight`).
     connects_in_flight: usize,
+    /// The nodes whose ranks run on this rank's kernel (one boot id), its own included: more
+    /// than one on the rig, whose namespaces share the host's pids and memory.
+    kernel_nodes: Vec<usize>,
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static str>) -> Result<i32, Fatal> {
@@ -321,15 +324,26 @@ fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
         .max()
         .unwrap_or(0);
     // Every thread of every process on this kernel takes one of its pids: the ranks that share
-    // it (one boot id) share the connects' threads.
+    // it (one boot id) share the connects' threads, and the preflight checks their nodes' sums.
+    let boot_id = crate::topology::boot_id().unwrap_or_default();
+    let boot_ids = mpi.gather_strings(&boot_id);
+    let on_this_kernel: Vec<usize> = (0..boot_ids.len()).filter(|&r| boot_ids[r] == boot_id).collect();
     let connects_in_flight = settings.transport.connects_in_flight.unwrap_or_else(|| {
-        let boot_id = crate::topology::boot_id().unwrap_or_default();
-        let same = mpi.gather_strings(&boot_id).iter().filter(|b| **b == boot_id).count();
         let pid_max = crate::placement::resources::limits::Limits::read().pid_max;
-        crate::engine::setup::connects_in_flight(pid_max, same * topo.gpus_per_rank)
+        crate::engine::setup::connects_in_flight(pid_max, on_this_kernel.len() * topo.gpus_per_rank)
     });
+    let node_of = |r: usize| topo.endpoints[topo.endpoints_of(r).start].node;
+    let mut kernel_nodes: Vec<usize> = if boot_id.is_empty() {
+        // No boot id to tell kernels apart: this rank's node alone, as before.
+        vec![node_of(mpi.rank())]
+    } else {
+        on_this_kernel.iter().map(|&r| node_of(r)).collect()
+    };
+    kernel_nodes.sort_unstable();
+    kernel_nodes.dedup();
     Ok(Job {
         connects_in_flight,
+        kernel_nodes,
         scope: settings.sweep.scope_on(topo.nodes),
         topo,
         plans,

@@ -184,6 +184,7 @@ pub(super) struct ResourceInputs {
     /// `--connect rounds`: every network flow's (src, dst, round), one round's comms open at once.
     rounds: Option<Vec<(usize, usize, u32)>>,
     connects_in_flight: usize,
+    kernel_nodes: Vec<usize>,
 }
 
 /// The job's memory, buffers, local copies and the comms open at once, as the engine will use them.
@@ -196,6 +197,7 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
         },
         buffer_len: job.buffer_len,
         connects_in_flight: job.connects_in_flight,
+        kernel_nodes: job.kernel_nodes.clone(),
         local_copies: job
             .plans
             .iter()
@@ -244,6 +246,7 @@ pub(super) fn place_rank(
         local_copies: inputs.local_copies,
         rounds: inputs.rounds.as_deref(),
         connects_in_flight: inputs.connects_in_flight,
+        kernel_nodes: &inputs.kernel_nodes,
     })
 }
 

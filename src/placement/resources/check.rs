@@ -107,6 +107,15 @@ fn files(n: &Needs, l: &Limits, out: &mut Vec<Verdict>) {
     });
 }
 
+/// `4 ranks`, or `512 ranks of 64 nodes on this kernel` where the nodes share one (the rig).
+fn ranks_of(node: &NodeNeed) -> String {
+    if node.kernel_nodes > 1 {
+        format!("{} ranks of {} nodes on this kernel", node.ranks, node.kernel_nodes)
+    } else {
+        format!("{} ranks", node.ranks)
+    }
+}
+
 fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
     let need = node.threads as u64;
     let used = l.threads_in_use.unwrap_or(0);
@@ -146,11 +155,11 @@ fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
         (String::new(), name.to_string())
     };
     let text = match level(need, room) {
-        Level::Ok => format!("{}{need} threads for {} ranks fit {name} (room {room})", n.host, node.ranks),
+        Level::Ok => format!("{}{need} threads for {} fit {name} (room {room})", n.host, ranks_of(node)),
         lv => format!(
-            "{}{need} threads for {} ranks (up to {per} each) {} {name} (room {room}{in_use}): {fix}, or fewer ranks per node, --channels, {}",
+            "{}{need} threads for {} (up to {per} each) {} {name} (room {room}{in_use}): {fix}, or fewer ranks per node, --channels, {}",
             n.host,
-            node.ranks,
+            ranks_of(node),
             if lv == Level::Error { "exceed" } else { "near" },
             match n.plugin.kind {
                 Kind::TcpxEmu => "TCPXEMU_THREADS=shared",
@@ -218,9 +227,9 @@ fn memory(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
         let text = match lv {
             Level::Ok => format!("{}host memory {} fits {name} {}", n.host, gb(need), gb(have)),
             _ => format!(
-                "{}host memory for {} ranks ({} buffers, pinned {}) {} {name} {}: -e smaller, or fewer ranks per node",
+                "{}host memory for {} ({} buffers, pinned {}) {} {name} {}: -e smaller, or fewer ranks per node",
                 n.host,
-                node.ranks,
+                ranks_of(node),
                 gb(need),
                 gb(node.pinned_bytes),
                 if lv == Level::Error { "exceeds" } else { "nears" },

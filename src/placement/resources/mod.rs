@@ -262,6 +262,9 @@ pub struct PortNeed {
 pub struct NodeNeed {
     pub node: usize,
     pub ranks: usize,
+    /// Nodes whose threads and memory these sums hold: more than 1 where nodes share one kernel
+    /// (the rig's namespaces: one `pid_max`, one memory); their ports stay each node's own.
+    pub kernel_nodes: usize,
     pub threads: usize,
     pub host_bytes: u64,
     pub pinned_bytes: u64,
@@ -392,6 +395,7 @@ impl<'a> Model<'a> {
         let mut need = NodeNeed {
             node,
             ranks: ranks.len(),
+            kernel_nodes: 1,
             ports: job
                 .nic_names
                 .iter()
@@ -423,6 +427,22 @@ impl<'a> Model<'a> {
         need
     }
 
+    /// `node`'s needs with the threads, memory and ranks of the other nodes of `on_kernel`
+    /// (the nodes that share its kernel, itself included) added: what the kernel's `pid_max`
+    /// and memory must hold. Ports stay `node`'s (each namespace has its own).
+    pub fn kernel(&self, node: usize, on_kernel: &[usize]) -> NodeNeed {
+        let mut need = self.node(node);
+        for other in on_kernel.iter().copied().filter(|&n| n != node) {
+            let o = self.node(other);
+            need.ranks += o.ranks;
+            need.threads += o.threads;
+            need.host_bytes = need.host_bytes.saturating_add(o.host_bytes);
+            need.pinned_bytes = need.pinned_bytes.saturating_add(o.pinned_bytes);
+        }
+        need.kernel_nodes = on_kernel.len().max(1);
+        need
+    }
+
     /// The process that needs the most of each figure among `ranks` (field by field).
     pub fn worst_process(&self, ranks: impl Iterator<Item = usize>) -> ProcessNeed {
         ranks
@@ -436,6 +456,7 @@ impl<'a> Model<'a> {
         nodes.map(|n| self.node(n)).fold(NodeNeed::default(), |a, b| NodeNeed {
             node: if b.threads > a.threads { b.node } else { a.node },
             ranks: a.ranks.max(b.ranks),
+            kernel_nodes: a.kernel_nodes.max(b.kernel_nodes),
             threads: a.threads.max(b.threads),
             host_bytes: a.host_bytes.max(b.host_bytes),
             pinned_bytes: a.pinned_bytes.max(b.pinned_bytes),
