@@ -18,7 +18,7 @@ const ANSWER_TIME: Duration = Duration::from_millis(300);
 /// How long no new answer must have come before the wait ends short of [`ACCOUNTS_WAIT`]: a
 /// rank killed with SIGKILL never answers, and waiting the whole time for it left the record's
 /// second write racing mpirun's SIGKILL (the kill -9 test ended `interrupted`, the dead rank
-/// unnamed, once in CI and once in 40 runs on a 2-core host kept busy).
+/// unnamed, once in CI and once in 50 runs on a 2-core host kept busy).
 const QUIET: Duration = Duration::from_millis(100);
 
 /// Rank 0's last words on SIGINT/SIGTERM (on the signal thread): `summary.json` as
