@@ -839,6 +839,17 @@ fn dry_run_fails_on_an_error_finding() {
     assert!(stdout.contains("# dry run: 1 error(s)"), "{stdout}");
 }
 
+/// Runs `args` on `np` ranks in scratch folder `name`, which must exit 0; summary.json's
+/// `placement` (the folder removed) and the run's output.
+fn placement_after(np: usize, name: &str, args: &str, env: &[(&str, &str)]) -> (serde_json::Value, Output) {
+    let dir = scratch(name);
+    let o = run(np, args, &dir, env);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let placement = summary(&dir)["placement"].clone();
+    let _ = std::fs::remove_dir_all(&dir);
+    (placement, o)
+}
+
 /// Setup time of an 8-rank fullmesh whose plugin blocks in connect/accept for 200 ms
 /// (`TCPXEMU_SETUP_BLOCKING`, 1 socket: (1+1) x 100 ms; one comm per peer and direction): serial with one setup thread, about one
 /// latency with the default pool. Compared within the test, as ratios.
@@ -846,17 +857,13 @@ fn dry_run_fails_on_an_error_finding() {
 fn blocking_connects_are_set_up_concurrently() {
     let env = [("TCPXEMU_CONNECT_MS", "100"), ("TCPXEMU_SETUP_BLOCKING", "1")];
     let setup = |threads: &str| {
-        let dir = scratch(&format!("setup-{}", threads.len()));
-        let o = run(
+        let (s, o) = placement_after(
             8,
+            &format!("setup-{}", threads.len()),
             &format!("--pattern fullmesh -b 64K -e 64K -n 1 -w 0 --channels 1 {threads}"),
-            &dir,
             &env,
         );
-        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         assert!(String::from_utf8_lossy(&o.stdout).contains("# setup: "), "{}", show(&o));
-        let s = summary(&dir)["placement"].clone();
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(s["comms"], 8 * 7 * 2, "{s}");
         assert_eq!(s["rows"].as_array().map(Vec::len), Some(8), "{s}");
         assert!(s["rows"][0]["cpus"].is_string(), "{s}");
@@ -882,16 +889,12 @@ fn blocking_connects_are_set_up_concurrently() {
 /// 0.30-0.35 s).
 #[test]
 fn a_pool_whose_calls_do_not_block_stays_small() {
-    let dir = scratch("setup-nonblocking");
-    let o = run(
+    let (s, o) = placement_after(
         4,
+        "setup-nonblocking",
         "--pattern fullmesh -g 8 -b 64K -e 64K -n 2 -w 1 --channels 1",
-        &dir,
         &[],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    let s = summary(&dir)["placement"].clone();
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(s["comms"], 32 * 31 * 2, "{s}");
     let threads = s["setup"]["max_setup_threads"].as_u64().unwrap();
     assert!(

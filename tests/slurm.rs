@@ -8,8 +8,10 @@
 //! is set: then it fails with the reason, since CI installs Slurm (launch/setup.sh --tests).
 
 mod common;
+mod rig;
 
 use common::{csv_rows, output_within, show, summary};
+use rig::Rig;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -214,55 +216,6 @@ impl Drop for Slurm {
         }
         if o.status.success() && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.scratch);
-        }
-    }
-}
-
-/// A rig of `launch/cluster.sh` (nodes as network namespaces, each with its own data NICs), taken
-/// down when dropped. Rig 12: the id kept for the Slurm tests.
-struct Rig {
-    id: u32,
-    state_dir: PathBuf,
-}
-
-impl Rig {
-    /// `up`s rig 12 with `args`, or None (with a line on stderr) where this machine cannot have
-    /// one (cluster.sh exits 77: not root, no iproute2, namespaces refused), as tests/cluster.rs.
-    fn up(args: &str) -> Option<Rig> {
-        let rig = Rig {
-            id: 12,
-            state_dir: std::env::temp_dir().join(format!("tcpx-perf-slurm-rig-{}", std::process::id())),
-        };
-        rig.cluster("down");
-        let o = rig.cluster(&format!("up {args}"));
-        if o.status.code() == Some(77) {
-            eprintln!(
-                "skipped: no cluster rig here: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return None;
-        }
-        assert!(o.status.success(), "cluster.sh up {args}: {}", show(&o));
-        Some(rig)
-    }
-
-    fn cluster(&self, args: &str) -> Output {
-        let mut cmd = Command::new("bash");
-        cmd.arg(format!("{ROOT}/launch/cluster.sh"))
-            .args(args.split_whitespace())
-            .env("CLUSTER_RIG", self.id.to_string())
-            .env("CLUSTER_STATE_DIR", &self.state_dir);
-        output_within(&mut cmd, Duration::from_secs(60), &format!("cluster.sh {args}"))
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        let o = self.cluster("down");
-        if o.status.success() {
-            let _ = std::fs::remove_dir_all(&self.state_dir);
-        } else {
-            eprintln!("cluster.sh down failed: {}", show(&o));
         }
     }
 }
@@ -500,7 +453,8 @@ fn csv_rows_or_none(dir: &Path) -> Option<usize> {
 /// The header and the record say 2 nodes (node0, node1), found from the ranks, no hostfile.
 #[test]
 fn sbatch_lands_on_two_rig_nodes() {
-    let Some(rig) = Rig::up("--nodes 2 --nics 2") else {
+    // Rig 12: the id kept for the Slurm tests.
+    let Some(rig) = Rig::up(12, "--nodes 2 --nics 2") else {
         return;
     };
     let Some(slurm) = Slurm::up_on("rig", Some(&rig)) else {

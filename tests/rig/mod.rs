@@ -123,8 +123,13 @@ pub fn leftovers(id: u32, state_dir: &Path) -> Vec<String> {
 
 impl Drop for Rig {
     fn drop(&mut self) {
-        self.down();
-        let _ = std::fs::remove_dir_all(&self.state_dir);
+        // A failed down keeps its state for the next one, and says why.
+        let o = self.down();
+        if o.status.success() {
+            let _ = std::fs::remove_dir_all(&self.state_dir);
+        } else {
+            eprintln!("cluster.sh down failed: {}", show(&o));
+        }
     }
 }
 

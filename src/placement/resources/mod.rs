@@ -271,6 +271,15 @@ pub struct NodeNeed {
     pub ports: Vec<PortNeed>,
 }
 
+impl NodeNeed {
+    /// Counts one more process's threads and memory in the sums.
+    fn add_process(&mut self, proc: &ProcessNeed) {
+        self.threads += proc.threads;
+        self.host_bytes = self.host_bytes.saturating_add(proc.host_bytes);
+        self.pinned_bytes = self.pinned_bytes.saturating_add(proc.pinned_bytes);
+    }
+}
+
 /// One rank's comms in one phase, endpoint by endpoint: (send comms, receive comms).
 fn comms_in(job: &JobShape, rank: usize, phase: Phase) -> Vec<(usize, usize)> {
     job.layout
@@ -414,10 +423,7 @@ impl<'a> Model<'a> {
             need.ports.len() - 1
         });
         for &r in &ranks {
-            let proc = self.process(r);
-            need.threads += proc.threads;
-            need.host_bytes = need.host_bytes.saturating_add(proc.host_bytes);
-            need.pinned_bytes = need.pinned_bytes.saturating_add(proc.pinned_bytes);
+            need.add_process(&self.process(r));
             let ports = self.ports_of(r, need.ports.len(), ctrl);
             for (port, (listening, connecting)) in need.ports.iter_mut().zip(ports) {
                 port.listening += listening;
@@ -433,11 +439,11 @@ impl<'a> Model<'a> {
     pub fn kernel(&self, node: usize, on_kernel: &[usize]) -> NodeNeed {
         let mut need = self.node(node);
         for other in on_kernel.iter().copied().filter(|&n| n != node) {
-            let o = self.node(other);
-            need.ranks += o.ranks;
-            need.threads += o.threads;
-            need.host_bytes = need.host_bytes.saturating_add(o.host_bytes);
-            need.pinned_bytes = need.pinned_bytes.saturating_add(o.pinned_bytes);
+            // Their ranks' threads and memory, not their ports (which stay theirs).
+            for r in self.job.layout.ranks_on(other) {
+                need.ranks += 1;
+                need.add_process(&self.process(r));
+            }
         }
         need.kernel_nodes = on_kernel.len().max(1);
         need
