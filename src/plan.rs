@@ -224,8 +224,8 @@ impl Plan {
     }
 
     /// Node against node: for each `(a, b)` of `pairs` (node indices), the i-th endpoint of `a`
-    /// and the i-th of `b` send each other `size` bytes (the node verdicts' second pass: a suspect
-    /// against a node that was healthy). Laid out as `pairs`: the own block first, the partner's
+    /// and the i-th of `b` send each other `size` bytes (the node verdicts' probe: one round of
+    /// node pairs). Laid out as `pairs`: the own block first, the partner's
     /// after it. Every endpoint of a node in no pair idles.
     pub fn node_pairs(topo: &Topology, pairs: &[(usize, usize)], size: u64) -> Plan {
         let n = topo.len();

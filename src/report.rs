@@ -66,6 +66,51 @@ pub struct RunInfo {
     /// A verdict per node ([`crate::verdict`]), every node of a multi-node run once a size was
     /// judged or a finding names a node; empty otherwise.
     pub node_verdicts: Vec<NodeVerdict>,
+    /// The node verdicts' probe ([`crate::verdict::probe`]), once the sweep ended well.
+    pub probe: Option<ProbeRun>,
+}
+
+/// The node verdicts' probe: rounds of node pairs after the sweep, reported apart from it.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct ProbeRun {
+    /// Why the job ran no probe (one node, `--probe-rounds 0`, sizes below 1 MiB); null when it
+    /// ran.
+    pub skipped: Option<String>,
+    /// Bytes each endpoint sent its partner per iteration (the sweep's largest size).
+    pub size_bytes: u64,
+    /// Wall time of the whole probe (connects, warm-up, timed iterations), seconds.
+    pub seconds: f64,
+    /// Network bytes the probe moved, warm-up included.
+    pub bytes: u64,
+    pub rounds: Vec<ProbeRound>,
+}
+
+impl ProbeRun {
+    /// One line for the console: what the probe did, and what it cost.
+    pub fn line(&self) -> String {
+        if let Some(why) = &self.skipped {
+            return format!("probe: none ({why})");
+        }
+        format!(
+            "probe: {} round(s) of node pairs at {}, each node with a new partner per round, both ways: {:.1} s, {:.2} GB (node verdicts: docs/drain.md)",
+            self.rounds.len(),
+            tcpx_units::format_size_label(self.size_bytes),
+            self.seconds,
+            self.bytes as f64 / 1e9
+        )
+    }
+}
+
+/// One round of the probe: which nodes were paired, and what it measured.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ProbeRound {
+    /// (node, partner) host names.
+    pub pairs: Vec<(String, String)>,
+    /// The round's mean iteration time, microseconds.
+    pub time_us: f64,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub result: SizeResult,
 }
 
 /// nccl-tests' pass/fail gate (`NCCL_TESTS_MIN_BW=X`): the run fails when the average busbw over
@@ -246,10 +291,21 @@ pub struct PairResult {
     pub dst_host: String,
     /// Bytes per iteration.
     pub bytes: u64,
-    /// Receiver's mean time from the iteration barrier to its last byte, microseconds.
+    /// Mean time from the sender's first post of the pair's bytes to the receiver's last byte in
+    /// its buffer, microseconds (docs/measurements.md#per-pair-figures).
     pub time_us: f64,
-    /// `bytes / time_us / 1000`, GB/s.
+    /// `bytes / time_us / 1000`, GB/s; not a rate when `above_link`.
     pub gbps: f64,
+    /// What the pair's path can carry, GB/s: the sender's NIC on the receiver's rail, at its
+    /// shaped rate or link speed, with the shaper's burst allowed for; `None` when unknown.
+    pub link_gbps: Option<f64>,
+    /// Faster than the path's rate: not a rate of the link (a shaper's burst, or an error of
+    /// measurement), written without a rate and left out of every judgement
+    /// ([`crate::link_check`]).
+    pub above_link: bool,
+    /// Faster than even the rate plus the shaper's bucket allow: an error of measurement.
+    #[serde(skip)]
+    pub impossible: bool,
 }
 
 /// Whether an environment variable may be recorded. An allow-list, never the whole
@@ -561,16 +617,17 @@ pub struct NodeVerdict {
     /// One line: which NIC, which direction, its share of the median, the flows and peers that
     /// show it, the findings and failure that name the node; for a healthy node its lowest share.
     pub evidence: String,
-    /// What decided the verdict: `partners` (its flows with several partners are slow, theirs
-    /// with everyone else are not), `cannot-separate` (its only partners are slow too, and no
-    /// healthy node was left to re-test it with), `second-pass` (re-tested against a healthy node
-    /// in the same job: whatever verdict that gave, healthy included), `finding`, `failure`;
-    /// null for a node the sweep alone found healthy.
+    /// What decided the verdict: `probe` (the rounds of node pairs after the sweep: whatever
+    /// verdict they gave, healthy included), `partners` (without a probe: its flows with several
+    /// partners are slow, theirs with everyone else are not), `cannot-separate` (its only
+    /// partners are slow too: a two-node probe, or a sweep with one partner each), `finding`,
+    /// `failure`; null for a node the sweep alone found healthy.
     pub decided_by: Option<String>,
-    /// The lowest share of the median NIC side among this node's sides, at the largest size
-    /// judged (null when no size was judged).
+    /// The lowest share of the median NIC side among this node's sides: the median over the
+    /// probe's rounds, or at the sweep's largest size judged (null when nothing was judged).
     pub lowest_share: Option<f64>,
-    /// Its NIC sides below the suspect share at the largest size judged.
+    /// Its NIC sides below the suspect share (in the probe: those at fault, with `slow_sizes`
+    /// and `judged_sizes` counting its slow rounds and its rounds).
     pub slow_sides: Vec<SlowSide>,
 }
 

@@ -253,6 +253,9 @@ pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Resu
             cells: &cells,
             flagged: &marks,
             flag_rule: Some(format!("|robust z| > {z}")),
+            scale: tcpx_plot::Scale::Gbps,
+            groups: Vec::new(),
+            unrated: &[],
         },
     )?;
     Ok(flagged)

@@ -357,6 +357,21 @@ pub struct Cli {
     #[arg(long = "bad-share", value_name = "SHARE", default_value_t = crate::verdict::DEFAULT_BAD_SHARE)]
     pub bad_share: f64,
 
+    /// Rounds of node pairs after the sweep that judge the nodes (each node with a new partner
+    /// per round, the largest size both ways; 0: none, the sweep's flows judge)
+    ///
+    /// In a fullmesh the flows wait on each other and one slow NIC slows its partners too; in
+    /// a round of pairs every NIC carries the same load alone (docs/drain.md#why-a-probe).
+    #[arg(long = "probe-rounds", value_name = "N", default_value_t = crate::verdict::probe::DEFAULT_ROUNDS, value_parser = clap::value_parser!(u8).range(0..=64))]
+    pub probe_rounds: u8,
+
+    /// Node pairs of a probe round that run at once, the others after them (0: all at once)
+    ///
+    /// For nodes that share one host's cores (launch/cluster.sh's rig), where every pair at once
+    /// can make the probe CPU-bound instead of network-bound.
+    #[arg(long = "probe-pairs", value_name = "N", default_value_t = 0)]
+    pub probe_pairs: usize,
+
     /// Warm up as nccl-tests does: -w untimed iterations of every size once, before the first timed
     /// iteration, and none between sizes
     #[arg(long = "warmup-once")]

@@ -31,7 +31,7 @@ use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use worker::Worker;
 
-pub use worker::SizeTotals;
+pub use worker::{Instants, SizeTotals};
 
 /// A connection's handle: (sending endpoint, receiving endpoint, channel).
 pub type HandleKey = (usize, usize, usize);

@@ -24,6 +24,8 @@ pub struct SendOp {
     /// Receive slots `first..=last` that must have completed before this chunk may be sent (ring
     /// forwarding: the slots whose bytes it forwards).
     pub dep: Option<(u32, u32)>,
+    /// Global index of the flow this chunk belongs to (its first post starts the pair's time).
+    pub flow: u32,
     pub round: u32,
 }
 
@@ -131,7 +133,12 @@ impl Schedule {
         }
         for &peer in &lanes.send_peers {
             let mut j = 0usize;
-            for f in plan.flows.iter().filter(|f| f.src == endpoint && f.dst == peer) {
+            for (fi, f) in plan
+                .flows
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.src == endpoint && f.dst == peer)
+            {
                 // Ring forwarding: the range was filled by an incoming flow of the same length,
                 // whose pieces may be cut elsewhere (segment boundaries of other offsets).
                 let feeder = f.forwards.then(|| {
@@ -163,6 +170,7 @@ impl Schedule {
                         len,
                         reg: ((f.src_off + off) / segment) as u32,
                         dep,
+                        flow: fi as u32,
                         round: f.round,
                     });
                     s.ops_per_round[f.round as usize] += 1;
@@ -170,22 +178,27 @@ impl Schedule {
                 }
             }
         }
-        for (fi, f) in plan
+        s.add_local_copies(plan, endpoint);
+        s
+    }
+
+    /// The endpoint's self-copies (fullmesh's own block).
+    fn add_local_copies(&mut self, plan: &Plan, endpoint: usize) {
+        let own = plan
             .flows
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.is_local() && f.src == endpoint)
-        {
-            s.local.push(LocalCopy {
+            .filter(|(_, f)| f.is_local() && f.src == endpoint);
+        for (fi, f) in own {
+            self.local.push(LocalCopy {
                 src_off: f.src_off,
                 dst_off: f.dst_off,
                 len: f.len,
                 flow: fi as u32,
                 round: f.round,
             });
-            s.ops_per_round[f.round as usize] += 1;
+            self.ops_per_round[f.round as usize] += 1;
         }
-        s
     }
 }
 

@@ -85,8 +85,10 @@ pub struct Worker {
     plan: Option<Arc<Plan>>,
     schedule: Schedule,
     state: Option<IterationState>,
-    /// Sum over timed iterations of each incoming flow's completion time (seconds).
-    flow_time_sum: Vec<f64>,
+    /// Sums over timed iterations ([`Instants`]): each incoming flow's last chunk completed,
+    /// each outgoing flow's first chunk posted.
+    flow_done_sum: Vec<Instants>,
+    flow_posted_sum: Vec<Instants>,
     wrong: u64,
 }
 
@@ -114,10 +116,23 @@ impl Memory {
     }
 }
 
+/// An instant of each timed iteration, summed over them, two ways: on this kernel's monotonic
+/// clock ([`crate::clock::mono_secs`]: comparable with any rank on the same kernel), and as
+/// seconds since the endpoint's start of the iteration (comparable across kernels, whose
+/// iterations one barrier starts).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Instants {
+    pub monotonic: f64,
+    pub since_start: f64,
+}
+
 /// What a worker returns from a size: per-flow time sums and wrong bytes.
 #[derive(Debug, Clone, Default)]
 pub struct SizeTotals {
-    pub flow_time_sum: Vec<(u32, f64)>,
+    /// Incoming flows: (flow, when its last byte was in the buffer).
+    pub flow_done: Vec<(u32, Instants)>,
+    /// Outgoing flows: (flow, when its first chunk was posted).
+    pub flow_posted: Vec<(u32, Instants)>,
     pub wrong: u64,
 }
 
@@ -146,7 +161,8 @@ impl Worker {
             plan: None,
             schedule: Schedule::default(),
             state: None,
-            flow_time_sum: Vec::new(),
+            flow_done_sum: Vec::new(),
+            flow_posted_sum: Vec::new(),
             wrong: 0,
             copier: None,
         }
@@ -435,7 +451,8 @@ impl Worker {
             self.lanes.send_peers.len(),
             self.lanes.recv_peers.len(),
         ));
-        self.flow_time_sum = vec![0.0; plan.flows.len()];
+        self.flow_done_sum = vec![Instants::default(); plan.flows.len()];
+        self.flow_posted_sum = vec![Instants::default(); plan.flows.len()];
         self.wrong = 0;
         self.plan = Some(plan);
     }
@@ -500,19 +517,17 @@ impl Worker {
             }
         }
         if timed {
-            let flows = &self.plan.as_ref().expect("prepared").flows;
-            for (flow, done) in state.flow_done.iter().enumerate() {
-                if let Some(t) = done {
-                    // From the start of the flow's round on this endpoint: with --max-peers
-                    // rounds, the time spent on earlier rounds is not this flow's.
-                    let from = state
-                        .round_start
-                        .get(flows[flow].round as usize)
-                        .copied()
-                        .flatten()
-                        .unwrap_or(start);
-                    self.flow_time_sum[flow] += t.saturating_duration_since(from).as_secs_f64();
-                }
+            // The run's pair figures take a flow's time from its sender's first post to its
+            // receiver's last byte (docs/measurements.md#per-pair-figures).
+            let add = |sum: &mut Instants, t: Instant| {
+                sum.monotonic += crate::clock::mono_secs(t);
+                sum.since_start += t.saturating_duration_since(start).as_secs_f64();
+            };
+            for (sum, done) in self.flow_done_sum.iter_mut().zip(&state.flow_done) {
+                add(sum, done.unwrap_or(start));
+            }
+            for (sum, posted) in self.flow_posted_sum.iter_mut().zip(&state.flow_posted) {
+                add(sum, posted.unwrap_or(start));
             }
         }
         Ok(timing)
@@ -538,15 +553,17 @@ impl Worker {
     /// Per-flow time sums and wrong bytes for the size just measured.
     pub fn totals(&self) -> SizeTotals {
         let plan = self.plan.as_ref().expect("prepared");
-        let flow_time_sum = plan
-            .flows
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.dst == self.endpoint)
-            .map(|(i, _)| (i as u32, self.flow_time_sum[i]))
-            .collect();
+        let mine = |end: fn(&crate::plan::Flow) -> usize, sums: &[Instants]| {
+            plan.flows
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| end(f) == self.endpoint)
+                .map(|(i, _)| (i as u32, sums[i]))
+                .collect()
+        };
         SizeTotals {
-            flow_time_sum,
+            flow_done: mine(|f| f.dst, &self.flow_done_sum),
+            flow_posted: mine(|f| f.src, &self.flow_posted_sum),
             wrong: self.wrong,
         }
     }

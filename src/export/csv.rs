@@ -198,7 +198,9 @@ fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Re
             dst_host: &p.dst_host,
             bytes: p.bytes,
             time_us: p.time_us,
-            gbps: p.gbps,
+            gbps: (!p.above_link).then_some(p.gbps),
+            link_gbps: p.link_gbps,
+            above_link: p.above_link,
         })
     });
     write_rows(&dir.join(PAIRS_CSV), rows)

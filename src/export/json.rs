@@ -352,6 +352,9 @@ struct Summary<'a> {
     /// A verdict per node of a multi-node run (healthy, suspect, bad) with its evidence in one
     /// line; empty when no size was judged and no finding names a node.
     node_verdicts: &'a [crate::report::NodeVerdict],
+    /// The node verdicts' probe after the sweep (rounds of node pairs; docs/drain.md): its
+    /// rounds, time and bytes, or why none ran; null when the sweep did not end well.
+    probe: Option<&'a crate::report::ProbeRun>,
     avg_busbw_gbps: Option<f64>,
     /// `NCCL_TESTS_MIN_BW`'s verdict on `avg_busbw_gbps` (null when unset): a failed one is
     /// status `below-min-bw`, which a gate refuses unless allowed by name.
@@ -416,6 +419,7 @@ pub fn write_summary(
         placement: &info.placement,
         slow_nics: &info.slow_nics,
         node_verdicts: &info.node_verdicts,
+        probe: info.probe.as_ref(),
         avg_busbw_gbps: avg_busbw(results),
         min_bw: info.bandwidth_gate.as_ref(),
         wrong_total: wrong_total(results),

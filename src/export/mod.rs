@@ -242,6 +242,7 @@ pub(crate) mod fixtures {
             bandwidth_gate: None,
             slow_nics: Vec::new(),
             node_verdicts: Vec::new(),
+            probe: None,
         }
     }
 
@@ -297,6 +298,9 @@ pub(crate) mod fixtures {
                     bytes: size_bytes,
                     time_us,
                     gbps: algbw,
+                    link_gbps: None,
+                    above_link: false,
+                    impossible: false,
                 },
                 PairResult {
                     src_rank: 1,
@@ -308,6 +312,9 @@ pub(crate) mod fixtures {
                     bytes: size_bytes,
                     time_us,
                     gbps: algbw,
+                    link_gbps: None,
+                    above_link: false,
+                    impossible: false,
                 },
             ],
             tcp: crate::tcp_stats::TcpActivity::from_readings([

@@ -16,10 +16,10 @@ use std::path::PathBuf;
 const LINE_MAX: usize = 200;
 
 /// The footer's table: a count per verdict and one line per node that is not healthy, the
-/// worst first; nothing without verdicts.
-pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds) -> String {
+/// worst first; without verdicts, the line saying why none (`none_why`), or nothing.
+pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds, none_why: Option<&str>) -> String {
     if verdicts.is_empty() {
-        return String::new();
+        return none_why.map_or(String::new(), |why| format!("# Node verdicts: none: {why}\n"));
     }
     let count = |h: Health| verdicts.iter().filter(|v| v.verdict == h).count();
     let mut counts = vec![format!("{} healthy", count(Health::Healthy))];
@@ -49,6 +49,16 @@ pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds) -> String {
         let _ = writeln!(s, "{head}{evidence}");
     }
     s
+}
+
+/// The first `max` items joined, and how many more.
+pub fn shorten(items: &[String], max: usize) -> String {
+    let shown = items.iter().take(max).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > max {
+        format!("{shown} and {} more", items.len() - max)
+    } else {
+        shown
+    }
 }
 
 /// `--healthy-hostfile`: `HOST slots=N` for each healthy node, N its ranks in this job, after a
@@ -190,7 +200,7 @@ mod tests {
 
     #[test]
     fn the_footer_counts_the_healthy_and_lists_the_others_worst_first_in_short_lines() {
-        let f = footer(&run(), Thresholds { suspect: 0.6, bad: 0.4 });
+        let f = footer(&run(), Thresholds { suspect: 0.6, bad: 0.4 }, None);
         let lines: Vec<&str> = f.lines().collect();
         assert_eq!(
             lines[0],
@@ -208,7 +218,11 @@ mod tests {
         );
         assert_eq!(lines[2], "#   node1  suspect  eth1 sending at 0.55 of the median");
         assert_eq!(lines.len(), 3);
-        assert_eq!(footer(&[], Thresholds::default()), "");
+        assert_eq!(footer(&[], Thresholds::default(), None), "");
+        assert_eq!(
+            footer(&[], Thresholds::default(), Some("one node")),
+            "# Node verdicts: none: one node\n"
+        );
     }
 
     #[test]

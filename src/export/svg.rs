@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use tcpx_plot::{BandwidthChart, Cell, Heatmap, Line, Point};
+use tcpx_plot::{BandwidthChart, Cell, Heatmap, Line, Point, Scale};
 
 use crate::report::{RunInfo, SizeResult};
 
@@ -84,7 +84,11 @@ fn lines(results: &[SizeResult]) -> Vec<Line> {
     out
 }
 
-/// The link matrix at the largest size, endpoints numbered as nccl-tests' global ranks.
+/// The link matrix at the largest size, for an operator: each pair's rate as a share of the
+/// median pair on a fixed scale (0 to 1.5: an outlier cannot wash out the rest, and a slow
+/// row or column shows whether or not a rule fired), endpoints grouped by node and, within a
+/// node, by NIC (placement's), each node's first labelled (one node: numbered in order); pairs
+/// above their link (no rate) grey.
 fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), String> {
     let Some(last) = results
         .iter()
@@ -95,14 +99,34 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
     };
     // `src_gpu` is the GPU index on the node (`local_rank * g + i`): `i` is its remainder.
     let g = info.settings.gpus_per_rank.max(1);
-    let endpoint = |rank: usize, gpu: usize| (rank * g + gpu % g) as u32;
+    let endpoint = |rank: usize, gpu: usize| rank * g + gpu % g;
+    let (ends, groups) = display_order(info, last, &endpoint);
+    let grouped = !groups.is_empty();
+    let index = |e: usize| ends.iter().position(|&x| x == e).unwrap_or(0) as u32;
+    let rated: Vec<f64> = last.pairs.iter().filter(|p| !p.above_link).map(|p| p.gbps).collect();
+    let median = if rated.is_empty() {
+        0.0
+    } else {
+        tcpx_units::median(&rated)
+    };
     let cells: Vec<Cell> = last
         .pairs
         .iter()
         .map(|p| Cell {
-            src: endpoint(p.src_rank, p.src_gpu),
-            dst: endpoint(p.dst_rank, p.dst_gpu),
-            gbps: p.gbps,
+            src: index(endpoint(p.src_rank, p.src_gpu)),
+            dst: index(endpoint(p.dst_rank, p.dst_gpu)),
+            gbps: if median > 0.0 { p.gbps / median } else { 0.0 },
+        })
+        .collect();
+    let unrated: Vec<(u32, u32)> = last
+        .pairs
+        .iter()
+        .filter(|p| p.above_link)
+        .map(|p| {
+            (
+                index(endpoint(p.src_rank, p.src_gpu)),
+                index(endpoint(p.dst_rank, p.dst_gpu)),
+            )
         })
         .collect();
     // The flows of the slow NICs the run's findings name, where judged at this size.
@@ -112,7 +136,7 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         .flat_map(|s| {
             s.flows
                 .iter()
-                .map(|&(sr, sg, dr, dg)| (endpoint(sr, sg), endpoint(dr, dg)))
+                .map(|&(sr, sg, dr, dg)| (index(endpoint(sr, sg)), index(endpoint(dr, dg))))
         })
         .collect();
     let flag_rule = (!slow.is_empty()).then(|| {
@@ -126,16 +150,71 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         path,
         &Heatmap {
             title: format!(
-                "{}: per-pair bandwidth (GB/s) at {}",
+                "{}: per-pair rate at {}, share of the median pair ({})",
                 info.settings.pattern,
-                tcpx_plot::fmt_size(last.size_bytes)
+                tcpx_plot::fmt_size(last.size_bytes),
+                tcpx_units::format_rate(median)
             ),
-            axis: "endpoint",
+            axis: if grouped {
+                "endpoint (by node, then NIC)"
+            } else {
+                "endpoint"
+            },
             cells: &cells,
             flagged: &flagged,
             flag_rule,
+            scale: Scale::ShareOfMedian,
+            groups,
+            unrated: &unrated,
         },
     )
+}
+
+/// The matrix's endpoints in display order, and its groups (first index, node) where there are
+/// several nodes: by node (first appearance in rank order), then NIC, then endpoint. One node:
+/// endpoints in their own order, numbered (nccl-tests' global ranks), no groups.
+fn display_order(
+    info: &RunInfo,
+    last: &SizeResult,
+    endpoint: &dyn Fn(usize, usize) -> usize,
+) -> (Vec<usize>, Vec<(u32, String)>) {
+    let mut ends: Vec<(usize, &str, &str)> = last
+        .pairs
+        .iter()
+        .flat_map(|p| {
+            [
+                (p.src_rank, p.src_gpu, &p.src_host),
+                (p.dst_rank, p.dst_gpu, &p.dst_host),
+            ]
+        })
+        .map(|(rank, gpu, host)| {
+            let nic = info
+                .placement
+                .rows
+                .iter()
+                .find(|r| r.rank == rank && r.gpu == gpu)
+                .map_or("", |r| r.nic.as_str());
+            (endpoint(rank, gpu), host.as_str(), nic)
+        })
+        .collect();
+    ends.sort_unstable();
+    ends.dedup_by_key(|e| e.0);
+    let mut nodes: Vec<&str> = Vec::new();
+    for e in &ends {
+        if !nodes.contains(&e.1) {
+            nodes.push(e.1);
+        }
+    }
+    let mut groups: Vec<(u32, String)> = Vec::new();
+    if nodes.len() > 1 {
+        ends.sort_by_key(|e| (nodes.iter().position(|h| *h == e.1), e.2, e.0));
+        for (i, e) in ends.iter().enumerate() {
+            if groups.last().is_none_or(|g| ends[g.0 as usize].1 != e.1) {
+                groups.push((i as u32, e.1.to_string()));
+            }
+        }
+    }
+    (ends.iter().map(|e| e.0).collect(), groups)
 }
 
 #[cfg(test)]
@@ -161,6 +240,108 @@ mod tests {
         }
         let links = std::fs::read_to_string(dir.path().join(LINKS_SVG)).unwrap();
         assert!(links.contains("destination endpoint") && links.contains("source endpoint"));
+    }
+
+    /// 4 nodes x 2 ranks, one NIC each (eth1, eth2), fullmesh at 1 MiB: every pair at 1 Mbit/s
+    /// but node2's eth1 sending at a quarter, and one pair 1000x (issue 46's impossible figure,
+    /// marked above its link). Returns the SVG.
+    fn matrix_with_an_outlier() -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let mut info = fixtures::info();
+        info.settings.endpoints = 8;
+        info.settings.pattern = "fullmesh".into();
+        info.placement.rows = crate::slow_nic::tests::placement_rows(4, 2);
+        let mut size = fixtures::size(1 << 20, 1000.0, Some(0));
+        let rate = 1e6 / 8e9;
+        size.pairs = (0..8)
+            .flat_map(|s| (0..8).map(move |d| (s, d)))
+            .filter(|(s, d)| s / 2 != d / 2)
+            .map(|(s, d)| {
+                let slow = s == 4 && d % 2 == 0;
+                let outlier = (s, d) == (1, 6);
+                let gbps = if outlier {
+                    1000.0 * rate
+                } else if slow {
+                    rate / 4.0
+                } else {
+                    rate
+                };
+                crate::report::PairResult {
+                    src_rank: s,
+                    src_gpu: s % 2,
+                    src_host: format!("node{}", s / 2),
+                    dst_rank: d,
+                    dst_gpu: d % 2,
+                    dst_host: format!("node{}", d / 2),
+                    bytes: 131_072,
+                    time_us: 131_072.0 / gbps / 1e3,
+                    gbps,
+                    link_gbps: Some(rate),
+                    above_link: outlier,
+                    impossible: outlier,
+                }
+            })
+            .collect();
+        write_plots(dir.path(), &info, &[size]).unwrap();
+        std::fs::read_to_string(dir.path().join(LINKS_SVG)).unwrap()
+    }
+
+    /// The fill colours of the matrix's cells, in drawing order (the first 48 rects after the
+    /// background are the 8 x 8 - 16 cells).
+    fn cell_fills(svg: &str) -> Vec<String> {
+        let doc = roxmltree::Document::parse(svg).expect("links.svg parses");
+        doc.descendants()
+            .filter(|n| n.has_tag_name("rect"))
+            .filter_map(|n| n.attribute("fill").map(str::to_uppercase))
+            .skip(1)
+            .take(48)
+            .collect()
+    }
+
+    /// Colours are shares of the median pair on a fixed scale: an outlier (here 1000x, marked
+    /// above its link and drawn grey) cannot wash out the others, the median pairs take the
+    /// scale's 1.0 and node2's quarter-rate row a colour of its own; cells print shares, rows
+    /// and columns are grouped by node. (On the GB/s scale from the lowest to the highest
+    /// cell, every pair but the outlier was one dark colour.)
+    #[test]
+    fn links_svg_shows_a_slow_row_whatever_the_outliers() {
+        let svg = matrix_with_an_outlier();
+        let fills = cell_fills(&svg);
+        assert_eq!(fills.len(), 48, "{fills:?}");
+        let count = |c: &str| fills.iter().filter(|f| f.as_str() == c).count();
+        let median = tcpx_plot_colour(1.0 / tcpx_plot::SHARE_MAX);
+        let quarter = tcpx_plot_colour(0.25 / tcpx_plot::SHARE_MAX);
+        // 48 pairs: 1 outlier (grey), node2's eth1 sending to the 3 other nodes' eth1 ranks
+        // (rank 4 to ranks 0, 2, 6: 3 pairs), the other 44 at the median.
+        assert_eq!(
+            (count(&median), count(&quarter), count("#C8C8C8")),
+            (44, 3, 1),
+            "{fills:?}"
+        );
+        for text in [
+            "share of the median pair (1.00 Mbit/s)",
+            "share of median",
+            "node2",
+            "grey x: above its link",
+        ] {
+            assert!(svg.contains(text), "links.svg lacks {text:?}");
+        }
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let texts: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .map(str::trim)
+            .collect();
+        for share in ["0.25", "1.00", "x"] {
+            assert!(texts.contains(&share), "no cell prints {share}: {texts:?}");
+        }
+    }
+
+    /// The viridis colour tcpx-plot gives a level in 0..=1, as the SVG writes it.
+    fn tcpx_plot_colour(level: f64) -> String {
+        let c = tcpx_plot::viridis(level);
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
     }
 
     #[test]

@@ -539,6 +539,7 @@ mod tests {
             nic_pci: "-".into(),
             nic_numa: "-".into(),
             speed_gbps: 10.0,
+            shapers: Vec::new(),
             mtu: None,
             distance: "unknown".into(),
             choice: crate::placement::Choice::Arithmetic,

@@ -7,6 +7,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+/// One NIC's root shaper ([`crate::shaper::Shaper`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NicShaper {
+    pub nic: String,
+    #[serde(flatten)]
+    pub shaper: crate::shaper::Shaper,
+}
+
 /// [`Row::gpu_pci`] of an endpoint whose GPU placement did not find (no GPU at its index, no CUDA).
 pub const NO_GPU: &str = "-";
 
@@ -25,6 +33,10 @@ pub struct Row {
     pub nic_pci: String,
     pub nic_numa: String,
     pub speed_gbps: f64,
+    /// The egress shapers at the root of the endpoint's NICs (the rig's tbf), where set: the
+    /// most its flows can carry ([`crate::report::PairResult::above_link`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapers: Vec<NicShaper>,
     pub mtu: Option<u32>,
     pub distance: String,
     pub choice: Choice,
@@ -440,6 +452,7 @@ mod tests {
             nic_pci: "-".into(),
             nic_numa: "-".into(),
             speed_gbps: 10.0,
+            shapers: Vec::new(),
             mtu: Some(mtu),
             distance: "unknown".into(),
             choice: Choice::Arithmetic,

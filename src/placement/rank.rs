@@ -90,8 +90,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
         let binding = choose_cpus(input.cpu_bind, gpu, nic, &helpers, &allowed)?;
         let lanes = Lanes::of(e, input.connections, input.channels);
         comms += (lanes.send_peers.len() + lanes.recv_peers.len()) * input.channels;
-        let mut names: Vec<&str> = chosen.nics.iter().map(|&d| nics[d].name.as_str()).collect();
-        names.dedup();
+        let names: Vec<&str> = dedup(chosen.nics.iter().map(|&d| nics[d].name.as_str()).collect());
         rows.push(Row {
             endpoint: e,
             rank: ep.rank,
@@ -104,6 +103,7 @@ pub fn plan(input: &RankInput) -> Result<RankPlan, String> {
             nic_pci: nic.place.as_ref().map_or("-".into(), |p| p.bdf().to_string()),
             nic_numa: numa(nic.place.as_ref().and_then(|p| p.numa)),
             speed_gbps: f64::from(nic.speed_mbps.max(0)) / 1000.0,
+            shapers: shapers_of(&names),
             mtu: nic.mtu,
             distance: chosen.distance.to_string(),
             choice: chosen.choice,
@@ -231,6 +231,25 @@ fn tcpx_env() -> Vec<(String, String)> {
         .collect();
     vars.sort();
     vars
+}
+
+/// `v` without consecutive repeats.
+fn dedup(mut v: Vec<&str>) -> Vec<&str> {
+    v.dedup();
+    v
+}
+
+/// The root shapers of NICs `names` in this namespace, where set.
+fn shapers_of(names: &[&str]) -> Vec<super::dry_run::NicShaper> {
+    names
+        .iter()
+        .filter_map(|n| {
+            crate::shaper::Shaper::of(n).map(|shaper| super::dry_run::NicShaper {
+                nic: (*n).to_string(),
+                shaper,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 
 use super::connect::Connected;
 use super::record::{self, Record};
-use super::second_pass::SecondPass;
 use super::settings::Settings;
 use super::sweep::Swept;
 use super::{Fatal, Job, EXIT_BAD_NODE, EXIT_MIN_BW, EXIT_OK, EXIT_WRONG_DATA};
@@ -50,7 +49,6 @@ pub(super) fn finish(
     job: &Job,
     mut connected: Connected,
     swept: Swept,
-    second: Option<SecondPass>,
     mut info: RunInfo,
     run_start: (CpuTime, Instant),
     record: &Record,
@@ -60,15 +58,6 @@ pub(super) fn finish(
     let Swept { results, failure } = swept;
     let rank = mpi.rank();
     let link_findings = add_link_findings(&mut info, &results, settings.verdicts);
-    if let (0, Some(s)) = (rank, &second) {
-        crate::verdict::second_pass::apply(
-            &mut info.node_verdicts,
-            &s.pairs,
-            &info.placement.rows,
-            &s.result,
-            settings.verdicts,
-        );
-    }
     if let Some(b) = &nccl {
         info.nccl = Some(b.info().clone());
     }
@@ -125,7 +114,10 @@ pub(super) fn finish(
         print!("{}", table::concluded(&info.settings.pattern));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
-        print!("{}", export::nodes::footer(&info.node_verdicts, settings.verdicts));
+        print!(
+            "{}",
+            export::nodes::footer(&info.node_verdicts, settings.verdicts, no_verdict_why(&info).as_deref())
+        );
         write_nccl_json(settings, &info, &results, None);
         // Said only once every file is in place.
         if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
@@ -136,6 +128,21 @@ pub(super) fn finish(
         }
     }
     Ok(exit_status(&status, &info))
+}
+
+/// Why a run of several nodes judged none: the probe's reason (one node, `--probe-rounds 0`,
+/// sizes below 1 MiB), or the sweep's.
+fn no_verdict_why(info: &RunInfo) -> Option<String> {
+    let nodes = info.settings.nodes;
+    if nodes < 2 || !info.node_verdicts.is_empty() {
+        return None;
+    }
+    Some(info.probe.as_ref().and_then(|p| p.skipped.clone()).unwrap_or_else(|| {
+        format!(
+            "no size of at least {} with flows between nodes to judge by",
+            tcpx_units::format_size_label(crate::slow_nic::MIN_SIZE)
+        )
+    }))
 }
 
 /// summary.json's status of a run that measured every size: wrong data, unchecked (-c 0 exits
@@ -204,9 +211,49 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: crate::verdict::Thresholds) -> String {
     info.node_verdicts = crate::verdict::of_run(info, results, None, thresholds);
     let mut lines = String::new();
-    info.slow_nics = crate::slow_nic::find(&info.placement.rows, results);
+    let mut slow = crate::slow_nic::find(&info.placement.rows, results);
+    if info.probe.as_ref().is_some_and(|p| !p.rounds.is_empty()) {
+        // The sweep's flows wait on each other: a side it finds slow stands only where the
+        // probe, which measured each NIC alone, found it slow too.
+        let confirmed = |s: &crate::slow_nic::SlowNic| {
+            info.node_verdicts.iter().any(|v| {
+                v.host == s.side.host
+                    && v.slow_sides
+                        .iter()
+                        .any(|x| x.nic == s.side.nic && x.sending == s.side.sending)
+            })
+        };
+        let cleared: Vec<String> = slow
+            .iter()
+            .filter(|s| !confirmed(s))
+            .map(|s| {
+                format!(
+                    "{} {} {} ({:.2})",
+                    s.side.host,
+                    s.side.nic,
+                    if s.side.sending { "sending" } else { "receiving" },
+                    s.share
+                )
+            })
+            .collect();
+        if !cleared.is_empty() {
+            lines.push_str(&format!(
+                "# the sweep's slow NIC sides that the probe cleared (their flows waited on others'): {}\n",
+                crate::export::nodes::shorten(&cleared, 6)
+            ));
+        }
+        slow.retain(confirmed);
+    }
+    info.slow_nics = slow;
+    for line in crate::link_check::lines(results) {
+        lines.push_str(&line);
+        lines.push('\n');
+    }
     let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);
-    let measured: Vec<_> = slow.chain(crate::incast::finding(results)).collect();
+    let measured: Vec<_> = slow
+        .chain(crate::incast::finding(results))
+        .chain(crate::cost::finding(&info.placement.rows, results))
+        .collect();
     for f in measured {
         lines.push_str(&crate::placement::dry_run::finding_line(&f));
         lines.push('\n');

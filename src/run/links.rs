@@ -68,7 +68,7 @@ impl Links {
         }
     }
 
-    /// Runs `f` (the node verdicts' second pass) with its connects left out of the run's
+    /// Runs `f` (the node verdicts' probe) with its connects left out of the run's
     /// account of connects (the peaks of threads and files stand: they were held).
     pub fn aside<T>(&mut self, f: impl FnOnce(&mut Links) -> T) -> T {
         let (rounds, hook) = (self.rounds.clone(), self.on_connect.take());

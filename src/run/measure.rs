@@ -9,7 +9,7 @@ use crate::collectives::Collectives;
 use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::progress::Delivered;
-use crate::engine::Engine;
+use crate::engine::{Engine, Instants};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Iterations, Plan};
 use crate::report::{PairResult, SizeResult};
@@ -30,7 +30,9 @@ struct Sampled {
     /// The host's counters around each stretch of timed traffic (one per round).
     wire: Vec<(delivery::Snapshot, delivery::Snapshot)>,
     wrong: u64,
-    /// Per flow of the whole plan: this rank's sum of its completion times.
+    /// Per flow of the whole plan, this rank's sums over the timed iterations of the flows'
+    /// completions (first `flows` entries: the receiver's), then of their first posts (the
+    /// sender's), each on the clock both ends share ([`Clocks`]).
     flow_sums: Vec<f64>,
     /// When the first timed iteration started.
     first_timed: Option<Instant>,
@@ -72,6 +74,39 @@ pub(super) struct Bench<'a> {
     pub topo: &'a Topology,
     pub probe: &'a WireProbe,
     pub progress: Option<&'a indicatif::ProgressBar>,
+    /// Which ranks share a kernel's monotonic clock.
+    pub clocks: &'a Clocks,
+}
+
+/// Which ranks share one kernel (one boot id), and so one monotonic clock.
+#[derive(Debug, Clone, Default)]
+pub struct Clocks {
+    /// Per rank, its kernel's index; `None` where the boot id could not be read.
+    kernel: Vec<Option<usize>>,
+}
+
+impl Clocks {
+    /// From every rank's boot id (empty: unknown).
+    pub fn from_boot_ids(boot_ids: &[String]) -> Clocks {
+        let mut seen: Vec<&str> = Vec::new();
+        let kernel = boot_ids
+            .iter()
+            .map(|id| {
+                (!id.is_empty()).then(|| {
+                    seen.iter().position(|s| *s == id.as_str()).unwrap_or_else(|| {
+                        seen.push(id);
+                        seen.len() - 1
+                    })
+                })
+            })
+            .collect();
+        Clocks { kernel }
+    }
+
+    /// Whether ranks `a` and `b` read one monotonic clock.
+    pub fn same(&self, a: usize, b: usize) -> bool {
+        a == b || matches!((self.kernel.get(a), self.kernel.get(b)), (Some(Some(x)), Some(Some(y))) if x == y)
+    }
 }
 
 /// Measures one size: warm-up, timed iterations with the data check, reductions over ranks.
@@ -122,10 +157,27 @@ fn by_parts(
         if let Some(t) = s.first_timed {
             links.timed_start(t);
         }
-        s.flow_sums = vec![0.0; plan.flows.len()];
+        let n = plan.flows.len();
+        s.flow_sums = vec![0.0; 2 * n];
+        // Both ends of a flow on one kernel: its monotonic clock; else each end's time since
+        // its own start of the iteration (one barrier apart).
+        let instant = |flow: usize, t: Instants| {
+            let f = &plan.flows[flow];
+            let rank = |e: usize| bench.topo.endpoints[e].rank;
+            if bench.clocks.same(rank(f.src), rank(f.dst)) {
+                t.monotonic
+            } else {
+                t.since_start
+            }
+        };
         for totals in engine.totals().map_err(Fatal::Here)? {
-            for (flow, sum) in totals.flow_time_sum {
-                s.flow_sums[part.whole_index[flow as usize] as usize] += sum;
+            for (flow, t) in totals.flow_done {
+                let whole = part.whole_index[flow as usize] as usize;
+                s.flow_sums[whole] += instant(whole, t);
+            }
+            for (flow, t) in totals.flow_posted {
+                let whole = part.whole_index[flow as usize] as usize;
+                s.flow_sums[n + whole] += instant(whole, t);
             }
         }
         match &mut total {
@@ -274,24 +326,34 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     })
 }
 
-/// The link matrix: per directed network pair, bytes per iteration and the receiver's mean time.
+/// The link matrix: per directed network pair, bytes per iteration and its mean time, from the
+/// sender's first post of the pair's first flow to the receiver's last byte of its last flow
+/// (`flow_sums`: the flows' summed completions, then their summed first posts, as
+/// [`Sampled::flow_sums`]). The time includes any wait in the receiver's queue; no byte crosses
+/// the link before it is posted, so it is never shorter than the link's time for the bytes
+/// (but for a clock error across kernels: the two ends' starts of an iteration are one barrier
+/// apart).
 pub(super) fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iters: usize) -> Vec<PairResult> {
-    let mut pairs: Vec<((usize, usize), u64, f64)> = Vec::new();
+    let n = plan.flows.len();
+    // (pair, bytes, earliest post, latest completion), seconds from the iteration's start.
+    let mut pairs: Vec<((usize, usize), u64, f64, f64)> = Vec::new();
     for (i, f) in plan.flows.iter().enumerate().filter(|(_, f)| !f.is_local()) {
-        let time = flow_sums[i] / iters as f64;
+        let done = flow_sums[i] / iters as f64;
+        let posted = flow_sums.get(n + i).map_or(0.0, |s| s / iters as f64);
         match pairs.iter_mut().find(|p| p.0 == (f.src, f.dst)) {
             Some(p) => {
                 p.1 += f.len;
-                p.2 = p.2.max(time);
+                p.2 = p.2.min(posted);
+                p.3 = p.3.max(done);
             }
-            None => pairs.push(((f.src, f.dst), f.len, time)),
+            None => pairs.push(((f.src, f.dst), f.len, posted, done)),
         }
     }
     pairs
         .into_iter()
-        .map(|((src, dst), bytes, secs)| {
+        .map(|((src, dst), bytes, posted, done)| {
             let (s, d) = (&topo.endpoints[src], &topo.endpoints[dst]);
-            let time_us = secs * 1e6;
+            let time_us = (done - posted).max(0.0) * 1e6;
             PairResult {
                 src_rank: s.rank,
                 src_gpu: s.gpu,
@@ -302,6 +364,9 @@ pub(super) fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iter
                 bytes,
                 time_us,
                 gbps: tcpx_units::gbps(bytes, time_us),
+                link_gbps: None,
+                above_link: false,
+                impossible: false,
             }
         })
         .collect()

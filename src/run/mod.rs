@@ -30,8 +30,10 @@ mod links;
 mod measure;
 mod place;
 mod plan_mode;
+mod probe;
 mod record;
-mod second_pass;
+/// The probe's rounds of node pairs ([`probe::matchings`]), for the verdicts' tests.
+pub use probe::matchings as probe_matchings;
 pub(crate) mod settings;
 mod stopped;
 mod sweep;
@@ -235,6 +237,8 @@ struct Job {
     /// The nodes whose ranks run on this rank's kernel (one boot id), its own included: more
     /// than one on the rig, whose namespaces share the host's pids and memory.
     kernel_nodes: Vec<usize>,
+    /// Which ranks share a kernel's monotonic clock (the pair figures' clock).
+    clocks: measure::Clocks,
 }
 
 fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static str>) -> Result<i32, Fatal> {
@@ -274,18 +278,17 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         phase.set(PHASES[2]);
         record.set_phase(PHASES[2]);
         let mut swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
+            crate::link_check::mark(&info.placement.rows, r);
             record.add(r).map_err(Fatal::Here)
         });
-        let mut second = None;
+        let mut info = info;
         if swept.failure.is_none() {
-            match second_pass::run(&settings, mpi, &job, &probe, &mut connected, &swept.results, &info) {
-                Ok(s) => second = s,
+            match probe::run(&settings, mpi, &job, &probe, &mut connected, &info.placement.rows) {
+                Ok(p) => info.probe = Some(p),
                 Err(e) => swept.failure = Some(e),
             }
         }
-        finish::finish(
-            &settings, mpi, &job, connected, swept, second, info, run_start, &record, phase,
-        )
+        finish::finish(&settings, mpi, &job, connected, swept, info, run_start, &record, phase)
     })();
     measured.map_err(|fatal| record.fail(mpi, phase.get(), fatal))
 }
@@ -344,6 +347,7 @@ fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
     Ok(Job {
         connects_in_flight,
         kernel_nodes,
+        clocks: measure::Clocks::from_boot_ids(&boot_ids),
         scope: settings.sweep.scope_on(topo.nodes),
         topo,
         plans,

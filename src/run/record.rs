@@ -459,7 +459,7 @@ impl Record {
         // The node verdicts written: the culprit's node, and what the sizes measured before say
         // of the others (the table of a complete run's footer).
         if !info.node_verdicts.is_empty() {
-            print!("{}", export::nodes::footer(&info.node_verdicts, st.thresholds));
+            print!("{}", export::nodes::footer(&info.node_verdicts, st.thresholds, None));
         }
         match (status.error(), fatal) {
             (Some(line), Fatal::Here(_)) => Fatal::Here(line),

@@ -42,6 +42,10 @@ pub(crate) struct Settings {
     pub force: bool,
     /// `--suspect-share`, `--bad-share`: the node verdicts' thresholds.
     pub verdicts: crate::verdict::Thresholds,
+    /// `--probe-rounds`: rounds of node pairs after the sweep that decide the node verdicts.
+    pub probe_rounds: usize,
+    /// `--probe-pairs`: node pairs of a probe round at once (0: all).
+    pub probe_pairs: usize,
     /// Every flag as given, for summary.json's `config` (generated from `Cli` by serde).
     pub flags: serde_json::Value,
 }
@@ -254,6 +258,8 @@ impl Settings {
             dry_run: cli.dry_run,
             force: cli.force,
             verdicts: crate::verdict::Thresholds::new(cli.suspect_share, cli.bad_share)?,
+            probe_rounds: usize::from(cli.probe_rounds),
+            probe_pairs: cli.probe_pairs,
             flags: cli.config_json(),
         })
     }

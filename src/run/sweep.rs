@@ -20,7 +20,9 @@ pub(super) struct Swept {
 
 /// Called after each size is measured (on every rank, in the same order); an error stops the
 /// sweep there (the size is kept).
-pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &SizeResult) -> Result<(), Fatal> + 'a;
+/// What the run does with each size measured (rank 0: check its pairs against the links, record
+/// it) before the next.
+pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &mut SizeResult) -> Result<(), Fatal> + 'a;
 
 /// Measures every size of the job in order; stops at the first failure, keeping what was measured.
 pub(super) fn sweep(
@@ -40,6 +42,7 @@ pub(super) fn sweep(
         engine: &connected.engine,
         topo: &job.topo,
         probe,
+        clocks: &job.clocks,
         progress: progress.as_ref(),
     };
     let links = &mut connected.links;
@@ -75,7 +78,7 @@ pub(super) fn sweep(
             (m, _) => m,
         };
         match measured {
-            Ok(r) => {
+            Ok(mut r) => {
                 if results.is_empty() {
                     // Now that the first timed iteration has run: the setup line, with it.
                     links.complete(mpi, &mut connected.setup);
@@ -93,7 +96,7 @@ pub(super) fn sweep(
                         println!("{}", line.trim_end());
                     }
                 }
-                let after = after_size(plan, &r);
+                let after = after_size(plan, &mut r);
                 results.push(r);
                 if let Err(e) = after {
                     failure = Some(e);

@@ -316,5 +316,6 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         bandwidth_gate: None,
         slow_nics: Vec::new(),
         node_verdicts: Vec::new(),
+        probe: None,
     }
 }

@@ -63,14 +63,14 @@ impl SlowNic {
         NodeFinding {
             level: Level::Warning,
             text: format!(
-                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({:.3} vs {:.3} GB/s), slow at {} of {} sizes; {n} flow{} {} {}{wire}{twin}",
+                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({} vs {}), slow at {} of {} sizes; {n} flow{} {} {}{wire}{twin}",
                 self.side.host,
                 self.side.nic,
                 if self.side.sending { "sending" } else { "receiving" },
                 self.share,
                 tcpx_units::format_size_label(self.size),
-                self.gbps,
-                self.reference_gbps,
+                tcpx_units::format_rate(self.gbps),
+                tcpx_units::format_rate(self.reference_gbps),
                 self.slow_sizes,
                 self.judged_sizes,
                 if n == 1 { "" } else { "s" },
@@ -166,7 +166,8 @@ pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult]) -> Vec<J
 fn judge<'a>(r: &'a SizeResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<Judged<'a>> {
     let mut flows: BTreeMap<Side, Vec<&PairResult>> = BTreeMap::new();
     let mut count = 0;
-    for p in &r.pairs {
+    // A pair above its link rate is an error of measurement, not a rate to judge by.
+    for p in r.pairs.iter().filter(|p| !p.above_link) {
         let Some(both) = sides(p, nic_of) else { continue };
         count += 1;
         for s in both {

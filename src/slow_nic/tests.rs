@@ -18,6 +18,7 @@ pub(crate) fn placement_rows(nodes: usize, nics: usize) -> Vec<Row> {
             nic_pci: "-".into(),
             nic_numa: "-".into(),
             speed_gbps: 10.0,
+            shapers: Vec::new(),
             mtu: Some(1500),
             distance: "unknown".into(),
             choice: Choice::Arithmetic,
@@ -43,6 +44,9 @@ fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {
         bytes: size,
         time_us: size as f64 / gbps / 1e3,
         gbps,
+        link_gbps: None,
+        above_link: false,
+        impossible: false,
     }
 }
 
@@ -107,7 +111,7 @@ fn the_shaped_nic_is_named_sending_with_its_share_and_twin() {
     assert_eq!(f.hosts, vec!["node1".to_string()]);
     assert!(
         f.text
-            == "node1 eth2 is slow sending: its flows ran at 0.33 of the median NIC at 16 MiB (0.012 vs 0.037 GB/s), slow at 3 of 3 sizes; 1 flow from rank 3, counters 16.8 MB/iteration; same flows as node0 eth2 receiving",
+            == "node1 eth2 is slow sending: its flows ran at 0.33 of the median NIC at 16 MiB (96.0 Mbit/s vs 294 Mbit/s), slow at 3 of 3 sizes; 1 flow from rank 3, counters 16.8 MB/iteration; same flows as node0 eth2 receiving",
         "{}",
         f.text
     );
@@ -205,6 +209,9 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
                 bytes: 64 << 20,
                 time_us: 1.0,
                 gbps,
+                link_gbps: None,
+                above_link: false,
+                impossible: false,
             });
         }
     }

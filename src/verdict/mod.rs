@@ -1,6 +1,11 @@
 //! A verdict per node, `healthy`, `suspect` or `bad`, each with its evidence in one line
 //! (docs/drain.md).
 //!
+//! Where the probe ran (rounds of node pairs after the sweep), its flows judge the NICs
+//! ([`probe`]): the sweep's flows wait on each other, and at 16 nodes and beyond they hide a
+//! slow NIC and accuse its neighbours (docs/drain.md#why-a-probe). Without it (a run that
+//! failed before it, `--probe-rounds 0`), the sweep's flows, as follows.
+//!
 //! The flows: the slow-NIC rule's sides ([`crate::slow_nic`]: each NIC of each node, sending and
 //! receiving, with the median rate of its flows at each size judged, and the median side as the
 //! reference). A side is slow when its share of the reference is below the suspect share at the
@@ -29,9 +34,10 @@ use crate::report::{Health, NodeVerdict, PairResult, Side, SizeResult, SlowSide}
 use crate::slow_nic::{judged_sizes, Judged};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub mod second_pass;
+pub mod probe;
 
-/// `decided_by` of a suspect whose only partners are slow too (the second pass re-tests it).
+/// `decided_by` of a suspect whose only partners are slow too (a two-node probe, or a sweep with
+/// one partner each and no probe).
 pub const CANNOT_SEPARATE: &str = "cannot-separate";
 
 /// A NIC side below this share of the median side is suspect: below the lowest share a side of
@@ -83,6 +89,18 @@ pub struct Evidence<'a> {
     pub findings: &'a [NodeFinding],
     /// The run's failure: the failing rank's host and the line that says it.
     pub failure: Option<(&'a str, &'a str)>,
+    /// The probe after the sweep: where it ran, it alone judges the NICs ([`probe`]).
+    pub probe: Option<&'a crate::report::ProbeRun>,
+}
+
+/// What the flows say of one host: its pieces, its lowest side's share, its slow sides.
+#[derive(Debug, Default)]
+pub(crate) struct HostFlows {
+    pieces: Vec<Piece>,
+    lowest: Option<f64>,
+    slow_sides: Vec<SlowSide>,
+    /// Which measurement the shares are of (`probe`), for a healthy node's evidence.
+    decided_by: Option<&'static str>,
 }
 
 /// One side judged at every size: its health and share at the largest size.
@@ -208,6 +226,7 @@ fn slow_ends(judged: &[Judged], t: Thresholds) -> Vec<SlowEnd> {
 }
 
 /// One reason for a verdict.
+#[derive(Debug)]
 struct Piece {
     health: Health,
     decided_by: &'static str,
@@ -342,8 +361,8 @@ fn named_pieces(host: &str, e: &Evidence) -> Vec<Piece> {
 }
 
 /// The verdicts of a run described by `info` with `results` measured: its nodes (host names in
-/// rank order, each once; none for a one-node job), placement's rows and findings, and the
-/// failure that ended it early (the culprit's host and its line).
+/// rank order, each once; none for a one-node job), placement's rows and findings, its probe,
+/// and the failure that ended it early (the culprit's host and its line).
 pub fn of_run(
     info: &crate::report::RunInfo,
     results: &[SizeResult],
@@ -365,53 +384,82 @@ pub fn of_run(
         results,
         findings: &info.placement.findings,
         failure,
+        probe: info.probe.as_ref(),
     };
     verdicts(&evidence, t)
 }
 
-/// Every node's verdict; empty when nothing was judged (no size of at least 1 MiB with flows
-/// between nodes) and no finding or failure names a node.
-pub fn verdicts(e: &Evidence, t: Thresholds) -> Vec<NodeVerdict> {
+/// What the sweep's flows say of each host (no probe ran: a run that failed, `--probe-rounds
+/// 0`); None when no size was judged.
+fn sweep_evidence(e: &Evidence, t: Thresholds) -> Option<BTreeMap<String, HostFlows>> {
     let judged = judged_sizes(e.rows, e.results);
+    let last = judged.last()?;
     let ends = slow_ends(&judged, t);
-    let named: Vec<Vec<Piece>> = e.hosts.iter().map(|h| named_pieces(h, e)).collect();
-    if judged.is_empty() && named.iter().all(Vec::is_empty) {
-        return Vec::new();
-    }
-    e.hosts
-        .iter()
-        .zip(named)
-        .map(|(host, named)| {
-            let mut pieces = named;
-            let (mut lowest, mut slow_sides) = (None, Vec::new());
-            if let Some(last) = judged.last() {
+    Some(
+        e.hosts
+            .iter()
+            .map(|host| {
                 let mine = last.median.iter().filter(|(s, _)| &s.host == host);
-                lowest = mine.map(|(_, m)| m / last.reference).reduce(f64::min);
                 let nics: BTreeSet<&str> = last
                     .median
                     .keys()
                     .filter(|s| &s.host == host)
                     .map(|s| s.nic.as_str())
                     .collect();
-                pieces.extend(flow_pieces(host, &ends, &nics, last, judged.len()));
-                slow_sides = ends
-                    .iter()
-                    .filter(|s| &s.side.host == host && s.blame != Blame::Victim)
-                    .map(|s| s.record(judged.len(), last.flows.get(&s.side).map_or(0, Vec::len)))
-                    .collect();
-            }
-            verdict_of(host, pieces, lowest, slow_sides)
+                let flows = HostFlows {
+                    lowest: mine.map(|(_, m)| m / last.reference).reduce(f64::min),
+                    pieces: flow_pieces(host, &ends, &nics, last, judged.len()),
+                    slow_sides: ends
+                        .iter()
+                        .filter(|s| &s.side.host == host && s.blame != Blame::Victim)
+                        .map(|s| s.record(judged.len(), last.flows.get(&s.side).map_or(0, Vec::len)))
+                        .collect(),
+                    decided_by: None,
+                };
+                (host.clone(), flows)
+            })
+            .collect(),
+    )
+}
+
+/// Every node's verdict; empty when nothing was judged (no probe, no size of at least 1 MiB
+/// with flows between nodes) and no finding or failure names a node.
+pub fn verdicts(e: &Evidence, t: Thresholds) -> Vec<NodeVerdict> {
+    let flows = match e.probe {
+        Some(p) if !p.rounds.is_empty() => Some(probe::evidence(e.rows, p, t)),
+        _ => sweep_evidence(e, t),
+    };
+    let named: Vec<Vec<Piece>> = e.hosts.iter().map(|h| named_pieces(h, e)).collect();
+    if flows.is_none() && named.iter().all(Vec::is_empty) {
+        return Vec::new();
+    }
+    let mut flows = flows.unwrap_or_default();
+    e.hosts
+        .iter()
+        .zip(named)
+        .map(|(host, named)| {
+            let mut pieces = named;
+            let mine = flows.remove(host).unwrap_or_default();
+            pieces.extend(mine.pieces);
+            verdict_of(host, pieces, mine.lowest, mine.slow_sides, mine.decided_by)
         })
         .collect()
 }
 
 /// The verdict the pieces give (the most severe), their texts in one line, most severe first.
-fn verdict_of(host: &str, mut pieces: Vec<Piece>, lowest: Option<f64>, slow_sides: Vec<SlowSide>) -> NodeVerdict {
+fn verdict_of(
+    host: &str,
+    mut pieces: Vec<Piece>,
+    lowest: Option<f64>,
+    slow_sides: Vec<SlowSide>,
+    measured_by: Option<&'static str>,
+) -> NodeVerdict {
     pieces.sort_by_key(|p| std::cmp::Reverse(p.health));
     let verdict = pieces.first().map_or(Health::Healthy, |p| p.health);
     let evidence = if pieces.is_empty() {
         lowest.map_or("no flow between nodes judged".to_string(), |l| {
-            format!("lowest NIC side at {l:.2} of the median")
+            let by = measured_by.map_or(String::new(), |b| format!(" in the {b}"));
+            format!("lowest NIC side at {l:.2} of the median{by}")
         })
     } else {
         pieces.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("; ")
@@ -420,7 +468,7 @@ fn verdict_of(host: &str, mut pieces: Vec<Piece>, lowest: Option<f64>, slow_side
         host: host.to_string(),
         verdict,
         evidence,
-        decided_by: pieces.first().map(|p| p.decided_by.to_string()),
+        decided_by: pieces.first().map(|p| p.decided_by).or(measured_by).map(str::to_string),
         lowest_share: lowest,
         slow_sides,
     }

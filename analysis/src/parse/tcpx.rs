@@ -225,6 +225,10 @@ pub fn parse_pairs_csv(file: &str, text: &str) -> Result<Vec<PairLink>, ParseErr
     for (ln, r) in &t.rows {
         let ln = *ln;
         check_schema(file, ln, t.get(r, "schema_version"))?;
+        // A pair above its link rate carries no rate (an error of measurement): nothing to draw.
+        if t.get(r, "above_link") == Some("true") && t.get(r, "gbps").unwrap_or("").is_empty() {
+            continue;
+        }
         let rank = |c: &str| -> Result<u32, ParseError> {
             let v = int(file, ln, c, t.get(r, c).unwrap_or(""))?;
             u32::try_from(v).map_err(|_| ParseError::new(file, Some(ln), format!("{c}: {v} is too large")))

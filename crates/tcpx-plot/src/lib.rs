@@ -290,9 +290,30 @@ pub struct Heatmap<'a> {
     /// Cells outlined in red, with the rule that flagged them (shown under the colour bar).
     pub flagged: &'a [(u32, u32)],
     pub flag_rule: Option<String>,
+    /// How values map to colours and print in the cells.
+    pub scale: Scale,
+    /// Groups of indices (a node's endpoints): (first index, label), in index order; a line
+    /// separates each group from the next and its label stands at its first index.
+    pub groups: Vec<(u32, String)>,
+    /// Pairs measured without a rate (above their link): drawn grey, marked `x`.
+    pub unrated: &'a [(u32, u32)],
 }
 
-fn viridis(t: f64) -> RGBColor {
+/// The colour scale of a [`Heatmap`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scale {
+    /// GB/s from the lowest cell to the highest.
+    Gbps,
+    /// Each cell's value is a share of the median pair: a fixed scale from 0 to
+    /// [`SHARE_MAX`], so an outlier cannot wash out the others (the title says the median).
+    ShareOfMedian,
+}
+
+/// The top of the share scale: cells above it take its colour.
+pub const SHARE_MAX: f64 = 1.5;
+
+/// The colour of level `t` in 0..=1 (viridis; out of range clamps, NaN is 0).
+pub fn viridis(t: f64) -> RGBColor {
     const S: [(f64, f64, f64); 5] = [
         (68.0, 1.0, 84.0),
         (59.0, 82.0, 139.0),
@@ -320,46 +341,79 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
         return Err("no links to plot".into());
     }
     let n = h.cells.iter().map(|c| c.src.max(c.dst)).max().unwrap_or(0) as i32 + 1;
-    let lo = h.cells.iter().map(|c| c.gbps).fold(f64::INFINITY, f64::min);
-    let hi = h.cells.iter().map(|c| c.gbps).fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi, unit) = match &h.scale {
+        Scale::Gbps => (
+            h.cells.iter().map(|c| c.gbps).fold(f64::INFINITY, f64::min),
+            h.cells.iter().map(|c| c.gbps).fold(f64::NEG_INFINITY, f64::max),
+            "GB/s".to_string(),
+        ),
+        Scale::ShareOfMedian => (0.0, SHARE_MAX, "share of median".to_string()),
+    };
     let span = if hi > lo { hi - lo } else { 1.0 };
+    let level = |v: f64| ((v - lo) / span).clamp(0.0, 1.0);
     let side = (60 * n as u32).clamp(300, 900);
-    let root = SVGBackend::with_string(svg, (side + 260, side + 120)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (side + 300, side + 120)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
     let (left, right) = root.split_horizontally(side + 110);
     let mut chart = ChartBuilder::on(&left)
         .caption(&h.title, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(40)
-        .y_label_area_size(50)
+        .y_label_area_size(if h.groups.is_empty() { 50 } else { 70 })
         .build_cartesian_2d(-0.5..(f64::from(n) - 0.5), -0.5..(f64::from(n) - 0.5))
         .map_err(draw_err)?;
     let fmt = |v: &f64| {
-        if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
-            format!("{}", v.round() as i64)
-        } else {
-            String::new()
+        if (v - v.round()).abs() > 1e-6 || *v < 0.0 {
+            return String::new();
         }
+        let i = v.round() as u32;
+        if h.groups.is_empty() {
+            return i.to_string();
+        }
+        h.groups
+            .iter()
+            .find(|g| g.0 == i)
+            .map_or(String::new(), |g| g.1.clone())
+    };
+    let labels = if h.groups.is_empty() {
+        n as usize + 1
+    } else {
+        2 * n as usize + 1
     };
     chart
         .configure_mesh()
         .disable_mesh()
         .x_desc(format!("destination {}", h.axis))
         .y_desc(format!("source {}", h.axis))
-        .x_labels(n as usize + 1)
-        .y_labels(n as usize + 1)
+        .x_labels(labels)
+        .y_labels(labels)
         .x_label_formatter(&fmt)
         .y_label_formatter(&fmt)
         .draw()
         .map_err(draw_err)?;
     let sv = |i: u32| f64::from(i) - 0.5;
     let square = |src: u32, dst: u32| [(sv(dst), sv(src)), (sv(dst + 1), sv(src + 1))];
+    let unrated = |c: &Cell| h.unrated.contains(&(c.src, c.dst));
     chart
-        .draw_series(
-            h.cells
-                .iter()
-                .map(|c| Rectangle::new(square(c.src, c.dst), viridis((c.gbps - lo) / span).filled())),
-        )
+        .draw_series(h.cells.iter().map(|c| {
+            let fill = if unrated(c) {
+                RGBColor(200, 200, 200)
+            } else {
+                viridis(level(c.gbps))
+            };
+            Rectangle::new(square(c.src, c.dst), fill.filled())
+        }))
+        .map_err(draw_err)?;
+    // Group separators (between nodes).
+    let edge = f64::from(n) - 0.5;
+    chart
+        .draw_series(h.groups.iter().skip(1).flat_map(|g| {
+            let at = sv(g.0);
+            [
+                PathElement::new(vec![(at, -0.5), (at, edge)], BLACK.stroke_width(1)),
+                PathElement::new(vec![(-0.5, at), (edge, at)], BLACK.stroke_width(1)),
+            ]
+        }))
         .map_err(draw_err)?;
     chart
         .draw_series(
@@ -369,14 +423,27 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
         )
         .map_err(draw_err)?;
     if n <= 16 {
-        // Three significant digits for the usual range (0.31, 12.4, 123).
-        let digits = if hi < 10.0 { 2 } else { usize::from(hi < 100.0) };
+        // Three significant digits for the usual range (0.31, 12.4, 123); shares with two.
+        let digits = match h.scale {
+            Scale::ShareOfMedian => 2,
+            Scale::Gbps if hi < 10.0 => 2,
+            Scale::Gbps => usize::from(hi < 100.0),
+        };
         chart
             .draw_series(h.cells.iter().map(|c| {
-                let color = if (c.gbps - lo) / span > 0.6 { BLACK } else { WHITE };
+                let color = if unrated(c) || level(c.gbps) > 0.6 {
+                    BLACK
+                } else {
+                    WHITE
+                };
                 let flag = if h.flagged.contains(&(c.src, c.dst)) { "!" } else { "" };
+                let text = if unrated(c) {
+                    "x".to_string()
+                } else {
+                    format!("{:.digits$}{flag}", c.gbps)
+                };
                 Text::new(
-                    format!("{:.digits$}{flag}", c.gbps),
+                    text,
                     (f64::from(c.dst) - 0.2, f64::from(c.src) + 0.1),
                     ("sans-serif", 12).into_font().color(&color),
                 )
@@ -389,7 +456,7 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
         .margin_bottom(60)
         .margin_right(10)
         .y_label_area_size(60)
-        .caption("GB/s", ("sans-serif", 14))
+        .caption(&unit, ("sans-serif", 12))
         .build_cartesian_2d(0.0..1.0, lo..(lo + span))
         .map_err(draw_err)?;
     bar.configure_mesh()
@@ -409,12 +476,19 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
         )
     }))
     .map_err(draw_err)?;
+    let mut notes = Vec::new();
     if let Some(rule) = &h.flag_rule {
+        notes.push((format!("red: {rule}"), RED));
+    }
+    if !h.unrated.is_empty() {
+        notes.push(("grey x: above its link's rate, no rate".to_string(), BLACK));
+    }
+    for (i, (text, color)) in notes.into_iter().enumerate() {
         right
             .draw(&Text::new(
-                format!("red: {rule}"),
-                (10, side as i32 + 80),
-                ("sans-serif", 12).into_font().color(&RED),
+                text,
+                (10, side as i32 + 80 + 16 * i as i32),
+                ("sans-serif", 12).into_font().color(&color),
             ))
             .map_err(draw_err)?;
     }
@@ -452,6 +526,9 @@ mod tests {
             cells: &[],
             flagged: &[],
             flag_rule: None,
+            scale: Scale::Gbps,
+            groups: Vec::new(),
+            unrated: &[],
         };
         assert!(heatmap(&dir.join("b.svg"), &h).is_err());
         assert!(!dir.join("b.svg").exists());

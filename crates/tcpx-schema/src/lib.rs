@@ -203,8 +203,16 @@ pub struct PairRow<'a> {
     pub dst_gpu: usize,
     pub dst_host: &'a str,
     pub bytes: u64,
+    /// From the sender's first post of the pair's bytes to the receiver's last byte in its
+    /// buffer (results/README.md).
     pub time_us: f64,
-    pub gbps: f64,
+    /// `bytes / time_us`; empty where `above_link` (not a rate).
+    pub gbps: Option<f64>,
+    /// What the pair's path carries (the sender's NIC on the receiver's rail: its shaper or
+    /// link speed), GB/s; empty when unknown.
+    pub link_gbps: Option<f64>,
+    /// The time is shorter than the link allows for the bytes: an error of measurement.
+    pub above_link: bool,
 }
 
 /// One row of `nccl_samples.csv` (`--baseline nccl`): one of NCCL's timed iterations.

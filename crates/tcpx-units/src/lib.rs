@@ -23,9 +23,36 @@ pub fn gbps(bytes: u64, time_us: f64) -> f64 {
     bytes as f64 / time_us / 1e3
 }
 
+/// A rate for prose: GB/s with three decimals from 0.1 GB/s up, else Mbit/s (10^6 bits), so a
+/// shaped or slow link never reads `0.000 GB/s`.
+pub fn format_rate(gbps: f64) -> String {
+    if gbps >= 0.1 {
+        format!("{gbps:.3} GB/s")
+    } else {
+        let mbit = gbps * 8e3;
+        let digits = if mbit >= 100.0 {
+            0
+        } else if mbit >= 10.0 {
+            1
+        } else {
+            2
+        };
+        format!("{mbit:.digits$} Mbit/s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::gbps;
+    use super::{format_rate, gbps};
+
+    #[test]
+    fn slow_rates_read_in_mbit() {
+        assert_eq!(format_rate(12.5), "12.500 GB/s");
+        assert_eq!(format_rate(0.25), "0.250 GB/s");
+        assert_eq!(format_rate(0.0625), "500 Mbit/s");
+        assert_eq!(format_rate(0.00125), "10.0 Mbit/s");
+        assert_eq!(format_rate(0.0003125), "2.50 Mbit/s");
+    }
 
     #[test]
     fn gbps_is_decimal() {

@@ -184,10 +184,6 @@ fn drive(
     let mut backoff = Backoff::new(ctx.poll);
     loop {
         let round = state.current_round();
-        if let Some(begun) = state.round_start.get_mut(round as usize) {
-            // The completion that ended the previous round (or the start) begins this one.
-            begun.get_or_insert(clock.last);
-        }
         let completed = match gpu.as_deref_mut() {
             Some(g) => g.completed()?,
             None => 0,
@@ -429,6 +425,10 @@ fn pump_send(
             )?
         };
         let Some(req) = posted else { break };
+        let first = &mut state.flow_posted[op.flow as usize];
+        if first.is_none() {
+            *first = Some(Instant::now());
+        }
         note_post(
             &lane.stats,
             &mut state.send_peers,

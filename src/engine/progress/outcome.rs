@@ -179,12 +179,13 @@ impl PeerGauge {
 /// Per-iteration mutable state, allocated once per size (not per iteration).
 pub struct IterationState {
     pub received: Vec<bool>,
+    /// When each incoming flow's last chunk completed (its data in the buffer).
     pub flow_done: Vec<Option<Instant>>,
+    /// When each outgoing flow's first chunk was posted: its first byte offered to the network.
+    /// A pair's time runs from here to the receiver's `flow_done`, so no pair can look faster
+    /// than its link (docs/measurements.md#per-pair-figures).
+    pub flow_posted: Vec<Option<Instant>>,
     pub round_left: Vec<u32>,
-    /// When each `--max-peers` round became this endpoint's current one (round 0: the start):
-    /// a flow's time runs from its round's start, so waiting for earlier rounds (slowed by
-    /// another NIC) does not make it look slow.
-    pub round_start: Vec<Option<Instant>>,
     pub send_peers: PeerGauge,
     pub recv_peers: PeerGauge,
     /// The fastest iteration of this size so far (warm-up included), for the adaptive wait.
@@ -196,8 +197,8 @@ impl IterationState {
         Self {
             received: vec![false; schedule.recv_slots],
             flow_done: vec![None; flows],
+            flow_posted: vec![None; flows],
             round_left: schedule.ops_per_round.clone(),
-            round_start: vec![None; schedule.ops_per_round.len()],
             send_peers: PeerGauge::new(send_peers),
             recv_peers: PeerGauge::new(recv_peers),
             fastest: None,
@@ -207,8 +208,8 @@ impl IterationState {
     pub(super) fn reset(&mut self, schedule: &Schedule) {
         self.received.fill(false);
         self.flow_done.fill(None);
+        self.flow_posted.fill(None);
         self.round_left.copy_from_slice(&schedule.ops_per_round);
-        self.round_start.fill(None);
         self.send_peers.reset();
         self.recv_peers.reset();
     }

@@ -1,0 +1,202 @@
+//! No pair faster than its link: each pair figure against what its path can carry.
+//!
+//! A pair's bytes leave the sender on its NIC in the receiver NIC's rail ([`crate::slow_nic`]'s
+//! path of a flow) and enter the receiver's NIC. The path's rate is the lower of the two NICs'
+//! link speeds and of the sender NIC's egress shaper (the rig's tbf); an endpoint spread over
+//! several NICs adds its rails. A pair figure above that rate is not a rate of the link: it is
+//! marked `above_link`, written without a rate, and judged by nothing. Two causes: a shaper's
+//! bucket, which lets a burst through at once after an idle spell (the rig's tbf holds at least
+//! 128 KiB: a small pair can ride it), and an error of measurement (the two ends' clocks: a
+//! barrier apart across kernels). A figure faster even than the rate plus the bucket allows
+//! can only be the second, and the run says so ([`impossible_line`]).
+
+use crate::placement::dry_run::Row;
+use crate::report::{PairResult, SizeResult};
+
+/// Rates within this factor of the link pass: tbf's rate tables round by about 1%.
+const SLACK: f64 = 1.02;
+
+/// One rail of a path: bytes per second, and the bytes its shaper lets through at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rail {
+    rate: f64,
+    burst: f64,
+}
+
+/// What the NIC `nic` of `host` carries out (its shaper, at most its link speed), or None where
+/// no row of that host uses the NIC or its speed is unknown.
+fn egress(rows: &[Row], host: &str, nic: &str) -> Option<Rail> {
+    let row = rows
+        .iter()
+        .find(|r| r.host == host && r.nic.split('+').any(|n| n == nic))?;
+    let line = (row.speed_gbps > 0.0).then_some(row.speed_gbps * 1e9 / 8.0);
+    let shaped = row.shapers.iter().find(|s| s.nic == nic).map(|s| s.shaper);
+    match (line, shaped) {
+        (Some(l), Some(s)) => Some(Rail {
+            rate: l.min(s.rate_bytes_per_s),
+            burst: s.burst_bytes,
+        }),
+        (None, Some(s)) => Some(Rail {
+            rate: s.rate_bytes_per_s,
+            burst: s.burst_bytes,
+        }),
+        (Some(l), None) => Some(Rail { rate: l, burst: 0.0 }),
+        (None, None) => None,
+    }
+}
+
+/// What NIC `nic` of `host` carries out, bytes per second (its shaper, at most its link
+/// speed), or None where unknown.
+pub fn egress_rate(rows: &[Row], host: &str, nic: &str) -> Option<f64> {
+    egress(rows, host, nic).map(|r| r.rate)
+}
+
+/// The path of pair `p`: its rails summed, or None when any is unknown.
+fn path(rows: &[Row], p: &PairResult) -> Option<Rail> {
+    let dst = rows.iter().find(|r| r.rank == p.dst_rank && r.gpu == p.dst_gpu)?;
+    let mut sum = Rail { rate: 0.0, burst: 0.0 };
+    for nic in dst.nic.split('+') {
+        let out = egress(rows, &p.src_host, nic)?;
+        // The receiving NIC's link speed bounds the rail too (a shaper is egress only).
+        let into = (dst.speed_gbps > 0.0).then_some(dst.speed_gbps * 1e9 / 8.0);
+        sum.rate += into.map_or(out.rate, |i| i.min(out.rate));
+        sum.burst += out.burst;
+    }
+    Some(sum)
+}
+
+/// Marks every pair of `result` above its path's rate (`above_link`) and those faster than even
+/// the rate and the shaper's bucket allow (`impossible`), and sets each pair's `link_gbps`
+/// where the path is known. Pairs within one host (loopback) are not checked.
+pub fn mark(rows: &[Row], result: &mut SizeResult) {
+    for p in &mut result.pairs {
+        if p.src_host == p.dst_host {
+            continue;
+        }
+        let Some(rail) = path(rows, p) else { continue };
+        p.link_gbps = Some(rail.rate / 1e9);
+        let seconds = p.time_us * 1e-6 * SLACK;
+        p.above_link = seconds < p.bytes as f64 / rail.rate;
+        p.impossible = seconds < ((p.bytes as f64 - rail.burst) / rail.rate).max(0.0);
+    }
+}
+
+/// The run's account of pairs above their link, one line each: those within a shaper's bucket
+/// (a note: the figure is a burst, not the link's rate) and those beyond it (a warning: an
+/// error of measurement). Empty when no pair is above its link.
+pub fn lines(results: &[SizeResult]) -> Vec<String> {
+    let count = |f: fn(&PairResult) -> bool| {
+        let sizes: Vec<String> = results
+            .iter()
+            .filter(|r| r.pairs.iter().any(f))
+            .map(|r| {
+                format!(
+                    "{} of {} at {}",
+                    r.pairs.iter().filter(|p| f(p)).count(),
+                    r.pairs.len(),
+                    tcpx_units::format_size_label(r.size_bytes)
+                )
+            })
+            .collect();
+        sizes.join(", ")
+    };
+    let mut out = Vec::new();
+    let burst = count(|p| p.above_link && !p.impossible);
+    if !burst.is_empty() {
+        out.push(format!(
+            "# note: pairs faster than their link's rate but within its shaper's bucket (a burst, not the link's rate): {burst}; in pairs.csv without a rate (above_link)"
+        ));
+    }
+    let impossible = count(|p| p.impossible);
+    if !impossible.is_empty() {
+        out.push(format!(
+            "# warning: pairs faster than their link allows even with its shaper's bucket, an error of measurement (the two ends' clocks?): {impossible}; in pairs.csv without a rate (above_link)"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::dry_run::NicShaper;
+    use crate::shaper::Shaper;
+
+    /// 2 nodes x 2 NICs at 10 Gbit/s, each NIC shaped to 10 Mbit/s with a 128 KiB bucket.
+    fn rows() -> Vec<Row> {
+        let mut rows = crate::slow_nic::tests::placement_rows(2, 2);
+        for r in &mut rows {
+            r.shapers = vec![NicShaper {
+                nic: r.nic.clone(),
+                shaper: Shaper {
+                    rate_bytes_per_s: 1.25e6,
+                    burst_bytes: 131_072.0,
+                },
+            }];
+        }
+        rows
+    }
+
+    fn pair(bytes: u64, time_us: f64) -> PairResult {
+        PairResult {
+            src_rank: 0,
+            src_gpu: 0,
+            src_host: "node0".into(),
+            dst_rank: 2,
+            dst_gpu: 0,
+            dst_host: "node1".into(),
+            bytes,
+            time_us,
+            gbps: tcpx_units::gbps(bytes, time_us),
+            link_gbps: None,
+            above_link: false,
+            impossible: false,
+        }
+    }
+
+    /// 10 Mbit/s with a 128 KiB bucket: 1 MiB takes 839 ms at the rate, and at least (1 MiB -
+    /// 128 KiB) / 1.25 MB/s = 734 ms with the bucket full. 103 us (issue 46's pair) is above the
+    /// link and impossible; 800 ms is above the rate but within the bucket; 900 ms is a rate;
+    /// 64 KiB in 103 us fits in the bucket.
+    #[test]
+    fn a_pair_faster_than_its_shaped_link_is_marked() {
+        let mut size = crate::export::fixtures::size(1 << 20, 1000.0, Some(0));
+        size.pairs = vec![
+            pair(1 << 20, 103.0),
+            pair(1 << 20, 800_000.0),
+            pair(1 << 20, 900_000.0),
+            pair(65_536, 103.0),
+        ];
+        mark(&rows(), &mut size);
+        let marks: Vec<(bool, bool)> = size.pairs.iter().map(|p| (p.above_link, p.impossible)).collect();
+        assert_eq!(marks, [(true, true), (true, false), (false, false), (true, false)]);
+        assert_eq!(size.pairs[0].link_gbps, Some(0.00125));
+        let lines = lines(std::slice::from_ref(&size));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].contains("within its shaper's bucket") && lines[0].contains("2 of 4 at 1 MiB"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with("# warning:") && lines[1].contains("1 of 4 at 1 MiB"),
+            "{lines:?}"
+        );
+    }
+
+    /// Without a shaper the link speed bounds the pair: 10 Gbit/s carries 1 MiB in 839 us.
+    #[test]
+    fn the_link_speed_bounds_an_unshaped_pair() {
+        let mut rows = rows();
+        for r in &mut rows {
+            r.shapers.clear();
+        }
+        let mut size = crate::export::fixtures::size(1 << 20, 1000.0, Some(0));
+        size.pairs = vec![pair(1 << 20, 500.0), pair(1 << 20, 900.0)];
+        mark(&rows, &mut size);
+        assert_eq!(
+            size.pairs.iter().map(|p| p.above_link).collect::<Vec<_>>(),
+            [true, false]
+        );
+        assert!(size.pairs[0].impossible, "no bucket: above the speed is impossible");
+    }
+}
