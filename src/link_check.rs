@@ -137,21 +137,9 @@ mod tests {
         rows
     }
 
+    /// node0's rank 0 to node1's rank 2: `bytes` in `time_us`.
     fn pair(bytes: u64, time_us: f64) -> PairResult {
-        PairResult {
-            src_rank: 0,
-            src_gpu: 0,
-            src_host: "node0".into(),
-            dst_rank: 2,
-            dst_gpu: 0,
-            dst_host: "node1".into(),
-            bytes,
-            time_us,
-            gbps: tcpx_units::gbps(bytes, time_us),
-            link_gbps: None,
-            above_link: false,
-            impossible: false,
-        }
+        crate::slow_nic::tests::pair(0, 2, bytes, tcpx_units::gbps(bytes, time_us))
     }
 
     /// 10 Mbit/s with a 128 KiB bucket: 1 MiB takes 839 ms at the rate, and at least (1 MiB -

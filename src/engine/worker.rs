@@ -85,10 +85,11 @@ pub struct Worker {
     plan: Option<Arc<Plan>>,
     schedule: Schedule,
     state: Option<IterationState>,
-    /// Sums over timed iterations ([`Instants`]): each incoming flow's last chunk completed,
-    /// each outgoing flow's first chunk posted.
-    flow_done_sum: Vec<Instants>,
-    flow_posted_sum: Vec<Instants>,
+    /// This endpoint's flows of the size (global indices) with their sums over the timed
+    /// iterations ([`Instants`]): each incoming flow's last chunk completed, each outgoing
+    /// flow's first chunk posted. Only its own: a plan of 512 endpoints has 262144 flows.
+    flow_done_sum: Vec<(u32, Instants)>,
+    flow_posted_sum: Vec<(u32, Instants)>,
     wrong: u64,
 }
 
@@ -451,8 +452,15 @@ impl Worker {
             self.lanes.send_peers.len(),
             self.lanes.recv_peers.len(),
         ));
-        self.flow_done_sum = vec![Instants::default(); plan.flows.len()];
-        self.flow_posted_sum = vec![Instants::default(); plan.flows.len()];
+        let own = |end: fn(&crate::plan::Flow) -> usize| {
+            let flows = plan.flows.iter().enumerate();
+            flows
+                .filter(|(_, f)| end(f) == self.endpoint)
+                .map(|(i, _)| (i as u32, Instants::default()))
+                .collect()
+        };
+        self.flow_done_sum = own(|f| f.dst);
+        self.flow_posted_sum = own(|f| f.src);
         self.wrong = 0;
         self.plan = Some(plan);
     }
@@ -523,11 +531,15 @@ impl Worker {
                 sum.monotonic += crate::clock::mono_secs(t);
                 sum.since_start += t.saturating_duration_since(start).as_secs_f64();
             };
-            for (sum, done) in self.flow_done_sum.iter_mut().zip(&state.flow_done) {
-                add(sum, done.unwrap_or(start));
+            for (flow, sum) in &mut self.flow_done_sum {
+                if let Some(t) = state.flow_done[*flow as usize] {
+                    add(sum, t);
+                }
             }
-            for (sum, posted) in self.flow_posted_sum.iter_mut().zip(&state.flow_posted) {
-                add(sum, posted.unwrap_or(start));
+            for (flow, sum) in &mut self.flow_posted_sum {
+                if let Some(t) = state.flow_posted[*flow as usize] {
+                    add(sum, t);
+                }
             }
         }
         Ok(timing)
@@ -552,18 +564,9 @@ impl Worker {
 
     /// Per-flow time sums and wrong bytes for the size just measured.
     pub fn totals(&self) -> SizeTotals {
-        let plan = self.plan.as_ref().expect("prepared");
-        let mine = |end: fn(&crate::plan::Flow) -> usize, sums: &[Instants]| {
-            plan.flows
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| end(f) == self.endpoint)
-                .map(|(i, _)| (i as u32, sums[i]))
-                .collect()
-        };
         SizeTotals {
-            flow_done: mine(|f| f.dst, &self.flow_done_sum),
-            flow_posted: mine(|f| f.src, &self.flow_posted_sum),
+            flow_done: self.flow_done_sum.clone(),
+            flow_posted: self.flow_posted_sum.clone(),
             wrong: self.wrong,
         }
     }

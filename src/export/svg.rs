@@ -267,18 +267,10 @@ mod tests {
                     rate
                 };
                 crate::report::PairResult {
-                    src_rank: s,
-                    src_gpu: s % 2,
-                    src_host: format!("node{}", s / 2),
-                    dst_rank: d,
-                    dst_gpu: d % 2,
-                    dst_host: format!("node{}", d / 2),
-                    bytes: 131_072,
-                    time_us: 131_072.0 / gbps / 1e3,
-                    gbps,
                     link_gbps: Some(rate),
                     above_link: outlier,
                     impossible: outlier,
+                    ..crate::slow_nic::tests::pair(s, d, 131_072, gbps)
                 }
             })
             .collect();

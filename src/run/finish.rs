@@ -226,15 +226,7 @@ fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: cra
         let cleared: Vec<String> = slow
             .iter()
             .filter(|s| !confirmed(s))
-            .map(|s| {
-                format!(
-                    "{} {} {} ({:.2})",
-                    s.side.host,
-                    s.side.nic,
-                    if s.side.sending { "sending" } else { "receiving" },
-                    s.share
-                )
-            })
+            .map(|s| format!("{} ({:.2})", s.side.describe(), s.share))
             .collect();
         if !cleared.is_empty() {
             lines.push_str(&format!(

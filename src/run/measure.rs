@@ -335,11 +335,11 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
 /// apart).
 pub(super) fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iters: usize) -> Vec<PairResult> {
     let n = plan.flows.len();
-    // (pair, bytes, earliest post, latest completion), seconds from the iteration's start.
+    // (pair, bytes, earliest post, latest completion), mean seconds on the pair's clock.
     let mut pairs: Vec<((usize, usize), u64, f64, f64)> = Vec::new();
     for (i, f) in plan.flows.iter().enumerate().filter(|(_, f)| !f.is_local()) {
         let done = flow_sums[i] / iters as f64;
-        let posted = flow_sums.get(n + i).map_or(0.0, |s| s / iters as f64);
+        let posted = flow_sums[n + i] / iters as f64;
         match pairs.iter_mut().find(|p| p.0 == (f.src, f.dst)) {
             Some(p) => {
                 p.1 += f.len;

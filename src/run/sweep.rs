@@ -18,10 +18,9 @@ pub(super) struct Swept {
     pub failure: Option<Fatal>,
 }
 
-/// Called after each size is measured (on every rank, in the same order); an error stops the
-/// sweep there (the size is kept).
-/// What the run does with each size measured (rank 0: check its pairs against the links, record
-/// it) before the next.
+/// Called after each size is measured (on every rank, in the same order), before the next: the
+/// run checks its pairs against the links and records it. An error stops the sweep there (the
+/// size is kept).
 pub(super) type AfterSize<'a> = dyn FnMut(&Plan, &mut SizeResult) -> Result<(), Fatal> + 'a;
 
 /// Measures every size of the job in order; stops at the first failure, keeping what was measured.

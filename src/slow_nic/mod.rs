@@ -32,7 +32,8 @@ pub const MIN_FLOWS: usize = 4;
 pub const SLOW_SHARE: f64 = 0.5;
 
 impl Side {
-    fn describe(&self) -> String {
+    /// `host nic sending` (or `receiving`).
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} {} {}",
             self.host,

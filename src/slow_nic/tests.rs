@@ -33,7 +33,9 @@ fn rows() -> Vec<Row> {
     placement_rows(2, 2)
 }
 
-fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {
+/// The flow from rank `src` to rank `dst` (two ranks a node, GPU = rank % 2) moving `size`
+/// bytes at `gbps`.
+pub(crate) fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {
     PairResult {
         src_rank: src,
         src_gpu: src % 2,
