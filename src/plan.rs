@@ -491,11 +491,12 @@ impl Plan {
         self.flows.iter().map(|f| f.round as usize + 1).max().unwrap_or(1)
     }
 
-    /// Round `round` alone: its flows (as round 0, so that they are timed from the round's start),
-    /// and every endpoint's fills cut to the ranges those flows send from, so that a round's
-    /// iteration writes no more than it sends. Ring forwarding never spans rounds (ring has one).
-    pub fn round_only(self: &Arc<Plan>, round: usize) -> RoundPlan {
-        if self.rounds() == 1 {
+    /// Rounds `rounds` alone: their flows (renumbered from round 0, so that they are timed from
+    /// the part's start), and every endpoint's fills cut to the ranges those flows send from, so
+    /// that a part's iteration writes no more than it sends. Ring forwarding never spans rounds
+    /// (ring has one).
+    pub fn rounds_only(self: &Arc<Plan>, rounds: std::ops::Range<usize>) -> RoundPlan {
+        if rounds.start == 0 && rounds.end >= self.rounds() {
             return RoundPlan {
                 plan: self.clone(),
                 whole_index: (0..self.flows.len() as u32).collect(),
@@ -503,9 +504,17 @@ impl Plan {
         }
         let mut whole_index = Vec::new();
         let mut flows = Vec::new();
-        for (i, f) in self.flows.iter().enumerate().filter(|(_, f)| f.round as usize == round) {
+        for (i, f) in self
+            .flows
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| rounds.contains(&(f.round as usize)))
+        {
             whole_index.push(i as u32);
-            flows.push(Flow { round: 0, ..f.clone() });
+            flows.push(Flow {
+                round: f.round - rounds.start as u32,
+                ..f.clone()
+            });
         }
         let fills = self
             .fills
@@ -537,6 +546,17 @@ impl Plan {
             }),
             whole_index,
         }
+    }
+}
+
+/// `--connect rounds`: the consecutive `--max-peers` rounds one connect opens, so that an
+/// endpoint has comms with about `connect_peers` peers at once (`--connect-peers`), at least one
+/// round. Every round (and with it each connect's fixed cost: the closes, the handle exchange,
+/// the barriers of its iterations) then serves that many peers' bytes.
+pub fn rounds_per_connect(max_peers: Option<usize>, connect_peers: usize) -> usize {
+    match max_peers {
+        Some(p) if p > 0 => (connect_peers / p).max(1),
+        _ => 1,
     }
 }
 
@@ -627,7 +647,7 @@ mod tests {
         assert_eq!(plan.rounds(), 4);
         let mut seen = vec![0; plan.flows.len()];
         for r in 0..plan.rounds() {
-            let round = plan.round_only(r);
+            let round = plan.rounds_only(r..r + 1);
             assert!(round.plan.flows.iter().all(|f| f.round == 0));
             for (f, &w) in round.plan.flows.iter().zip(&round.whole_index) {
                 assert_eq!(
@@ -645,7 +665,7 @@ mod tests {
         }
         assert!(seen.iter().all(|&n| n == 1));
         let ring = Arc::new(build(Pattern::Ring, Scope::All, &topo(3, 3), 3000));
-        assert!(Arc::ptr_eq(&ring.round_only(0).plan, &ring));
+        assert!(Arc::ptr_eq(&ring.rounds_only(0..1).plan, &ring));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `TCPX_PERF_TRACE=1`: each rank prints `trace RANK SECONDS EVENT` on stderr at the milestones
 //! of its start (MPI, flags, plan, plugin, placement, every connect's listen / handle exchange /
-//! connect-accept, the first timed iteration), SECONDS since its process started. Where a job's
+//! connect-accept, the first timed iteration, each size's end), SECONDS since its process started. Where a job's
 //! first minute goes at scale (docs/runs/h100x4-20261127b-issue33: 128 ranks, CUDA's serialized
 //! initialisation); `docs/runs/h100x4-20261127b-issue33/trace-summary.py` folds the lines per
 //! event. Off, a milestone costs one environment lookup.

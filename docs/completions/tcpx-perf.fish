@@ -24,6 +24,7 @@ complete -c tcpx-perf -l ranks-per-node -d 'Ranks per node, overriding hostname-
 complete -c tcpx-perf -l max-peers -d 'Bound on the peers an endpoint talks to at once (fullmesh; the peers are served in shifted rounds)' -r
 complete -c tcpx-perf -l connect -d 'Which comms are open while data moves' -r -f -a "all\t'Every comm of the job before the first byte, held to the end (the footprint of NCCL\'s alltoall, which connects every peer)'
 rounds\t'Only the comms of the `--max-peers` round in flight: a size\'s iterations run round by round, each round\'s comms connected before its untimed warm-up and closed after it'"
+complete -c tcpx-perf -l connect-peers -d 'With --connect rounds: the peers an endpoint has comms with at once' -r
 complete -c tcpx-perf -l chunk -d 'Size of one send/recv request (binary K/M/G suffixes)' -r
 complete -c tcpx-perf -l max-reg -d 'Largest single memory registration; the buffer is registered in segments of this size' -r
 complete -c tcpx-perf -l channels -d 'Communicators (connections) per peer' -r

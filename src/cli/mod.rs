@@ -196,6 +196,14 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = ConnectMode::All)]
     pub connect: ConnectMode,
 
+    /// With --connect rounds: the peers an endpoint has comms with at once
+    ///
+    /// One connect opens as many consecutive --max-peers rounds as this holds (at least one), so
+    /// that its fixed cost (closing the last comms, the handle exchange, each iteration's barrier)
+    /// is paid once for their bytes; the rounds inside it run in turn as with --connect all.
+    #[arg(long = "connect-peers", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connect_peers: u64,
+
     /// Size of one send/recv request (binary K/M/G suffixes)
     #[arg(long, default_value = "512K", value_parser = parse_size)]
     pub chunk: u64,

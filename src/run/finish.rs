@@ -17,7 +17,17 @@ use std::time::Instant;
 /// Rank 0 prepares the result directory (refusing one with results in it, proving it takes a
 /// file) and prints the header.
 pub(super) fn announce(settings: &Settings, mpi: &Mpi, job: &Job, info: &RunInfo) -> Result<(), Fatal> {
-    if mpi.rank() != 0 {
+    // The header is rank 0's longest block (a row per rank): the other ranks wait while it
+    // prints, so that no line of theirs (a trace, a warning) lands inside it (tcpx_files::console).
+    // The setup watchdog bounds both barriers.
+    mpi.barrier();
+    let printed = header(settings, job, info, mpi.rank());
+    mpi.barrier();
+    printed
+}
+
+fn header(settings: &Settings, job: &Job, info: &RunInfo, rank: usize) -> Result<(), Fatal> {
+    if rank != 0 {
         return Ok(());
     }
     if let Some(dir) = &settings.output.dir {

@@ -3,11 +3,12 @@
 //! the first timed iteration.
 //!
 //! `all` connects every comm of the job once, before the first byte, and holds them to the end.
-//! `rounds` runs a size round-major: for each `--max-peers` round of the plan, the round's comms
-//! alone are connected (unless they are the set already open: one-round patterns, or the last
-//! round of a size and the first of the next when they are the same), its warm-up and timed
-//! iterations run on its flows only, then they are closed (send, receive and listen comms) before
-//! the next round connects. Sizes alternate the direction they walk their rounds in, so a size
+//! `rounds` runs a size part by part: a part is `--connect-peers / --max-peers` consecutive
+//! `--max-peers` rounds of the plan (at least one; [`crate::plan::rounds_per_connect`]), whose
+//! comms alone are connected (unless they are the set already open: one-part patterns, or the
+//! last part of a size and the first of the next when they are the same), its warm-up and timed
+//! iterations run on its flows only (its rounds in turn, as `all` runs all of them), then they
+//! are closed (send, receive and listen comms) before the next part connects. Sizes alternate the direction they walk their rounds in, so a size
 //! starts with the round the previous one ended with. No connect is inside a timed iteration in
 //! either mode.
 
@@ -25,6 +26,8 @@ use std::time::Instant;
 /// This rank's open comms and the record of every connect.
 pub(super) struct Links {
     mode: ConnectMode,
+    /// With `--connect rounds`: the plan's rounds per part.
+    rounds_per_part: usize,
     buffer_len: u64,
     channels: usize,
     /// The connections whose comms are open now.
@@ -54,9 +57,10 @@ pub(super) struct Connect {
 }
 
 impl Links {
-    pub fn new(mode: ConnectMode, buffer_len: u64, channels: usize) -> Links {
+    pub fn new(mode: ConnectMode, rounds_per_part: usize, buffer_len: u64, channels: usize) -> Links {
         Links {
             mode,
+            rounds_per_part: rounds_per_part.max(1),
             buffer_len,
             channels,
             open: None,
@@ -84,12 +88,12 @@ impl Links {
         self.on_connect = Some(Box::new(f));
     }
 
-    /// The parts a size runs one after another: its rounds with `--connect rounds`, else the
-    /// whole plan at once (its rounds interleaved in every iteration).
+    /// The parts a size runs one after another: its groups of rounds with `--connect rounds`,
+    /// else the whole plan at once (its rounds interleaved in every iteration).
     pub fn parts_of(&self, plan: &Arc<Plan>) -> usize {
         match self.mode {
             ConnectMode::All => 1,
-            ConnectMode::Rounds => plan.rounds(),
+            ConnectMode::Rounds => plan.rounds().div_ceil(self.rounds_per_part),
         }
     }
 
@@ -113,7 +117,10 @@ impl Links {
                 plan: plan.clone(),
                 whole_index: (0..plan.flows.len() as u32).collect(),
             },
-            ConnectMode::Rounds => plan.round_only(part),
+            ConnectMode::Rounds => {
+                let first = part * self.rounds_per_part;
+                plan.rounds_only(first..(first + self.rounds_per_part).min(plan.rounds()))
+            }
         }
     }
 
@@ -133,7 +140,7 @@ impl Links {
         }
         let which = match self.mode {
             ConnectMode::All => String::new(),
-            ConnectMode::Rounds => format!("--connect rounds, round {round}: "),
+            ConnectMode::Rounds => format!("--connect rounds, part {round}: "),
         };
         if self.open.take().is_some() {
             // No rank closes a comm its peer may still be reading from (a warm-up's last

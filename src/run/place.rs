@@ -202,15 +202,18 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             .plans
             .iter()
             .any(|p| p.flows.iter().any(crate::plan::Flow::is_local)),
-        // A plan's rounds are its peers' shifts, the same at every size.
+        // A plan's rounds are its peers' shifts, the same at every size; a connect opens a
+        // part's (`Links`).
         rounds: (settings.transport.connect == crate::cli::ConnectMode::Rounds)
             .then(|| job.plans.first())
             .flatten()
             .map(|p| {
+                let per_part =
+                    crate::plan::rounds_per_connect(settings.sweep.max_peers, settings.transport.connect_peers);
                 p.flows
                     .iter()
                     .filter(|f| !f.is_local())
-                    .map(|f| (f.src, f.dst, f.round))
+                    .map(|f| (f.src, f.dst, f.round / per_part as u32))
                     .collect()
             }),
     }

@@ -81,6 +81,8 @@ pub(crate) struct TransportSettings {
     pub poll: PollMode,
     /// `--connect`: every comm up front, or only the round in flight.
     pub connect: ConnectMode,
+    /// `--connect-peers`: with `--connect rounds`, the peers of one connect's rounds.
+    pub connect_peers: usize,
 }
 
 /// Where results go and what rank 0 shows while it runs.
@@ -229,6 +231,7 @@ impl Settings {
                 connects_in_flight: cli.connects_in_flight,
                 poll: cli.poll,
                 connect: cli.connect,
+                connect_peers: usize::try_from(cli.connect_peers).unwrap_or(usize::MAX),
             },
             placement: PlacementSettings {
                 channels: cli.channels,

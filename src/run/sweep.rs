@@ -95,6 +95,7 @@ pub(super) fn sweep(
                         println!("{}", line.trim_end());
                     }
                 }
+                crate::trace::trace(&format!("size {} done", plan.size));
                 let after = after_size(plan, &mut r);
                 results.push(r);
                 if let Err(e) = after {

@@ -8,25 +8,25 @@
 //! Setup cost model (`TCPXEMU_CONNECT_MS`, `TCPXEMU_FLOW_STEERING_MS`; off by default): TCPX's
 //! connect and accept threads sleep 100 ms before each of their nsocks+1 sockets and the accept
 //! thread then waits for flow steering (connect.cc:623, :762, :806-811), while the calls return
-//! NULL. tcpx-emu's connect thread sleeps the same way before each dial, and `accept` returns no
+//! NULL. tcpx-emu's connect waits the same way before each dial, and `accept` returns no
 //! comm before (nsocks+1) x `CONNECT_MS` + `FLOW_STEERING_MS` have passed since its first call.
 //!
 //! Both sides work in the background so that NCCL's `connect`/`accept` never block:
-//! * `connect` starts a thread that dials every socket and sends the hellos, and keeps its state
-//!   pointer inside the caller's handle (as TCPX does); later calls poll it.
+//! * `connect` dials every socket in turn with a non-blocking `connect` and sends its hello,
+//!   keeping its state pointer inside the caller's handle (as TCPX does); each call takes the
+//!   dial as far as it can without waiting. TCPX runs a thread per connect; tcpx-emu runs none.
 //! * the process's acceptor thread ([`crate::accept`]) accepts on every listen comm, reads
 //!   hellos side by side (a silent socket delays no other), and queues complete connections;
 //!   `accept` pops one or returns NULL. Closing the listen comm flags it and wakes the thread,
 //!   which drops it.
 
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nccl_net_abi::{NetHandle, NCCL_NET};
@@ -147,49 +147,6 @@ fn bind_source(fd: &OwnedFd, local: SocketAddr) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Dials `addr` (blocking) from `local`'s address where its family matches, with buffer sizes set
-/// before the SYN.
-fn dial(addr: SocketAddr, local: Option<SocketAddr>, sockbuf: usize) -> std::io::Result<TcpStream> {
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let fd = new_socket(&addr)?;
-        if let Some(local) = local.filter(|l| l.is_ipv4() == addr.is_ipv4()) {
-            bind_source(&fd, local)?;
-        }
-        tune_bufs(fd.as_raw_fd(), sockbuf);
-        tune_common(fd.as_raw_fd());
-        let (ss, len) = sockaddr(&addr);
-        // SAFETY: `ss` holds a valid address of `len` bytes.
-        let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const ss).cast(), len) };
-        if r == 0 {
-            return Ok(TcpStream::from(fd));
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR | libc::EINPROGRESS) => {
-                // The connect goes on in the background: wait for it and read its outcome.
-                let mut pfd = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&raw mut pfd, 1, USER_TIMEOUT_MS) };
-                let stream = TcpStream::from(fd);
-                match stream.take_error()? {
-                    None => return Ok(stream),
-                    Some(err) => return Err(err),
-                }
-            }
-            Some(libc::ECONNREFUSED) if attempt < CONNECT_RETRIES => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            _ => return Err(e),
-        }
-    }
-}
-
 fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListener> {
     let fd = new_socket(&addr)?;
     // Accepted data sockets inherit the listener's buffer sizes (set before any SYN arrives).
@@ -211,48 +168,190 @@ fn bind_listener(addr: SocketAddr, sockbuf: usize) -> std::io::Result<TcpListene
 // connect
 // ------------------------------------------------------------------------------------------------
 
-/// The connector's state, owned through the pointer stored in the caller's handle.
+/// The connector's state, owned through the pointer stored in the caller's handle: the
+/// connection's sockets dialled so far, one at a time (ctrl first), each a non-blocking
+/// `connect` that later calls poll. No thread: tcpx-perf polls every connect of a setup from a
+/// thread or two, where a thread per connect (TCPX's model) cost 512 ranks on one kernel
+/// thousands of short-lived threads against `kernel.pid_max`.
 struct Connecting {
-    thread: Option<JoinHandle<std::io::Result<Connected>>>,
-    info: ListenInfo,
-}
-
-/// Dials the ctrl socket and the data sockets, sleeping `per_socket` before each (the setup
-/// cost model; zero by default).
-fn connect_blocking(
     info: ListenInfo,
     local: Option<SocketAddr>,
     sockbuf: usize,
     zerocopy: ZeroCopy,
+    /// The setup cost model's wait before each socket (zero by default).
     per_socket: Duration,
-) -> std::io::Result<Connected> {
-    let conn_id = random_u64();
-    let hello = |kind, index| Hello {
-        kind,
-        index,
-        nsocks: info.nsocks as u8,
-        flags: if zerocopy == ZeroCopy::Off { 0 } else { FLAG_ACKS },
-        chunk_size: info.chunk_size as u32,
-        token: info.token,
-        conn_id,
-    };
-    std::thread::sleep(per_socket);
-    let mut ctrl = dial(info.addr, local, 0)?;
-    ctrl.write_all(&hello(KIND_CTRL, 0).encode())?;
-    let mut data = Vec::with_capacity(info.nsocks);
-    for i in 0..info.nsocks {
-        std::thread::sleep(per_socket);
-        let mut s = dial(info.addr, local, sockbuf)?;
-        s.write_all(&hello(KIND_DATA, i as u8).encode())?;
-        data.push(s);
+    conn_id: u64,
+    /// The ctrl socket, then the data sockets, as each is up and has sent its hello.
+    done: Vec<TcpStream>,
+    /// The socket being dialled, and when its dial began.
+    dialling: Option<(OwnedFd, Instant)>,
+    /// Dials of the current socket so far (a refused one is tried again).
+    attempts: u32,
+    /// No dial starts before this (the cost model's sleep, or a refused dial's pause).
+    not_before: Instant,
+}
+
+/// How a non-blocking dial stands.
+enum Dial {
+    Pending,
+    Up,
+    Refused,
+}
+
+impl Connecting {
+    fn new(info: ListenInfo, local: Option<SocketAddr>, cfg: &Config) -> Connecting {
+        // Staged zero-copy needs staging, i.e. unpack mode; otherwise no chunk would be spliced
+        // and the acknowledgements would be pure overhead.
+        let zerocopy = match cfg.zerocopy {
+            ZeroCopy::Staged if cfg.mode != Mode::Unpack => ZeroCopy::Off,
+            z => z,
+        };
+        let per_socket = Duration::from_millis(cfg.connect_ms);
+        Connecting {
+            info,
+            local,
+            sockbuf: cfg.sockbuf,
+            zerocopy,
+            per_socket,
+            conn_id: random_u64(),
+            done: Vec::with_capacity(info.nsocks + 1),
+            dialling: None,
+            attempts: 0,
+            not_before: Instant::now() + per_socket,
+        }
     }
-    Ok(Connected {
-        ctrl,
-        data,
-        peer: info.addr,
-        chunk_size: info.chunk_size,
-        zerocopy,
-    })
+
+    /// One step: the connection once every socket is up, else `None` (call again).
+    fn poll(&mut self) -> std::io::Result<Option<Connected>> {
+        loop {
+            if self.done.len() == self.info.nsocks + 1 {
+                let mut socks = std::mem::take(&mut self.done).into_iter();
+                let ctrl = socks.next().expect("the ctrl socket is first");
+                return Ok(Some(Connected {
+                    ctrl,
+                    data: socks.collect(),
+                    peer: self.info.addr,
+                    chunk_size: self.info.chunk_size,
+                    zerocopy: self.zerocopy,
+                }));
+            }
+            let Some((fd, began)) = self.dialling.take() else {
+                if Instant::now() < self.not_before {
+                    return Ok(None);
+                }
+                self.attempts += 1;
+                let sockbuf = if self.done.is_empty() { 0 } else { self.sockbuf };
+                self.dialling = Some((start_dial(self.info.addr, self.local, sockbuf)?, Instant::now()));
+                continue;
+            };
+            match dial_outcome(&fd, began)? {
+                Dial::Pending => {
+                    self.dialling = Some((fd, began));
+                    return Ok(None);
+                }
+                Dial::Refused if self.attempts < CONNECT_RETRIES => {
+                    self.not_before = Instant::now() + Duration::from_millis(100);
+                }
+                Dial::Refused => return Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED)),
+                Dial::Up => {
+                    let index = self.done.len();
+                    let (kind, i) = if index == 0 {
+                        (KIND_CTRL, 0)
+                    } else {
+                        (KIND_DATA, index - 1)
+                    };
+                    let mut sock = TcpStream::from(fd);
+                    sock.set_nonblocking(false)?;
+                    sock.write_all(&self.hello(kind, i as u8).encode())?;
+                    self.done.push(sock);
+                    self.attempts = 0;
+                    self.not_before = Instant::now() + self.per_socket;
+                }
+            }
+        }
+    }
+
+    fn hello(&self, kind: u8, index: u8) -> Hello {
+        Hello {
+            kind,
+            index,
+            nsocks: self.info.nsocks as u8,
+            flags: if self.zerocopy == ZeroCopy::Off { 0 } else { FLAG_ACKS },
+            chunk_size: self.info.chunk_size as u32,
+            token: self.info.token,
+            conn_id: self.conn_id,
+        }
+    }
+}
+
+/// Starts a non-blocking dial of `addr` from `local`'s address where its family matches, with
+/// buffer sizes set before the SYN.
+fn start_dial(addr: SocketAddr, local: Option<SocketAddr>, sockbuf: usize) -> std::io::Result<OwnedFd> {
+    let fd = new_socket(&addr)?;
+    if let Some(local) = local.filter(|l| l.is_ipv4() == addr.is_ipv4()) {
+        bind_source(&fd, local)?;
+    }
+    tune_bufs(fd.as_raw_fd(), sockbuf);
+    tune_common(fd.as_raw_fd());
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    let (ss, len) = sockaddr(&addr);
+    // SAFETY: `ss` holds a valid address of `len` bytes.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const ss).cast(), len) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        // ECONNREFUSED can come at once on loopback: the next poll reads it from SO_ERROR too.
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::EINPROGRESS | libc::EINTR | libc::ECONNREFUSED)
+        ) {
+            return Err(e);
+        }
+    }
+    Ok(fd)
+}
+
+/// Where a dial begun at `began` stands; an error past [`USER_TIMEOUT_MS`] without an answer.
+fn dial_outcome(fd: &OwnedFd, began: Instant) -> std::io::Result<Dial> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; zero timeout.
+    let ready = unsafe { libc::poll(&raw mut pfd, 1, 0) } > 0;
+    if !ready {
+        if began.elapsed() > Duration::from_millis(USER_TIMEOUT_MS as u64) {
+            return Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "no answer to the connection request within {} s",
+                    USER_TIMEOUT_MS / 1000
+                ),
+            ));
+        }
+        return Ok(Dial::Pending);
+    }
+    let mut err: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: SO_ERROR into an int of the given length, on our own descriptor.
+    unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&raw mut err).cast(),
+            &raw mut len,
+        )
+    };
+    match err {
+        0 => Ok(Dial::Up),
+        libc::ECONNREFUSED => Ok(Dial::Refused),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Non-blocking connect. The first call starts the work and stores its state in `handle`; every
@@ -260,44 +359,28 @@ fn connect_blocking(
 /// stay the same between calls (NCCL's contract). `local`: the sending device's address, which
 /// every socket of the comm binds (port 0), or None to leave the source to the kernel.
 pub fn connect(handle: &mut NetHandle, cfg: &Config, local: Option<SocketAddr>) -> NetResult<Option<Box<Comm>>> {
-    let Some(ptr) = connect_state(handle) else {
+    let ptr = if let Some(ptr) = connect_state(handle) {
+        ptr
+    } else {
         let info = ListenInfo::decode(handle)?;
-        // Staged zero-copy needs staging, i.e. unpack mode; otherwise no chunk would be spliced
-        // and the acknowledgements would be pure overhead.
-        let zerocopy = match cfg.zerocopy {
-            ZeroCopy::Staged if cfg.mode != Mode::Unpack => ZeroCopy::Off,
-            z => z,
-        };
-        let sockbuf = cfg.sockbuf;
-        let per_socket = Duration::from_millis(cfg.connect_ms);
-        let thread = std::thread::Builder::new()
-            .name("tcpxemu-connect".to_owned())
-            .spawn(move || connect_blocking(info, local, sockbuf, zerocopy, per_socket))
-            .map_err(|e| NetError::system(format!("spawning connect thread: {e}")))?;
-        let state = Box::new(Connecting {
-            thread: Some(thread),
-            info,
-        });
-        set_connect_state(handle, Box::into_raw(state) as usize);
-        return Ok(None);
+        let ptr = Box::into_raw(Box::new(Connecting::new(info, local, cfg))) as usize;
+        set_connect_state(handle, ptr);
+        ptr
     };
     // SAFETY: the pointer was stored by the branch above (checked by its XOR key) and is freed
     // only below, where it is also cleared from the handle.
     let state = unsafe { &mut *(ptr as *mut Connecting) };
-    if state.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+    let polled = state.poll();
+    if let Ok(None) = polled {
         return Ok(None);
     }
     set_connect_state(handle, 0);
     // SAFETY: reclaiming the Box leaked above; the handle no longer refers to it.
-    let mut state = unsafe { Box::from_raw(ptr as *mut Connecting) };
+    let state = unsafe { Box::from_raw(ptr as *mut Connecting) };
     let peer = state.info.addr;
-    let joined = state
-        .thread
-        .take()
-        .ok_or_else(|| NetError::internal("connect state without a thread"))?
-        .join()
-        .map_err(|_| NetError::internal("connect thread panicked"))?;
-    let conn = joined.map_err(|e| NetError::from_io(&e, format_args!("connecting to {peer}")))?;
+    let conn = polled
+        .map_err(|e| NetError::from_io(&e, format_args!("connecting to {peer}")))?
+        .ok_or_else(|| NetError::internal("connect finished without a connection"))?;
     Comm::new(Dir::Send, conn, comm_opts(cfg)).map(Some)
 }
 

@@ -22,9 +22,8 @@
 //! helper per data socket (`nsocks` per comm, from the first transfer until the comm closes);
 //! shared comms add none beyond the `TCPXEMU_SHARED_THREADS` event loops, which start with the
 //! first shared comm and live as long as the process. Setup adds one acceptor thread per process
-//! (from the first `listen` on, serving every listen comm: [`crate::accept`]) and one thread per
-//! `connect` under way (from its first call until its sockets are dialled, before `connect`
-//! returns the comm; with `TCPXEMU_CONNECT_MS` that is (nsocks+1) x that many ms).
+//! (from the first `listen` on, serving every listen comm: [`crate::accept`]); a `connect`
+//! runs on its caller's thread, a step per call ([`crate::conn`]).
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 

@@ -9,7 +9,8 @@
 //! accepted CUDA receive comm maps a `netUnpackMeta` ring with `cuMemHostAlloc` (512 KiB), while
 //! its bounce buffer is RxDM's, not the process's. **tcpx-emu** (`plugins/tcpx-emu`, its
 //! `threads.rs` module docs): one listen socket per listen comm (ctrl and data sockets all dial
-//! it), one acceptor thread per process serving them all, one thread per connect under way;
+//! it), one acceptor thread per process serving them all, no thread for a connect (it steps on
+//! its caller's);
 //! helper threads as `TCPXEMU_THREADS` says ([`PluginModel::helper_threads`]; CUDA comms and
 //! `TCPXEMU_ZEROCOPY=all` sends always take one per data socket); in unpack mode (CUDA memory)
 //! every helper of a comm owns two pinned staging buffers of `min(chunk, 4 MiB)`, and every CUDA
@@ -222,12 +223,12 @@ impl PluginModel {
     }
 
     /// Threads the plugin runs while `connects` connects and `accepts` accepts are under way at
-    /// once: TCPX one detached thread each (plugin-abi.md §3.4); tcpx-emu one per connect and a
-    /// single acceptor for the process.
+    /// once: TCPX one detached thread each (plugin-abi.md §3.4); tcpx-emu a single acceptor for
+    /// the process (its connects step on the caller's thread: `conn.rs`).
     pub fn setup_threads(&self, connects: usize, accepts: usize) -> usize {
         match self.kind {
             Kind::Tcpx => connects + accepts,
-            Kind::TcpxEmu => connects + usize::from(accepts > 0),
+            Kind::TcpxEmu => usize::from(accepts > 0),
         }
     }
 
@@ -294,8 +295,8 @@ mod tests {
         assert_eq!(auto.helper_threads(17, true), 68, "CUDA comms keep a thread per socket");
         assert_eq!(
             (auto.setup_threads(5, 7), auto.setup_threads(5, 0)),
-            (6, 5),
-            "one acceptor"
+            (1, 0),
+            "one acceptor; a connect starts no thread"
         );
         let per = model(
             "tcpx-emu",

@@ -120,7 +120,7 @@ pub struct ShapePeers {
     /// Endpoints in all, and per node.
     n: usize,
     m: usize,
-    /// `--connect rounds`: the shifts of one round (fullmesh; every other pattern is one round).
+    /// `--connect rounds`: the shifts of one part (fullmesh; every other pattern is one round).
     window: Option<usize>,
 }
 
@@ -132,15 +132,16 @@ impl ShapePeers {
         dir: Direction,
         shape: Uniform,
         max_peers: Option<usize>,
-        // `--connect rounds`: only one `--max-peers` round's comms open at a time.
-        rounds: bool,
+        // `--connect rounds`: only one part's comms open at a time, of this many
+        // `--max-peers` rounds (`plan::rounds_per_connect`).
+        rounds: Option<usize>,
     ) -> Result<ShapePeers, String> {
         let (n, m) = (shape.endpoints(), shape.per_node());
         crate::plan::Plan::check_shape(pattern, scope, n, shape.nodes)?;
         let inter = scope == Scope::InterNode;
         // (endpoint, shift) pairs that carry traffic, as `Plan::build` counts them.
         let cross = if inter { n - m } else { n - 1 };
-        let window = rounds.then(|| shifts_per_round(max_peers, n, n as u128 * cross as u128));
+        let window = rounds.map(|per_part| shifts_per_round(max_peers, n, n as u128 * cross as u128) * per_part.max(1));
         Ok(ShapePeers {
             pattern,
             inter,

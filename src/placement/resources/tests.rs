@@ -83,7 +83,7 @@ fn fullmesh_on_one_node_counts_comms_files_threads_and_ports() {
             "tcpx-emu: one listening socket per listen comm"
         );
         assert_eq!(p.helper_threads, 48, "48 sockets <= 64: one thread each");
-        // The endpoint and tcpx-emu's acceptor; setup: 2 pool threads + 6 connect threads;
+        // The endpoint and tcpx-emu's acceptor; setup: 2 pool threads (its connects start none);
         // sweep: 4 copiers + 48 helpers.
         assert_eq!(p.threads, PROCESS_THREADS + 1 + 1 + 52);
         assert_eq!(p.host_bytes, 8 << 20, "fullmesh's two halves of -e");
