@@ -372,8 +372,8 @@ fn rank_pid_below(root: i32, rank: usize) -> Option<i32> {
     })
 }
 
-/// `--connect rounds` on the CI rig (8 nodes x 2 ranks x 2 NICs, fullmesh, `--max-peers 2`): a
-/// process holds only the round in flight, at most 60% of the fds (at their peak, every round's
+/// `--connect rounds --connect-peers 2` on the CI rig (8 nodes x 2 ranks x 2 NICs, fullmesh,
+/// `--max-peers 2`): a process holds only the round in flight, at most 60% of the fds (at their peak, every round's
 /// connect and iterations sampled) that `--connect all` holds; both complete, 0 wrong, the same
 /// bytes planned and moved.
 #[test]
@@ -382,10 +382,12 @@ fn connect_rounds_holds_fewer_fds_on_eight_nodes() {
         return;
     };
     let mut peaks = Vec::new();
-    for mode in ["all", "rounds"] {
+    // `--connect-peers 2`: a connect per `--max-peers 2` round (the default 64 would take all
+    // of this rig's 14 peers in one connect).
+    for (mode, part) in [("all", ""), ("rounds", "--connect-peers 2")] {
         let out = scratch(&format!("connect-{mode}"));
         let o = rig.cmd(&format!(
-            "run -np 16 -- --pattern fullmesh --connect {mode} --max-peers 2 -b 256K -e 256K -n 2 -w 1 -T 120 --progress never --out {}",
+            "run -np 16 -- --pattern fullmesh --connect {mode} {part} --max-peers 2 -b 256K -e 256K -n 2 -w 1 -T 120 --progress never --out {}",
             out.display()
         ));
         assert!(o.status.success(), "{mode}: {}", show(&o));

@@ -349,7 +349,7 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
         let dir = scratch(&format!("connect-{mode}"));
         let o = run(
             4,
-            &format!("--pattern fullmesh --connect {mode} --max-peers 1 -b 64K -e 1M -f 16 -n 3 -w 1 --chunk 64K --progress never"),
+            &format!("--pattern fullmesh --connect {mode} --connect-peers 1 --max-peers 1 -b 64K -e 1M -f 16 -n 3 -w 1 --chunk 64K --progress never"),
             &dir,
             &[],
         );
@@ -406,7 +406,7 @@ fn connect_rounds_moves_the_same_bytes_on_fewer_fds() {
 fn rounds_with_rank_2_accepting(accepts: u32, dir: &Path) -> Output {
     run(
         4,
-        "--pattern fullmesh --connect rounds --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
+        "--pattern fullmesh --connect rounds --connect-peers 1 --max-peers 1 -b 64K -e 64K -n 2 -w 1 --progress never -T 30",
         dir,
         &[
             ("TCPXEMU_FAULT", "accept"),

@@ -140,7 +140,14 @@ impl Links {
         }
         let which = match self.mode {
             ConnectMode::All => String::new(),
-            ConnectMode::Rounds => format!("--connect rounds, part {round}: "),
+            ConnectMode::Rounds if self.rounds_per_part == 1 => format!("--connect rounds, round {round}: "),
+            ConnectMode::Rounds => {
+                let first = round * self.rounds_per_part;
+                format!(
+                    "--connect rounds, part {round} (rounds {first}-{}): ",
+                    first + self.rounds_per_part - 1
+                )
+            }
         };
         if self.open.take().is_some() {
             // No rank closes a comm its peer may still be reading from (a warm-up's last

@@ -269,6 +269,9 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     engine
         .meet(mpi, "barrier before the reductions")
         .map_err(Fatal::Stalled)?;
+    // Each collective its own phase, so that a watchdog names the one that stalls (512 ranks
+    // on 32 cores: docs/runs/h200x2-20261128-issue42).
+    engine.phase("reductions: iteration times");
     let all = mpi.gather_f64(&s.times);
     let samples_us = tcpx_units::reduce_each_iteration(&all, it.iters, it.iteration_reduction);
     let everyone = mpi.gather_f64(&s.peers_in_flight);
@@ -284,9 +287,12 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     let mut sums = s.delivered.to_array();
     mpi.sum_u64(&mut sums);
     let delivered = Delivered::from_array(sums);
+    engine.phase("reductions: interface counters");
     let (wire, tcp) = probe.exchange(mpi, topo, &s.wire);
     let mut flow_sums = s.flow_sums;
+    engine.phase("reductions: pair times");
     mpi.sum_f64(&mut flow_sums);
+    engine.phase("reductions: the byte check");
 
     let mut bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
     if it.check && wrong == 0 {

@@ -631,23 +631,56 @@ fn deliver(
     Ok(())
 }
 
-/// One line per comm: peer, posted/completed/consumed counts, age of the oldest request.
+/// Comms with requests outstanding that the dump lists one by one; the rest are counted.
+const DUMP_OUTSTANDING: usize = 32;
+
+/// The comms' state for a stall: a line per comm with requests outstanding (peer,
+/// posted/completed/consumed counts, age of the oldest request; the first [`DUMP_OUTSTANDING`],
+/// then a count), and the idle ones counted by kind and counts. A 512-rank fullmesh has 2016
+/// comms a rank; a line for each from every rank at once was 50 MB of console.
 pub fn dump_stats<'a>(epoch: Instant, lanes: impl Iterator<Item = (&'static str, &'a str, &'a LaneStats)>) -> String {
     let now_ns = ns_since(epoch, Instant::now());
     let mut out = String::new();
+    // (kind, posted, completed, consumed) -> idle comms so.
+    let mut idle: Vec<((&str, u64, u64, u64), usize)> = Vec::new();
+    let mut listed = 0usize;
+    let mut unlisted = 0usize;
     for (kind, peer, s) in lanes {
         let oldest = s.oldest_post_ns.load(Ordering::Relaxed);
-        let age = if oldest == 0 {
-            "none outstanding".to_string()
-        } else {
-            format!("oldest request {:.1} s old", now_ns.saturating_sub(oldest) as f64 / 1e9)
-        };
-        let _ = writeln!(
-            out,
-            "  {kind} comm with {peer}: posted {} completed {} consumed {}, {age}",
+        let counts = (
             s.posted.load(Ordering::Relaxed),
             s.completed.load(Ordering::Relaxed),
             s.consumed.load(Ordering::Relaxed),
+        );
+        if oldest == 0 {
+            let key = (kind, counts.0, counts.1, counts.2);
+            match idle.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => idle.push((key, 1)),
+            }
+            continue;
+        }
+        if listed == DUMP_OUTSTANDING {
+            unlisted += 1;
+            continue;
+        }
+        listed += 1;
+        let _ = writeln!(
+            out,
+            "  {kind} comm with {peer}: posted {} completed {} consumed {}, oldest request {:.1} s old",
+            counts.0,
+            counts.1,
+            counts.2,
+            now_ns.saturating_sub(oldest) as f64 / 1e9
+        );
+    }
+    if unlisted > 0 {
+        let _ = writeln!(out, "  ... and {unlisted} more comm(s) with requests outstanding");
+    }
+    for ((kind, posted, completed, consumed), n) in idle {
+        let _ = writeln!(
+            out,
+            "  {n} {kind} comm(s) with none outstanding: posted {posted} completed {completed} consumed {consumed}"
         );
     }
     out
