@@ -35,6 +35,8 @@
 # empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
 # host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none),
 # CLUSTER_QUEUE_MS=Q (up, shape) each shaped NIC's egress queue in ms at its rate (default 20).
+# Each setting is checked by the verbs that use it, before they act: a bad one is one line and
+# exit 1 there, and never blocks another verb (`down` ignores both).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
 # namespaces refused.
 set -euo pipefail
@@ -73,8 +75,16 @@ NETNS_DIR=/run/netns
 
 # "is $1 an integer from $2 to $3"
 in_range() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+# Each setting is checked by the verbs that use it, before they change anything, so that a bad
+# setting of one verb never blocks another (`down` above all).
 QUEUE_MS=${CLUSTER_QUEUE_MS:-20}
-in_range "$QUEUE_MS" 1 10000 || die "CLUSTER_QUEUE_MS=$QUEUE_MS: give each NIC's queue in ms at its rate (1..10000)"
+check_queue_ms() {
+  in_range "$QUEUE_MS" 1 10000 || die "CLUSTER_QUEUE_MS=$QUEUE_MS: give each NIC's queue in ms at its rate (1..10000)"
+}
+check_gpus_per_node() {
+  [ -z "${CLUSTER_GPUS_PER_NODE:-}" ] || in_range "$CLUSTER_GPUS_PER_NODE" 0 64 \
+    || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (0..64; 0: none)"
+}
 
 tag="cx$RIG"
 state="$STATE_DIR/rig$RIG.env"
@@ -371,6 +381,7 @@ cmd_up() {
       *) die "up: unknown argument '$1' (up --nodes N --nics K [--rate RATE] [--mtu M])" ;;
     esac
   done
+  check_queue_ms
   in_range "$nodes" 1 64 || die "--nodes $nodes: give 1 to 64"
   in_range "$nics" 1 15 || die "--nics $nics: give 1 to 15"
   in_range "$mtu" 576 65000 || die "--mtu $mtu: give 576 to 65000"
@@ -463,6 +474,7 @@ cmd_down() {
 
 cmd_shape() {
   [ $# -eq 3 ] || die "usage: shape NODE NIC RATE|off (e.g. shape node1 eth2 100mbit)"
+  check_queue_ms
   need_tools
   load_state
   local n r
@@ -535,7 +547,7 @@ cmd_rank() {
   # A GPU host split into nodes: node n sees GPUs n*G .. n*G+G-1 as its own 0 .. G-1; G = 0:
   # nodes without GPUs (CUDA finds none: no process initialises a GPU it would share).
   if [ -n "${CLUSTER_GPUS_PER_NODE:-}" ]; then
-    in_range "$CLUSTER_GPUS_PER_NODE" 0 64 || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (0..64; 0: none)"
+    check_gpus_per_node
     CUDA_VISIBLE_DEVICES=""
     if [ "$CLUSTER_GPUS_PER_NODE" -gt 0 ]; then
       CUDA_VISIBLE_DEVICES=$(seq -s, $((n * CLUSTER_GPUS_PER_NODE)) $(((n + 1) * CLUSTER_GPUS_PER_NODE - 1)))
@@ -547,6 +559,8 @@ cmd_rank() {
 }
 
 cmd_run() {
+  # Before mpirun starts: a bad value is one line here, not one per rank.
+  check_gpus_per_node
   need_tools
   load_state
   local np="" margs=()

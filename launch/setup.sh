@@ -15,12 +15,14 @@
 # build to fail later on a missing mpi.h.
 set -euo pipefail
 
+# Every argument is checked before anything is installed.
 tests=0
-case "${1:-}" in
-  "") ;;
-  --tests) tests=1 ;;
-  *) echo "setup: unknown argument '$1': bash launch/setup.sh [--tests]" >&2; exit 2 ;;
-esac
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=1 ;;
+    *) echo "setup: unknown argument '${arg//$'\n'/\\n}': usage: bash launch/setup.sh [--tests]" >&2; exit 2 ;;
+  esac
+done
 
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 

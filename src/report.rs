@@ -4,7 +4,6 @@
 //!
 //! Units everywhere: bytes, microseconds, GB/s with GB = 10^9 bytes.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -348,9 +347,12 @@ pub fn allowed_env() -> Vec<(String, String)> {
     )
 }
 
-/// SHA-256 of a file, lowercase hex. Streams the file, so large plugins cost no memory.
+/// SHA-256 of a file, lowercase hex. Streams the file, so large plugins cost no memory; a
+/// regular file within [`tcpx_files::Bound::LIBRARY`], opened without blocking (a FIFO or a
+/// device in its place is an error, not a hang).
 pub fn sha256_file(path: impl AsRef<Path>) -> io::Result<String> {
-    let mut file = File::open(path)?;
+    let bound = tcpx_files::Bound::LIBRARY;
+    let mut file = tcpx_files::read::open_input(path.as_ref(), bound)?.take(bound.max_bytes);
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -485,6 +487,14 @@ pub struct NcclFigures {
 mod tests {
     use super::*;
 
+    /// summary.json spells each verdict as tcpx-analyze admits it (tcpx_schema::NODE_VERDICTS).
+    #[test]
+    fn health_is_written_as_the_schema_names_it() {
+        for h in [Health::Healthy, Health::Suspect, Health::Bad] {
+            assert_eq!(serde_json::to_value(h).unwrap(), h.as_str());
+        }
+    }
+
     #[test]
     fn env_allow_list() {
         let vars = [
@@ -600,12 +610,10 @@ pub enum Health {
 }
 
 impl Health {
+    /// Its word in summary.json: one of [`tcpx_schema::NODE_VERDICTS`], which tcpx-analyze
+    /// admits by (mildest first, as the variants).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Health::Healthy => "healthy",
-            Health::Suspect => "suspect",
-            Health::Bad => "bad",
-        }
+        tcpx_schema::NODE_VERDICTS[self as usize]
     }
 }
 

@@ -482,6 +482,38 @@ fn gpus_per_node_zero_leaves_the_nodes_without_gpus() {
     }
 }
 
+/// Settings are checked by the verbs that use them, before they act: `CLUSTER_GPUS_PER_NODE=-1
+/// run` is refused in one line before mpirun starts (no rank runs, so no line per rank);
+/// `CLUSTER_QUEUE_MS=text down` takes the rig down (a setting of `up` and `shape` does not block
+/// teardown), and `up` with it is refused before it makes anything. (Before: -1 was refused by
+/// every rank after mpirun started, and `down` exited 1 leaving the rig up.)
+#[test]
+fn a_bad_setting_of_one_verb_never_blocks_down_and_run_checks_before_mpirun() {
+    let Some(rig) = Rig::up(5, "--nodes 2 --nics 1") else {
+        return;
+    };
+    let o = rig.cmd_with(
+        "run -np 2 -- CUDA_VISIBLE_DEVICES",
+        &[("TCPX_PERF", "/usr/bin/printenv"), ("CLUSTER_GPUS_PER_NODE", "-1")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert_eq!(err.lines().count(), 1, "one line, from cluster.sh itself:\n{err}");
+    assert!(err.starts_with("cluster.sh: CLUSTER_GPUS_PER_NODE=-1: "), "{err}");
+    assert!(o.stdout.is_empty(), "no rank ran: {}", show(&o));
+    let o = rig.cmd_with("down", &[("CLUSTER_QUEUE_MS", "text")]);
+    assert!(o.status.success(), "a bad CLUSTER_QUEUE_MS blocked down: {}", show(&o));
+    assert_eq!(rig.leftovers(), Vec::<String>::new(), "{}", show(&o));
+    let o = rig.cmd_with("up --nodes 1 --nics 1", &[("CLUSTER_QUEUE_MS", "text")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        err.contains("CLUSTER_QUEUE_MS=text") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(rig.leftovers(), Vec::<String>::new(), "a refused up made nothing");
+}
+
 /// tc's latency of a tbf queue (`lat 10.5ms`, `lat 190ms`, `lat 1.2s`), in ms.
 fn tbf_latency_ms(qdisc: &str) -> Option<f64> {
     let word = qdisc.split_whitespace().skip_while(|w| *w != "lat").nth(1)?;

@@ -869,6 +869,29 @@ fn a_queue_that_is_no_label_value_is_refused() {
     assert_eq!(docs[1]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a.q_1");
 }
 
+/// A value holding a newline (`--name $'n\nx'`, and any other flag render.sh names in its
+/// refusal) is refused in one line, the newline shown as `\n`, exit 64. (Before: the refusal
+/// was two lines.)
+#[test]
+fn a_refusal_naming_a_value_with_a_newline_is_one_line() {
+    for args in [
+        &["--nodes", "2", "--name", "n\nx"][..],
+        &["--nodes", "2\n3"],
+        &["--nodes", "2", "--form", "pods\nx"],
+        &["--nodes", "2", "--bogus\nx"],
+    ] {
+        let out = render(args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}\n{}", show(&out));
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line\n{stderr}");
+        assert!(
+            stderr.starts_with("render.sh: ") && stderr.contains("\\n"),
+            "{args:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: no manifest on bad input");
+    }
+}
+
 /// validate.py refuses what the API server would: a cut-off copy of a manifest render.sh wrote
 /// (whatever is left still parses) and a label value that breaks Kubernetes' rules. (Before: ok.)
 #[test]

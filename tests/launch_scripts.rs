@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::output_within;
+use common::{output_within, show};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -508,11 +508,15 @@ exit 0
         StubMachine { root }
     }
 
-    /// Runs `bash launch/<script>` there; returns its stdout and what the stand-ins were asked.
-    fn run(&self, script: &str) -> (String, String) {
+    /// Runs `bash launch/<script> ARGS` there, whatever its exit status: how it ended and what
+    /// the stand-ins were asked.
+    fn exec(&self, script: &str, args: &[&str]) -> (Output, String) {
         let r = self.root.path();
         let mut cmd = Command::new(r.join("tools/bash"));
-        cmd.arg(format!("launch/{script}")).current_dir(r).env_clear();
+        cmd.arg(format!("launch/{script}"))
+            .args(args)
+            .current_dir(r)
+            .env_clear();
         cmd.env(
             "PATH",
             format!("{}:{}", r.join("stubs").display(), r.join("tools").display()),
@@ -521,8 +525,15 @@ exit 0
         .env("STUB_LOG", r.join("calls.log"))
         .env("STUB_TEST_LOG", r.join("test.log"));
         let out = output_within(&mut cmd, Duration::from_secs(60), script);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let calls = std::fs::read_to_string(r.join("calls.log")).unwrap_or_default();
+        (out, calls)
+    }
+
+    /// Runs `bash launch/<script>` there, which must succeed; returns its stdout and what the
+    /// stand-ins were asked.
+    fn run(&self, script: &str) -> (String, String) {
+        let (out, calls) = self.exec(script, &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
             "{script}: {}\nstdout:\n{stdout}\nstderr:\n{}\ncalls:\n{calls}",
@@ -634,6 +645,24 @@ fn test_sh_installs_the_suite_s_tools_and_names_the_slowest_binaries() {
         "{stdout}"
     );
     assert!(stdout.contains("tests: 37 passed, 0 failed, 1 skipped"), "{stdout}");
+}
+
+/// An argument setup.sh does not know, after one it knows (`--tests --bogus`), is refused in one
+/// usage line, exit 2, before anything is installed. (Before: only the first argument was read,
+/// and setup.sh installed everything and exited 0.)
+#[test]
+fn setup_sh_refuses_any_unknown_argument_before_installing() {
+    for args in [&["--tests", "--bogus"][..], &["--bogus", "--tests"], &["--tests", "x"]] {
+        let (out, calls) = StubMachine::new().exec("setup.sh", args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}\n{}", show(&out));
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line\n{stderr}");
+        assert!(
+            stderr.starts_with("setup: ") && stderr.contains("usage: bash launch/setup.sh [--tests]"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(calls, "", "{args:?}: nothing was run before the refusal");
+    }
 }
 
 /// `launch/vs-nccl-tests.sh` writes only into a folder it made: a `VS_OUT` that exists, or is

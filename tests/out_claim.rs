@@ -2,7 +2,9 @@
 //! directory, one refused naming the other, the directory holding one run; a claim left by a job
 //! that is gone is taken over. Real ranks, real tcpx-emu sockets, real file locks. And what
 //! tcpx-perf writes never goes through a link, is whole or absent on a full disk (`--plan-json`),
-//! and a closed pipe does not turn an exit status into a panic.
+//! and a closed pipe does not turn an exit status into a panic; the node lists replace or remove
+//! only their own files, no two outputs of a run share a path, none makes a directory, and the
+//! healthy hostfile holds only names Open MPI parses (issue 44, docs/files.md).
 
 mod common;
 use common::{mpirun_command, show, spawn_piped, summary, wait_within, SmallTmpfs};
@@ -273,4 +275,218 @@ fn a_closed_pipe_keeps_the_plan_s_exit_status() {
     drop(reader);
     let status = c.stdout(writer.try_clone().unwrap()).stderr(writer).status().unwrap();
     assert_eq!(status.code(), Some(1));
+}
+
+/// `tcpx-perf -g 2 -b 1M -e 1M -n 1 -w 0 ARGS` alone: one rank of two endpoints, a one-node run
+/// that judges no node.
+fn one_node(args: &[&str]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args([
+        "-g",
+        "2",
+        "-b",
+        "1M",
+        "-e",
+        "1M",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "--progress",
+        "never",
+    ])
+    .args(args);
+    common::output_within(&mut c, Duration::from_secs(60), "tcpx-perf")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Makes `path` with `tool ARGS` (mkfifo, mknod); false where this machine refuses.
+fn make_special(tool: &str, path: &Path, args: &[&str]) -> bool {
+    Command::new(tool)
+        .arg(path)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Issue 44, items 1 and 2: `--healthy-hostfile` and `--drain-list` at a character device, a
+/// FIFO, or a read-only file of other content are refused in one line naming the flag and the
+/// path, exit 1 before any data moves, and the thing at the path is left as it was; a list an
+/// earlier run wrote (its header line, or its `HOST tcpx-perf: ...` lines) is the run's own and
+/// removed, so a run that judges no node leaves none. (Before: the device and the file were
+/// deleted, exit 0, "not written".)
+#[test]
+fn node_lists_never_replace_or_remove_a_file_that_is_not_their_own() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let base = scratch("lists");
+    std::fs::create_dir_all(&base).unwrap();
+    let dev = base.join("dev");
+    let fifo = base.join("fifo");
+    let foreign = base.join("foreign");
+    assert!(make_special("mkfifo", &fifo, &[]), "mkfifo");
+    let have_dev = make_special("mknod", &dev, &["c", "1", "3"]);
+    std::fs::write(&foreign, "my own hosts\n").unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let mut cases = vec![
+        ("--drain-list", &fifo, "not a regular file"),
+        ("--healthy-hostfile", &fifo, "not a regular file"),
+        ("--healthy-hostfile", &foreign, "not a list tcpx-perf wrote"),
+        ("--drain-list", &foreign, "not a list tcpx-perf wrote"),
+    ];
+    if have_dev {
+        cases.push(("--healthy-hostfile", &dev, "not a regular file"));
+        cases.push(("--drain-list", &dev, "not a regular file"));
+    }
+    for (flag, path, why) in cases {
+        let o = one_node(&[flag, s(path), "--no-out"]);
+        assert_eq!(o.status.code(), Some(1), "{flag} {}: {}", path.display(), show(&o));
+        let lines = said(&o);
+        assert_eq!(lines.len(), 1, "{}", show(&o));
+        assert!(
+            lines[0].contains(&format!("{flag} {}", path.display())) && lines[0].contains(why),
+            "{}",
+            lines[0]
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("1048576"), "no data moved");
+    }
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    if have_dev {
+        assert!(std::fs::symlink_metadata(&dev).unwrap().file_type().is_char_device());
+    }
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "my own hosts\n");
+    let hostfile = base.join("healthy.txt");
+    let drain = base.join("drain.txt");
+    std::fs::write(
+        &hostfile,
+        "# tcpx-perf: the 2 healthy node(s) of 2 in the run started 2026-11-27T01:44:19Z\nnode0 slots=2\nnode1 slots=2\n",
+    )
+    .unwrap();
+    std::fs::write(&drain, "node5 tcpx-perf: eth2 sending at 0.15 of the median\n").unwrap();
+    let o = one_node(&[
+        "--healthy-hostfile",
+        s(&hostfile),
+        "--drain-list",
+        s(&drain),
+        "--no-out",
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        !hostfile.exists() && !drain.exists(),
+        "an earlier run's lists are removed"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not written, no node was judged"),
+        "{}",
+        show(&o)
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Issue 44, item 3: no two outputs of one run share a path and none makes a directory: a list
+/// at the run's own summary.json or results.csv, both lists at one path, `-J` and a list at one
+/// path, and a list in a directory that does not exist are each refused in one line before any
+/// data moves (exit 1), the result directory holding no result and no directory made. (Before:
+/// exit 0, the run's results replaced by the lists, `/nonexistent/dir` created.)
+#[test]
+fn outputs_of_one_run_never_share_a_path_and_make_no_directory() {
+    let base = scratch("share");
+    std::fs::create_dir_all(&base).unwrap();
+    let out = base.join("out");
+    let at = |f: &str| out.join(f).display().to_string();
+    let one = base.join("list").display().to_string();
+    let missing = base.join("no/such/dir/x").display().to_string();
+    let cases: [(Vec<String>, &str); 5] = [
+        (vec!["--drain-list".into(), at("summary.json")], "summary.json"),
+        (vec!["--healthy-hostfile".into(), at("results.csv")], "results.csv"),
+        (
+            vec![
+                "--healthy-hostfile".into(),
+                one.clone(),
+                "--drain-list".into(),
+                one.clone(),
+            ],
+            "--healthy-hostfile",
+        ),
+        (vec!["-J".into(), one.clone(), "--drain-list".into(), one.clone()], "-J"),
+        (vec!["--drain-list".into(), missing], "does not exist"),
+    ];
+    for (args, why) in &cases {
+        let _ = std::fs::remove_dir_all(&out);
+        let mut all: Vec<&str> = vec!["--out", s(&out)];
+        all.extend(args.iter().map(String::as_str));
+        let o = one_node(&all);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", show(&o));
+        let lines = said(&o);
+        assert_eq!(lines.len(), 1, "{args:?}: {}", show(&o));
+        assert!(lines[0].contains(why), "{args:?}: {}", lines[0]);
+        for f in ["summary.json", "results.csv"] {
+            assert!(!out.join(f).exists(), "{args:?}: {f} written");
+        }
+        assert!(!Path::new(&one).exists(), "{args:?}: a list written");
+    }
+    assert!(!base.join("no").exists(), "a directory was made");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Issue 44, item 9: the healthy hostfile holds only host names an Open MPI hostfile can parse;
+/// a healthy node whose name holds a space or a quote is left out of it, said on stdout and in a
+/// comment line. 4 ranks, each pair under a host name of its own (unshare --uts), one of them
+/// `bad "name`. (Before: `bad "name slots=2`, which Open MPI cannot parse.)
+#[test]
+fn the_healthy_hostfile_holds_only_names_open_mpi_can_parse() {
+    let unshare_works = Command::new("unshare")
+        .args(["--uts", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !unshare_works {
+        eprintln!("skipped: unshare --uts is refused here (needs root)");
+        return;
+    }
+    let base = scratch("hostnames");
+    std::fs::create_dir_all(&base).unwrap();
+    let hostfile = base.join("healthy.txt");
+    // Rank r's node is r / 2: good0, or `bad "name`.
+    let wrap = r#"n=good0; [ $((OMPI_COMM_WORLD_RANK / 2)) = 0 ] || n='bad "name'; exec unshare --uts sh -c 'printf %s "$0" > /proc/sys/kernel/hostname && exec "$@"' "$n" "$@""#;
+    let mut c = mpirun_command();
+    c.args(["-np", "4", "sh", "-c", wrap, "sh", BIN])
+        .args([
+            "-b",
+            "1M",
+            "-e",
+            "1M",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--progress",
+            "never",
+            "--no-out",
+        ])
+        // Both nodes healthy however loaded the host is (the other tests run beside this one).
+        .args(["--suspect-share", "0.01", "--bad-share", "0.005"])
+        .args(["--healthy-hostfile", s(&hostfile)])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let o = common::output_within(&mut c, Duration::from_secs(60), "mpirun");
+    assert!(o.status.success(), "{}", show(&o));
+    let text = std::fs::read_to_string(&hostfile).unwrap();
+    let hosts: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(hosts, ["good0 slots=2"], "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with('#') && l.contains(r#""bad \"name""#)),
+        "{text}"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("--healthy-hostfile") && l.contains("left out") && l.contains(r#""bad \"name""#)),
+        "{}",
+        show(&o)
+    );
+    let _ = std::fs::remove_dir_all(&base);
 }

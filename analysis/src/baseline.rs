@@ -1,6 +1,7 @@
 //! Declarative baseline files (TOML). See `analysis/README.md` ("Baseline files").
 
 use crate::error::ParseError;
+pub use crate::input::is_baseline_path;
 use crate::model::{Family, Metric, Waiver};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -365,13 +366,8 @@ fn waivers_of(file: &str, labels: &[String], description: &str) -> Result<Vec<Wa
 /// Loads a baseline file from disk.
 pub fn load(path: &std::path::Path) -> Result<Baseline, crate::error::Failure> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| crate::error::Failure::Input(format!("{name}: {e}")))?;
+    let text = crate::input::read_text(path)?;
     Ok(parse(&name, &text)?)
-}
-
-/// True when the path looks like a baseline file.
-pub fn is_baseline_path(p: &std::path::Path) -> bool {
-    p.extension().is_some_and(|e| e == "toml")
 }
 
 /// Writes a baseline TOML from runs: one `per-size` entry per size x metric, `values` = one

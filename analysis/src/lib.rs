@@ -14,6 +14,7 @@ pub mod compare;
 pub mod decision;
 pub mod error;
 pub mod history;
+pub mod input;
 pub mod model;
 pub mod parse;
 pub mod plot;

@@ -372,6 +372,22 @@ fn references(
     Ok(out)
 }
 
+/// Takes the command's outputs before it reads anything ([`tcpx_files::claim_output`]): each a
+/// regular file or nothing, in a directory that exists, no two at one path, and none a file of
+/// its inputs, which are noted first ([`tcpx_analyze::input::note_inputs`]). One line naming the
+/// path otherwise.
+fn claim(inputs: &[&[PathBuf]], outputs: &[(&str, Option<&PathBuf>)]) -> Result<(), Failure> {
+    for i in inputs {
+        tcpx_analyze::input::note_inputs(i);
+    }
+    for (flag, path) in outputs {
+        if let Some(p) = path {
+            tcpx_files::claim_output(p, flag).map_err(|e| Failure::Input(e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes a report or baseline whole or not at all, never through a link: a full disk is an
 /// error naming `p` (`cannot write P: No space left on device`), never a cut-off file.
 fn write_file(p: &Path, text: &str) -> Result<(), Failure> {
@@ -399,6 +415,11 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow:
     let default_metrics: &[Metric] = if gate { &[Metric::Busbw] } else { &Metric::ALL };
     // compare only reports: runs the gate would refuse are named in its warnings.
     let allow = if gate { a.allow } else { Allow::ALL };
+    // Outputs that cannot be written as given write nothing, not even the failure JSON.
+    claim(
+        &[&a.candidate, &a.baseline, a.history.as_slice()],
+        &[("--json", a.json.as_ref()), ("--markdown", a.markdown.as_ref())],
+    )?;
     let res = (|| {
         let s = settings(a, default_metrics, allow_inconclusive)?;
         let mut cands = load_runs(&a.candidate, &a.input)?;
@@ -442,6 +463,7 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow:
 
 fn run_plot(a: &PlotArgs) -> anyhow::Result<i32> {
     let metric = Metric::parse(&a.metric).ok_or_else(|| Failure::Usage(format!("unknown metric {:?}", a.metric)))?;
+    claim(&[&a.inputs, &a.baseline], &[("-o", Some(&a.out))])?;
     let runs = load_runs(&a.inputs, &a.input)?;
     let bases: Vec<Baseline> = a.baseline.iter().map(|p| baseline::load(p)).collect::<Result<_, _>>()?;
     if runs.is_empty() && bases.is_empty() {
@@ -462,6 +484,7 @@ fn run_heatmap(a: &HeatmapArgs) -> anyhow::Result<i32> {
         Some(s) => Some(parse_size(s).map_err(|_| Failure::Usage(format!("bad size {s:?}")))?),
         None => None,
     };
+    claim(&[&a.inputs], &[("-o", Some(&a.out))])?;
     let runs = parse::load_paths(&a.inputs, &ParseOptions::default())?;
     let (size, links) = plot::select_pairs(&runs, size, a.pattern.as_deref()).map_err(Failure::Input)?;
     let title = a
@@ -482,9 +505,15 @@ fn run_heatmap(a: &HeatmapArgs) -> anyhow::Result<i32> {
         println!("| src rank (host) | dst rank (host) | GB/s | robust z |");
         println!("|---|---|---|---|");
         for o in &out {
+            // Host names come from the run: shown literally, never as HTML or a cell break.
             println!(
                 "| {} ({}) | {} ({}) | {:.3} | {:.2} |",
-                o.src_rank, o.src_host, o.dst_rank, o.dst_host, o.gbps, o.robust_z
+                o.src_rank,
+                report::cell(&o.src_host),
+                o.dst_rank,
+                report::cell(&o.dst_host),
+                o.gbps,
+                o.robust_z
             );
         }
     }
@@ -572,6 +601,7 @@ fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
 }
 
 fn run_make_baseline(a: &MakeBaselineArgs) -> anyhow::Result<i32> {
+    claim(&[&a.inputs], &[("-o", Some(&a.out))])?;
     let mut runs = load_runs(&a.inputs, &a.input)?;
     // What each run needed, before the policy counts its status as ok.
     let waived = admit::waived(&runs);

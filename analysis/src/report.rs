@@ -68,7 +68,7 @@ fn text(s: &str) -> String {
 }
 
 /// [`text`] for a table cell: a `|` would end the cell, a line break the row.
-fn cell(s: &str) -> String {
+pub fn cell(s: &str) -> String {
     text(s).replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 

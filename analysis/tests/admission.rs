@@ -630,7 +630,9 @@ fn runs_needed_refuses_a_slowdown_the_gate_never_calls_a_regression() {
 
 /// tcpx-perf itself: a failed NCCL_TESTS_MIN_BW (exit 7) is status `below-min-bw` in
 /// summary.json with the figures, which the gate then refuses unless allowed by name; `-J` that
-/// cannot be written ends the run before it measures, a `-J` in a new directory is written.
+/// cannot be written ends the run before it measures; a `-J` in a directory that does not exist
+/// is refused so too, the directory not made (issue 44: no directory is made for a file), and
+/// one in a directory that exists is written.
 #[test]
 fn tcpx_perf_records_min_bw_and_probes_j_first() {
     let d = tmpdir("admit-tcpx-perf");
@@ -658,7 +660,13 @@ fn tcpx_perf_records_min_bw_and_probes_j_first() {
     assert!(!o.status.success(), "{text}");
     assert!(text.contains(&format!("-J {}", bad.display())), "{text}");
     assert!(!text.contains("Avg bus bandwidth"), "measured before refusing: {text}");
-    let good = d.join("new-dir").join("run.json");
+    let missing = d.join("new-dir").join("run.json");
+    let o = tcpx_perf_run(&d.join("j-missing"), &[], &["-J", s(&missing)]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("does not exist"), "{text}");
+    assert!(!text.contains("Avg bus bandwidth"), "measured before refusing: {text}");
+    assert!(!d.join("new-dir").exists(), "a directory was made for -J");
+    let good = d.join("run.json");
     let o = tcpx_perf_run(&d.join("j-good"), &[], &["-J", s(&good)]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(good.is_file());

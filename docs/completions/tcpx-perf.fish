@@ -36,7 +36,7 @@ complete -c tcpx-perf -l cpu-bind -d 'CPUs each endpoint\'s thread (and the thre
 complete -c tcpx-perf -l poll -d 'How each endpoint\'s progress loop waits when a pass over its comms found nothing to do' -r -f -a "adaptive\t'Spin a little after progress, then sleep with growing pauses (bounded by [`sleep_bound`])'
 spin\t'Test continuously, yielding the core every 64 empty passes'"
 complete -c tcpx-perf -l setup-threads -d 'Most connection-setup threads per endpoint (default: 64 for TCPX and tcpx-emu, 1 for other plugins)' -r
-complete -c tcpx-perf -l connects-in-flight -d 'Most connects under way at once per endpoint (default: auto)' -r
+complete -c tcpx-perf -l connects-in-flight -d 'Most connects under way at once per endpoint: auto, or a count' -r
 complete -c tcpx-perf -l plan -d 'Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin' -r
 complete -c tcpx-perf -l plan-json -d 'With --plan: also write the plan (needs, limits, verdicts) as JSON to FILE' -r -F
 complete -c tcpx-perf -l out -d 'Result directory; default: results/<UTC timestamp>-<pattern>' -r -F

@@ -27,7 +27,13 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-usage() { echo "render.sh: $1 (usage: launch/k8s/render.sh --nodes N [--form jobset|pods] [--image IMG] [--out DIR] [-- tcpx-perf args])" >&2; exit 64; }
+# One line whatever the values it quotes hold: a line break shows as \n, a carriage return as \r.
+usage() {
+  local msg=${1//$'\n'/\\n}
+  msg=${msg//$'\r'/\\r}
+  echo "render.sh: $msg (usage: launch/k8s/render.sh --nodes N [--form jobset|pods] [--image IMG] [--out DIR] [-- tcpx-perf args])" >&2
+  exit 64
+}
 
 nodes="" form=jobset image=tcpx-perf:dev name=tcpx-perf out="" queue="" deadline=7200 ssh_port=2222
 # The pair Google released together (container-engine-accelerators gpudirect-tcpx/README.md,

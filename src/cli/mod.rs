@@ -277,14 +277,14 @@ pub struct Cli {
     #[arg(long = "setup-threads")]
     pub setup_threads: Option<usize>,
 
-    /// Most connects under way at once per endpoint (default: auto)
+    /// Most connects under way at once per endpoint: auto, or a count
     ///
     /// A connect's first call starts the plugin's work (TCPX and tcpx-emu: a thread until its
     /// sockets are up); the others wait their turn. auto: each endpoint of the job on this kernel
     /// gets an even share of half of kernel.pid_max, at least 16 (every connect at once where
     /// that fits, as at 128 ranks on one host).
-    #[arg(long = "connects-in-flight")]
-    pub connects_in_flight: Option<usize>,
+    #[arg(long = "connects-in-flight", default_value = "auto", value_parser = values::parse_connects_in_flight)]
+    pub connects_in_flight: ConnectsInFlight,
 
     /// Stop before moving data: MPI, plugin, placement, CPU bindings and preflight checks on
     /// every node, then a per-node table and one line per finding; exit 0 if no error
@@ -342,8 +342,10 @@ pub struct Cli {
     /// Write the healthy nodes of a multi-node run as an Open MPI hostfile to PATH
     ///
     /// `HOST slots=N` per healthy node, N its ranks in this job (docs/drain.md). Written whole
-    /// at the end of the run; an earlier file at PATH is removed before the run measures, so a
-    /// run that judges no node leaves none.
+    /// at the end of the run; a list an earlier run wrote at PATH is removed before the run
+    /// measures, so a run that judges no node leaves none. Anything else at PATH (another file,
+    /// a device, a link, another output of the run) is refused, left as it is; PATH's directory
+    /// must exist (docs/files.md).
     #[arg(long = "healthy-hostfile", value_name = "PATH")]
     pub healthy_hostfile: Option<PathBuf>,
 
@@ -573,9 +575,6 @@ impl Cli {
         }
         if self.setup_threads == Some(0) {
             return Err("--setup-threads 0 cannot set anything up: use 1 or more, or drop the flag".into());
-        }
-        if self.connects_in_flight == Some(0) {
-            return Err("--connects-in-flight 0 would never connect: use 1 or more, or drop the flag".into());
         }
         if self.dir == Dir::Uni && self.pattern != Pattern::Pairs {
             return Err(format!(

@@ -205,3 +205,24 @@ fn placement_flags() {
         .contains("--setup-threads"));
     assert_eq!(cli(&["--cpu-bind", "none"]).config_json()["cpu_bind"], "None");
 }
+
+/// Issue 44: `--connects-in-flight auto` is the default `--help` names, accepted as written and
+/// the same as leaving the flag out; a count is taken, 0 and words are refused naming the flag.
+#[test]
+fn connects_in_flight_takes_auto_as_its_help_says() {
+    let auto = Cli::try_parse_from(["tcpx-perf", "--connects-in-flight", "auto"]).expect("auto is accepted");
+    assert_eq!(
+        format!("{:?}", auto.connects_in_flight),
+        format!("{:?}", cli(&[]).connects_in_flight)
+    );
+    let four = cli(&["--connects-in-flight", "4"]);
+    assert!(four.validate().is_ok());
+    assert!(format!("{:?}", four.connects_in_flight).contains('4'));
+    for bad in ["0", "many", "4x"] {
+        let e = Cli::try_parse_from(["tcpx-perf", "--connects-in-flight", bad])
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.validate().map(|()| c))
+            .expect_err(bad);
+        assert!(e.contains("--connects-in-flight"), "{bad}: {e}");
+    }
+}

@@ -97,6 +97,47 @@ pub fn parse_max_peers(s: &str) -> Result<MaxPeers, String> {
     }
 }
 
+/// `--connects-in-flight`: auto (an even share of half the kernel's pids per endpoint:
+/// [`crate::engine::setup::connects_in_flight`]) or a count of at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectsInFlight {
+    Auto,
+    Fixed(usize),
+}
+
+impl ConnectsInFlight {
+    /// The count given, or `None` for auto.
+    pub fn fixed(self) -> Option<usize> {
+        match self {
+            ConnectsInFlight::Auto => None,
+            ConnectsInFlight::Fixed(n) => Some(n),
+        }
+    }
+}
+
+impl Serialize for ConnectsInFlight {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ConnectsInFlight::Auto => s.serialize_str("auto"),
+            ConnectsInFlight::Fixed(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+/// Parses `--connects-in-flight`: `auto`, or a count of at least 1.
+pub fn parse_connects_in_flight(s: &str) -> Result<ConnectsInFlight, String> {
+    match s {
+        "auto" => Ok(ConnectsInFlight::Auto),
+        _ => match s.parse::<usize>() {
+            Ok(0) => Err("0 would never connect: use 1 or more, or auto".into()),
+            Ok(n) => Ok(ConnectsInFlight::Fixed(n)),
+            Err(_) => Err(format!(
+                "{s:?} is not a count: use a number of connects (1 or more), or auto"
+            )),
+        },
+    }
+}
+
 /// Buffer memory kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]

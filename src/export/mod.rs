@@ -120,6 +120,29 @@ pub fn write_partial(
     json::write_summary(dir, info, results, sizes_planned, status, &crate::report::now_rfc3339())
 }
 
+/// Every file a run writes in its result directory (the claim and the probe included).
+pub const DIR_FILES: [&str; 10] = [
+    csv::RESULTS_CSV,
+    csv::SAMPLES_CSV,
+    csv::RANK_SAMPLES_CSV,
+    csv::PAIRS_CSV,
+    csv::NCCL_SAMPLES_CSV,
+    json::SUMMARY_JSON,
+    svg::BANDWIDTH_SVG,
+    svg::LINKS_SVG,
+    claim::CLAIM_FILE,
+    PROBE_FILE,
+];
+
+/// Claims the result directory's files as this run's outputs ([`tcpx_files::claim_output`]), so
+/// that no other output of the run (`-J`, `--drain-list`, ...) is given one of their paths.
+pub fn claim_dir_files(dir: &Path) -> io::Result<()> {
+    for name in DIR_FILES {
+        tcpx_files::claim_output(&dir.join(name), &format!("the result directory's {name}"))?;
+    }
+    Ok(())
+}
+
 /// Name of the file [`probe_out_dir`] writes and removes.
 const PROBE_FILE: &str = ".tcpx-perf-probe";
 

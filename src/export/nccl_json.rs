@@ -337,30 +337,29 @@ pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(NcclTestsJson)).unwrap_or_default()
 }
 
-/// Proves before measuring, as `--out` is proved, that `-J` can be written: creates its
-/// directory and writes, syncs and removes a probe file beside it (a read-only or missing place
+/// Proves before measuring, as `--out` is proved, that `-J` can be written: claims it as an
+/// output of the run ([`tcpx_files::claim_output`]: its directory exists, no other output is at
+/// its path) and writes, syncs and removes a probe file beside it (a read-only or missing place
 /// is found before the sweep, not after it). Every error names the path and the flag.
 pub fn check_destination(path: &Path) -> io::Result<()> {
     check_writable("-J", path)
 }
 
-/// The probe of [`check_destination`] for any file a flag names (`--drain-list`, ...).
+/// The checks of [`check_destination`] for any file a flag names (`--drain-list`, ...): the
+/// claim, then the probe. No directory is made.
 pub(crate) fn check_writable(flag: &str, path: &Path) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    tcpx_files::claim_output(path, flag)
+        .map_err(|e| io::Error::new(e.kind(), format!("{flag} {}: {e}", path.display())))?;
+    let dir = tcpx_files::parent_of(path);
     let probe = dir.join(format!(".tcpx-perf-json-probe.{}", std::process::id()));
-    let written = fs::create_dir_all(dir).and_then(|()| {
-        tcpx_files::create_new(&probe).and_then(|mut f| {
-            let r = f
-                .write_all(b"tcpx-perf checks that -J can be written\n")
-                .and_then(|()| f.sync_all())
-                .and(tcpx_files::close(f));
-            // Removed only once this job made it.
-            let _ = fs::remove_file(&probe);
-            r
-        })
+    let written = tcpx_files::create_new(&probe).and_then(|mut f| {
+        let r = f
+            .write_all(b"tcpx-perf checks that -J can be written\n")
+            .and_then(|()| f.sync_all())
+            .and(tcpx_files::close(f));
+        // Removed only once this job made it.
+        let _ = fs::remove_file(&probe);
+        r
     });
     written.map_err(|e| {
         io::Error::new(

@@ -204,10 +204,14 @@ fn never_replaces_a_file() {
     assert_eq!(names.len(), 3, "no temporary file left: {names:?}");
     let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
     assert_eq!(back["results"][0]["size"], 256);
-    // Its directory is created and proved writable before the sweep; a place that cannot
-    // take a file (under a regular file) is refused, naming -J.
-    assert!(check_destination(&tmp.path().join("new/run.json")).is_ok());
-    assert!(tmp.path().join("new").is_dir());
+    // Its directory is proved writable before the sweep, never made: a missing one, and a
+    // place that cannot take a file (under a regular file), are refused, naming -J.
+    let err = check_destination(&tmp.path().join("new/run.json")).expect_err("no such directory");
+    assert!(
+        err.to_string().starts_with("-J ") && err.to_string().contains("does not exist"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("new").exists());
     let err = check_destination(&path.join("run.json")).expect_err("under a file");
     assert!(err.to_string().starts_with("-J "), "{err}");
     assert!(check_destination(Path::new("run.json")).is_ok());

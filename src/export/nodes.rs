@@ -1,9 +1,12 @@
 //! The node verdicts ([`crate::verdict`]) as the footer's table and as the two lists a
 //! scheduler takes (docs/drain.md): `--healthy-hostfile` (an Open MPI hostfile of the healthy
 //! nodes) and `--drain-list` (the bad nodes, one a line with the reason). Both are written
-//! whole to a temporary sibling and renamed into place; a destination is proved writable, and a
-//! file left there by an earlier job removed, before the run measures, so either this job's
-//! list is there, complete, or none is.
+//! whole to a temporary sibling and renamed into place. Before the run measures, each path is
+//! claimed as an output of the run (a regular file or nothing, in a directory that exists, no
+//! other output's path: [`tcpx_files::claim_output`]) and proved writable, and a list an earlier
+//! run left there is removed, so either this job's list is there, complete, or none is. A file
+//! there that is not such a list (no `# tcpx-perf: ` header, no `HOST tcpx-perf: ` lines) is not
+//! the run's to replace or remove: the run is refused instead (docs/files.md).
 
 use crate::report::{Health, NodeVerdict};
 use crate::verdict::Thresholds;
@@ -61,32 +64,75 @@ pub fn shorten(items: &[String], max: usize) -> String {
     }
 }
 
+/// The first line of every `--healthy-hostfile`, which marks it as tcpx-perf's.
+const HOSTFILE_HEAD: &str = "# tcpx-perf: ";
+/// What follows the host on every line of a `--drain-list`, which marks it as tcpx-perf's.
+const DRAIN_MARK: &str = " tcpx-perf: ";
+
+/// Whether a list may name `host`: a host name an Open MPI hostfile parses and `while read -r
+/// node reason` takes as one word (letters, digits, `.`, `-`, `_`; a letter or digit first).
+pub fn listable(host: &str) -> bool {
+    host.len() <= 255
+        && host.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+/// The names of `hosts` no list can hold ([`listable`]), as Rust writes strings (quoted, a
+/// line break as `\n`), comma-separated.
+fn unlistable(hosts: &[&String]) -> String {
+    hosts.iter().map(|h| format!("{h:?}")).collect::<Vec<_>>().join(", ")
+}
+
 /// `--healthy-hostfile`: `HOST slots=N` for each healthy node, N its ranks in this job, after a
-/// comment line saying what the file is.
+/// comment line saying what the file is; a healthy node whose name no hostfile can hold
+/// ([`listable`]) is left out, named in a comment line.
 pub fn healthy_hostfile(verdicts: &[NodeVerdict], slots: &[(String, usize)], start_time: &str) -> String {
     let healthy: Vec<&(String, usize)> = slots
         .iter()
         .filter(|(h, _)| verdicts.iter().any(|v| &v.host == h && v.verdict == Health::Healthy))
         .collect();
     let mut s = format!(
-        "# tcpx-perf: the {} healthy node(s) of {} in the run started {start_time}\n",
+        "{HOSTFILE_HEAD}the {} healthy node(s) of {} in the run started {start_time}\n",
         healthy.len(),
         slots.len()
     );
-    for (host, n) in healthy {
+    let left: Vec<&String> = healthy.iter().map(|(h, _)| h).filter(|h| !listable(h)).collect();
+    if !left.is_empty() {
+        let _ = writeln!(
+            s,
+            "# left out, names an Open MPI hostfile cannot hold: {}",
+            unlistable(&left)
+        );
+    }
+    for (host, n) in healthy.into_iter().filter(|(h, _)| listable(h)) {
         let _ = writeln!(s, "{host} slots={n}");
     }
     s
 }
 
 /// `--drain-list`: each bad node, a space, the reason (one line, `tcpx-perf: ` and the
-/// evidence), as `while read -r node reason` takes it; empty when no node is bad.
+/// evidence), as `while read -r node reason` takes it; empty when no node is bad. A node whose
+/// name is not one word ([`listable`]) is left out (the console says so).
 pub fn drain_list(verdicts: &[NodeVerdict]) -> String {
     verdicts
         .iter()
-        .filter(|v| v.verdict == Health::Bad)
-        .map(|v| format!("{} tcpx-perf: {}\n", v.host, v.evidence.replace(['\n', '\r'], " ")))
+        .filter(|v| v.verdict == Health::Bad && listable(&v.host))
+        .map(|v| format!("{}{DRAIN_MARK}{}\n", v.host, v.evidence.replace(['\n', '\r'], " ")))
         .collect()
+}
+
+/// Whether `text` is a list tcpx-perf writes for `flag`: a hostfile starting with its header, a
+/// drain list whose every line is `HOST tcpx-perf: ...` (or none).
+fn is_own_list(flag: &str, text: &str) -> bool {
+    if flag == "--healthy-hostfile" {
+        return text.starts_with(HOSTFILE_HEAD);
+    }
+    text.lines().all(|l| {
+        l.split_once(DRAIN_MARK)
+            .is_some_and(|(host, _)| !host.is_empty() && !host.contains(char::is_whitespace))
+    })
 }
 
 /// The lists asked for and where (`--healthy-hostfile`, `--drain-list`).
@@ -106,33 +152,30 @@ impl Lists {
         .filter_map(|(flag, p)| p.as_ref().map(|p| (flag, p)))
     }
 
-    /// Before the run measures: each destination's directory takes a file, and an earlier
-    /// job's list there is removed (a run that judges nothing must not leave it looking like
-    /// this job's). Every error names the flag and the path.
+    /// Before the run measures: each destination is claimed and proved writable (no directory
+    /// is made), and a list an earlier run left there is removed (a run that judges nothing must
+    /// not leave it looking like this job's); anything else there is refused, left as it was.
+    /// Every error is one line naming the flag and the path.
     pub fn prepare(&self) -> io::Result<()> {
         for (flag, path) in self.each() {
             super::nccl_json::check_writable(flag, path)?;
-            if path.is_dir() {
-                return Err(io::Error::other(format!(
-                    "{flag} {}: is a directory; give a file",
-                    path.display()
-                )));
-            }
-            match fs::remove_file(path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("{flag} {}: cannot replace the earlier list: {e}", path.display()),
-                    ))
+            if own_or_absent(flag, path)? {
+                match fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{flag} {}: cannot remove the earlier list: {e}", path.display()),
+                        ))
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
         }
         Ok(())
     }
 
     /// Writes the lists (nothing without verdicts: no list then, rather than a guess); the
-    /// lines saying where.
+    /// lines saying where, and which nodes no list could name.
     pub fn write(&self, verdicts: &[NodeVerdict], slots: &[(String, usize)], start_time: &str) -> io::Result<String> {
         let mut said = String::new();
         if verdicts.is_empty() {
@@ -142,20 +185,59 @@ impl Lists {
             return Ok(said);
         }
         for (flag, path) in self.each() {
-            let text = if flag == "--drain-list" {
-                drain_list(verdicts)
+            let (text, wanted) = if flag == "--drain-list" {
+                (drain_list(verdicts), Health::Bad)
             } else {
-                healthy_hostfile(verdicts, slots, start_time)
+                (healthy_hostfile(verdicts, slots, start_time), Health::Healthy)
             };
+            // A file put there during the run is not this run's to replace.
+            own_or_absent(flag, path)?;
             super::write_atomically(path, |w| {
                 w.write_all(text.as_bytes())?;
                 w.flush()?;
                 w.get_ref().sync_all()
             })?;
             let _ = writeln!(said, "# {flag} written to {}", path.display());
+            let left: Vec<&String> = verdicts
+                .iter()
+                .filter(|v| v.verdict == wanted && !listable(&v.host))
+                .map(|v| &v.host)
+                .collect();
+            if !left.is_empty() {
+                let _ = writeln!(
+                    said,
+                    "# {flag}: left out {} {} node(s) whose names no hostfile or `read` takes as one word: {}",
+                    left.len(),
+                    wanted.as_str(),
+                    unlistable(&left)
+                );
+            }
         }
         Ok(said)
     }
+}
+
+/// Whether `path` holds a list of tcpx-perf's for `flag` (true: the run's own, to remove or
+/// replace) or nothing (false); the refusal naming the flag when it holds anything else. Read
+/// without blocking and bounded ([`tcpx_files::read`]).
+fn own_or_absent(flag: &str, path: &std::path::Path) -> io::Result<bool> {
+    let named = |e: io::Error| io::Error::new(e.kind(), format!("{flag} {}: {e}", path.display()));
+    tcpx_files::refuse_non_file(path).map_err(named)?;
+    let bytes = match tcpx_files::read::read_own(path, tcpx_files::Bound::NODE_LIST) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(named(e)),
+    };
+    if is_own_list(flag, &String::from_utf8_lossy(&bytes)) {
+        return Ok(true);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{flag} {}: holds a file that is not a list tcpx-perf wrote: refusing to replace or remove it; move it away or choose another path",
+            path.display()
+        ),
+    ))
 }
 
 /// The hostnames of the job in rank order, each with its number of ranks (a hostfile's slots).
@@ -244,11 +326,17 @@ mod tests {
     #[test]
     fn lists_are_written_whole_an_earlier_one_is_removed_first_and_none_without_verdicts() {
         let dir = tempfile::tempdir().expect("tempdir");
+        fs::create_dir(dir.path().join("sub")).expect("mkdir");
         let lists = Lists {
             healthy_hostfile: Some(dir.path().join("healthy")),
             drain_list: Some(dir.path().join("sub/drain")),
         };
         fs::write(dir.path().join("healthy"), "stale\n").expect("write");
+        let e = lists.prepare().unwrap_err().to_string();
+        assert!(e.contains("not a list tcpx-perf wrote"), "{e}");
+        assert_eq!(fs::read_to_string(dir.path().join("healthy")).expect("kept"), "stale\n");
+        fs::write(dir.path().join("healthy"), "# tcpx-perf: the 1 healthy node(s) of 1\n").expect("write");
+        fs::write(dir.path().join("sub/drain"), "").expect("write");
         lists.prepare().expect("prepare");
         assert!(!dir.path().join("healthy").exists(), "the earlier list is gone");
         let said = lists.write(&[], &[], "t").expect("write");
@@ -272,6 +360,43 @@ mod tests {
             ..Lists::default()
         };
         let e = bad.prepare().unwrap_err().to_string();
-        assert!(e.starts_with("--drain-list ") && e.contains("give a file"), "{e}");
+        assert!(
+            e.starts_with("--drain-list ") && e.contains("a directory, not a regular file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_name_no_list_can_hold_is_left_out_and_a_list_is_known_by_its_marks() {
+        let mut v = run();
+        v[0].host = "node 0".into();
+        let slots = slots(["node 0", "node3"].map(String::from));
+        let hostfile = healthy_hostfile(&v, &slots, "t");
+        assert!(
+            hostfile.ends_with("# left out, names an Open MPI hostfile cannot hold: \"node 0\"\nnode3 slots=1\n"),
+            "{hostfile}"
+        );
+        for (host, ok) in [
+            ("node-1.a_b", true),
+            ("a b", false),
+            ("a\"b", false),
+            ("-x", false),
+            ("", false),
+            ("n\nx", false),
+        ] {
+            assert_eq!(listable(host), ok, "{host:?}");
+        }
+        assert!(is_own_list("--drain-list", ""));
+        assert!(is_own_list(
+            "--drain-list",
+            "node2 tcpx-perf: eth1 slow\nnode5 tcpx-perf: x\n"
+        ));
+        assert!(!is_own_list("--drain-list", "node2 tcpx-perf: eth1 slow\nmy notes\n"));
+        assert!(!is_own_list("--drain-list", " tcpx-perf: x\n"));
+        assert!(is_own_list(
+            "--healthy-hostfile",
+            "# tcpx-perf: the 2 healthy node(s)\n"
+        ));
+        assert!(!is_own_list("--healthy-hostfile", "node0 slots=8\n"));
     }
 }

@@ -31,8 +31,11 @@ fn header(settings: &Settings, job: &Job, info: &RunInfo, rank: usize) -> Result
         return Ok(());
     }
     if let Some(dir) = &settings.output.dir {
-        // Before any data moves: a directory that cannot take the results ends the run now.
-        export::probe_out_dir(dir).map_err(|e| Fatal::Here(e.to_string()))?;
+        // Before any data moves: a directory that cannot take the results ends the run now, and
+        // its files are the run's, no other output's (-J, the node lists).
+        export::probe_out_dir(dir)
+            .and_then(|()| export::claim_dir_files(dir))
+            .map_err(|e| Fatal::Here(e.to_string()))?;
     }
     if let Some(path) = &settings.output.nccl_json {
         nccl_json::check_destination(path).map_err(|e| Fatal::Here(e.to_string()))?;

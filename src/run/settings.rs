@@ -228,7 +228,7 @@ impl Settings {
                 chunk: cli.chunk,
                 max_reg: cli.max_reg,
                 setup_threads: cli.setup_threads,
-                connects_in_flight: cli.connects_in_flight,
+                connects_in_flight: cli.connects_in_flight.fixed(),
                 poll: cli.poll,
                 connect: cli.connect,
                 connect_peers: usize::try_from(cli.connect_peers).unwrap_or(usize::MAX),

@@ -379,3 +379,22 @@ fn a_probe_of_two_nodes_cannot_separate_and_says_so() {
     );
     assert!(v[1].evidence.contains("cannot separate"), "{}", v[1].evidence);
 }
+
+/// Issue 44: a NIC side at 0.29 of the median at the largest size, healthy at the smaller ones,
+/// is suspect and named (its flows' partners fast with the others), not a healthy node in the
+/// hostfile with no word; it is not bad (that takes more than half of the sizes).
+#[test]
+fn a_side_below_the_suspect_share_at_the_largest_size_alone_is_suspect() {
+    let flows = fullmesh(8, 2);
+    let results: Vec<SizeResult> = [(1u64 << 20, 1.0), (2 << 20, 1.0), (4 << 20, 0.29)]
+        .iter()
+        .map(|&(s, share)| size(s, 2, &flows, &[(3, "eth1", true, share)]))
+        .collect();
+    let v = verdicts_of(8, 2, &results, None);
+    assert_eq!(unhealthy(&v), vec![("node3", Health::Suspect, Some("partners"))]);
+    assert!(
+        v[3].evidence.starts_with("eth1 sending at 0.") && v[3].evidence.contains("(1 of 3 sizes)"),
+        "{}",
+        v[3].evidence
+    );
+}

@@ -150,6 +150,10 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
         start_time: a.start_time.clone(),
         allow: a.allow,
     };
+    // The database is this command's output: a regular file or none yet, in a directory that
+    // exists, none of the runs' files.
+    crate::input::note_inputs(&a.inputs);
+    tcpx_files::claim_output(&a.db.db, "--db").map_err(|e| Failure::Input(e.to_string()))?;
     // Every input is read and checked before anything is written: a refused input leaves the
     // database as it was.
     let mut records = Vec::new();
@@ -203,6 +207,8 @@ fn run_detect(a: &DetectArgs) -> Result<i32, Failure> {
 
 fn report(a: &ReportArgs) -> Result<i32, Failure> {
     let s = a.edm.settings()?;
+    tcpx_files::note_input(&a.db.db);
+    tcpx_files::claim_output(&a.out, "-o").map_err(|e| Failure::Input(e.to_string()))?;
     let db = Db::open(&a.db.db, false)?;
     let d = detect(&db, &s)?;
     let page = super::report_html::html(&d, &a.db.db.display().to_string(), &db.node_verdicts()?);
@@ -225,8 +231,13 @@ pub fn run(c: &HistoryCmd) -> Result<i32, Failure> {
         HistoryCmd::Detect(a) => run_detect(a),
         HistoryCmd::Report(a) => report(a),
         HistoryCmd::Nodes(a) => {
+            if a.last == 0 {
+                return Err(Failure::Usage(
+                    "--last 0 shows no run: give 1 or more (the newest runs to show; default 10)".into(),
+                ));
+            }
             let db = Db::open(&a.db.db, false)?;
-            print!("{}", super::nodes::table(&db.node_verdicts()?, a.last.max(1)));
+            print!("{}", super::nodes::table(&db.node_verdicts()?, a.last));
             Ok(exit::PASS)
         }
     }

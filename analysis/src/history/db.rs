@@ -154,11 +154,10 @@ impl Db {
                 "{name}: an empty file, not a tcpx-analyze history database (create one with `history add --db FILE RUN...`; this file is left alone)"
             )));
         }
-        if create {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| Failure::Input(format!("{}: cannot create: {e}", dir.display())))?;
-            }
+        // A database read is an input of the command: no output of it may replace it
+        // (tcpx_files::claim_output). Its directory is never made: `history add` claims the path.
+        if !create {
+            tcpx_files::note_input(path);
         }
         // Never through a link: a database name that is a symbolic link is refused, naming it
         // (SQLite's NOFOLLOW alone says only "unable to open database file").

@@ -6,6 +6,7 @@
 
 use super::model::{rfc3339, valid_time, Config, Provenance, RunRecord, SeriesRecord, StoredRow};
 use crate::error::Failure;
+use crate::input::{read_bytes, RUN_FILES};
 use crate::model::{Format, Run};
 use crate::parse::{self, ParseOptions, Placement};
 use serde_json::Value;
@@ -16,20 +17,6 @@ use std::path::Path;
 fn hex(d: impl AsRef<[u8]>) -> String {
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
-
-fn read_bytes(p: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(p).map_err(|e| Failure::Input(format!("{}: {e}", p.display())))
-}
-
-/// The files that make a tcpx-perf result directory's content (the pictures are derived).
-const RUN_FILES: [&str; 6] = [
-    "summary.json",
-    "results.csv",
-    "samples.csv",
-    "rank_samples.csv",
-    "pairs.csv",
-    "nccl_samples.csv",
-];
 
 fn dir_hash(dir: &Path) -> Result<String, Failure> {
     let mut h = Sha256::new();

@@ -192,8 +192,7 @@ pub fn load_path(path: &Path, opts: &ParseOptions) -> Result<Vec<Run>, Failure> 
         crate::admit::distinct(&runs)?;
         return Ok(runs);
     }
-    let bytes = std::fs::read(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
-    let text = String::from_utf8(bytes).map_err(|e| Failure::Input(format!("{name}: not UTF-8 text ({e})")))?;
+    let text = crate::input::read_text(path)?;
     let mut runs = parse_text(&name, &text, opts)?;
     if runs.iter().any(|r| r.format == Format::TcpxPerfCsv) {
         // A results.csv is whole only as its directory says: read it as that directory.

@@ -256,7 +256,7 @@ pub fn parse_results_only(file: &str, text: &str, _opts: &ParseOptions) -> Resul
 }
 
 fn read(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
+    crate::input::read_text(path)
 }
 
 /// Loads a complete tcpx-perf result directory. Incomplete runs (no summary.json or

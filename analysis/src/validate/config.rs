@@ -131,6 +131,25 @@ fn check_against_csv(file: &str, summary: &Value, res: &Csv) -> Result<(), Failu
             }
         }
     }
+    // The plugin: summary.json's name and ABI are results.csv's on every row (an empty ABI
+    // cell is one the run did not record).
+    for (field, column) in [("plugin.name", "plugin"), ("plugin.abi", "abi")] {
+        let Some(want) = setting(summary, field) else { continue };
+        let text = want.as_str().map_or_else(|| want.to_string(), str::to_string);
+        for (line, r) in &res.rows {
+            if let Some(got) = res.get(r, column).filter(|g| !g.is_empty() && *g != text) {
+                return Err(refuse(
+                    file,
+                    None,
+                    field,
+                    format!(
+                        "{want} but {}:{line} says {got:?}: the files describe different runs",
+                        res.name
+                    ),
+                ));
+            }
+        }
+    }
     if let Some(check) = setting(summary, "check").and_then(Value::as_bool) {
         for (line, r) in &res.rows {
             let counted = res.get(r, "wrong").is_some_and(|w| !w.is_empty());

@@ -137,7 +137,7 @@ impl Csv {
             return Ok(None);
         }
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| Failure::Input(format!("{name}: {e}")))?;
+        let text = crate::input::read_text(path)?;
         Csv::parse(&name, &text).map(Some)
     }
 
@@ -551,6 +551,7 @@ pub fn tcpx_dir(dir: &Path, summary: &Value, run: &mut Run) -> Result<(), Failur
     if let Some(t) = summary.get("start_time").and_then(Value::as_str) {
         run.labels.insert("start_time".into(), t.to_string());
     }
+    summary::check_node_verdicts(&sum_name, summary)?;
     let Some(res) = Csv::read(&dir.join("results.csv"))? else {
         return Ok(());
     };

@@ -258,3 +258,91 @@ pub(super) fn check_summary_agrees(
     }
     Ok(())
 }
+
+/// A summary.json value as a refusal shows it: its JSON, cut at 60 characters; `missing`.
+fn shown(v: Option<&Value>) -> String {
+    let Some(v) = v else { return "missing".into() };
+    let text = v.to_string();
+    if text.chars().count() > 60 {
+        format!("{}...", text.chars().take(57).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// `node_verdicts` (tcpx-perf's verdict per node, docs/drain.md), where present and not null: a
+/// list of objects, each with a host (a non-empty string, no node twice), a verdict of
+/// [`tcpx_schema::NODE_VERDICTS`] and its evidence (a string). What `history nodes` shows and
+/// drains by is then what tcpx-perf can have written.
+pub(super) fn check_node_verdicts(sum_name: &str, summary: &Value) -> Result<(), Failure> {
+    let Some(list) = summary.get("node_verdicts").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let Some(list) = list.as_array() else {
+        return Err(refuse(
+            sum_name,
+            None,
+            "node_verdicts",
+            format!("{} is not a list of node verdicts", shown(Some(list))),
+        ));
+    };
+    let mut hosts = std::collections::BTreeSet::new();
+    for (i, v) in list.iter().enumerate() {
+        let field = |k: &str| format!("node_verdicts[{i}].{k}");
+        let Some(o) = v.as_object() else {
+            return Err(refuse(
+                sum_name,
+                None,
+                &format!("node_verdicts[{i}]"),
+                format!(
+                    "{} is not a node's verdict (an object with host, verdict and evidence)",
+                    shown(Some(v))
+                ),
+            ));
+        };
+        let host = match o.get("host").and_then(Value::as_str) {
+            Some(h) if !h.trim().is_empty() => h,
+            _ => {
+                return Err(refuse(
+                    sum_name,
+                    None,
+                    &field("host"),
+                    format!("{} is not a host name", shown(o.get("host"))),
+                ))
+            }
+        };
+        if !hosts.insert(host) {
+            return Err(refuse(
+                sum_name,
+                None,
+                &field("host"),
+                format!("{} has a verdict already: one verdict per node", shown(o.get("host"))),
+            ));
+        }
+        if !o
+            .get("verdict")
+            .and_then(Value::as_str)
+            .is_some_and(|v| tcpx_schema::NODE_VERDICTS.contains(&v))
+        {
+            return Err(refuse(
+                sum_name,
+                None,
+                &field("verdict"),
+                format!(
+                    "{} is not one of {:?}",
+                    shown(o.get("verdict")),
+                    tcpx_schema::NODE_VERDICTS
+                ),
+            ));
+        }
+        if !o.get("evidence").is_some_and(Value::is_string) {
+            return Err(refuse(
+                sum_name,
+                None,
+                &field("evidence"),
+                format!("{} is not text: a verdict's evidence is", shown(o.get("evidence"))),
+            ));
+        }
+    }
+    Ok(())
+}

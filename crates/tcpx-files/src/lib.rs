@@ -1,13 +1,21 @@
-//! How tcpx-perf and tcpx-analyze write files, in one place:
+//! How tcpx-perf and tcpx-analyze write and read files, in one place (docs/files.md):
 //! - **whole or absent**: [`write_whole`] writes a temporary sibling, checks every write, the
 //!   flush, the fsync and the close, then renames it into place; on any error the temporary is
 //!   removed and the path keeps what it held (nothing, or its previous whole version). A full
 //!   disk is an error naming the path, never a cut-off file.
-//! - **never through a link**: every file is opened with `O_NOFOLLOW`, new ones with
+//! - **a plain file or nothing**: every file is opened with `O_NOFOLLOW`, new ones with
 //!   `O_CREAT | O_EXCL` (which refuses any existing name, a dangling link included), and a
-//!   symbolic link (or anything but a regular file) where a file is to be written is refused
-//!   with one line naming it. A rename replaces a name, never the file a link points to; the
-//!   check before it is what turns a planted link into an error instead of a silent swap.
+//!   symbolic link, a device, a FIFO, a socket or a directory where a file is to be written is
+//!   refused with one line naming it. A rename replaces a name, never the file a link points to;
+//!   the check before it is what turns a planted link into an error instead of a silent swap.
+//! - **no output replaces an input or another output**: [`claim_output`] takes each output of a
+//!   command before it acts, refusing a path that another output of the same command names or
+//!   that is one of its inputs ([`read`]: the files it reads, remembered by device and inode);
+//!   [`write_whole`] refuses an input again at the moment it writes.
+//! - **no directory made for a file**: a file's directory must exist ([`claim_output`] and
+//!   [`write_whole`] say so in one line); only a directory the user names as one (`--out`) is
+//!   made.
+//! - **inputs regular, unblocking and bounded**: [`read`].
 //!
 //! - **stdout and stderr that never panic**: [`console`]'s `print!`/`println!`/`eprint!`/
 //!   `eprintln!` replace std's, so a closed pipe does not turn a verdict into a panic.
@@ -18,6 +26,9 @@
 //! Only `std` and `libc`: every crate of the workspace may depend on this one.
 
 pub mod console;
+pub mod read;
+
+pub use read::{note_input, read_input, read_input_text, Bound};
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -26,6 +37,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::IntoRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Whether [`write_whole`] fsyncs the file (and its directory) before it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,12 +61,19 @@ pub fn not_a_file(path: &Path, what: &str) -> io::Error {
     )
 }
 
-/// `Ok` if nothing is at `path` or it is a regular file; an error naming it if it is a
-/// symbolic link (dangling or not), a directory, a FIFO, a socket or a device.
+/// `Ok` if nothing is at `path` or it is a regular file; an error naming it and what it is if
+/// it is a symbolic link (dangling or not), a directory, a FIFO, a socket or a device.
 pub fn refuse_non_file(path: &Path) -> io::Result<()> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => Err(not_a_file(path, "a symbolic link")),
-        Ok(m) if !m.file_type().is_file() => Err(not_a_file(path, "not a regular file")),
+        Ok(m) if !m.file_type().is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is {}, not a regular file: refusing to write to it; remove it or choose another path",
+                path.display(),
+                read::kind_of(&m)
+            ),
+        )),
         Ok(_) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(named(path, e)),
@@ -117,6 +136,8 @@ pub fn write_whole(
     write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<()> {
     refuse_non_file(path)?;
+    place(path)?;
+    read::refuse_input(path)?;
     let (tmp, file) = create_temporary(path).map_err(|e| named(path, e))?;
     let step = |e| named(path, e);
     let finished = (|| {
@@ -146,6 +167,66 @@ pub fn write_whole(
 /// [`write_whole`] of `bytes`.
 pub fn write_bytes(path: &Path, durability: Durability, bytes: &[u8]) -> io::Result<()> {
     write_whole(path, durability, |w| w.write_all(bytes))
+}
+
+/// Where `path` is: its directory, resolved (links followed, as the user may reach it through
+/// one), and its name; the one-line error when there is no such directory (none is made) or no
+/// file name (`..`, `/`).
+fn place(path: &Path) -> io::Result<PathBuf> {
+    let Some(name) = path.file_name() else {
+        return Err(not_a_file(path, "not a file name"));
+    };
+    let dir = parent_of(path);
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(fs::canonicalize(dir).map_err(|e| named(path, e))?.join(name)),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "cannot write {}: {} is not a directory; choose another path",
+                path.display(),
+                dir.display()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "cannot write {}: directory {} does not exist (none is made for a file): create it or choose another path",
+                path.display(),
+                dir.display()
+            ),
+        )),
+        Err(e) => Err(named(path, e)),
+    }
+}
+
+/// The outputs this process claimed: where each is ([`place`]) and what names it.
+static OUTPUTS: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+
+/// Claims `path` as an output of this command, named `label` (`--drain-list`, `the result
+/// directory's summary.json`), before the command acts: nothing or a regular file is there
+/// ([`refuse_non_file`]), its directory exists (none is made), it is none of the command's inputs
+/// ([`read`]) and no other output of the command is at the same place (the same file however
+/// spelled: `out/../out/x`, a link to its directory). Claiming it again under the same label is a
+/// no-op. Each refusal is one line naming the path and the fix.
+pub fn claim_output(path: &Path, label: &str) -> io::Result<()> {
+    refuse_non_file(path)?;
+    let at = place(path)?;
+    read::refuse_input(path)?;
+    let mut outputs = OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match outputs.iter().find(|(p, _)| *p == at) {
+        Some((_, other)) if other == label => Ok(()),
+        Some((_, other)) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is the path of {other} and also of {label}: give each output a path of its own",
+                path.display()
+            ),
+        )),
+        None => {
+            outputs.push((at, label.to_string()));
+            Ok(())
+        }
+    }
 }
 
 /// fsync of every regular file directly in `dir` (links and other entries are skipped, never

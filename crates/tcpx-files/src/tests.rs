@@ -113,3 +113,88 @@ fn a_failed_write_keeps_the_old_file_and_leaves_no_temporary() {
     assert_eq!(fs::read_to_string(&p).unwrap(), "old\n");
     assert_eq!(entries(tmp.path()), ["baseline.toml"]);
 }
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// An input is a regular file: a FIFO (no writer: the open would block without O_NONBLOCK), a
+/// link to /dev/zero, a directory are refused at once saying what they are; a file past its
+/// bound is refused by its size before a byte is read; a file within it is read whole.
+#[test]
+fn an_input_is_a_regular_file_within_its_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("results.csv");
+    mkfifo(&fifo);
+    let zero = tmp.path().join("summary.json");
+    symlink("/dev/zero", &zero).unwrap();
+    for (p, what) in [
+        (&fifo, "a FIFO"),
+        (&zero, "a character device"),
+        (&tmp.path().to_path_buf(), "a directory"),
+    ] {
+        let e = read_input(p, Bound::SUMMARY_JSON).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: {what}, not a regular file: refusing to read it; give the file itself",
+                p.display()
+            )
+        );
+    }
+    let big = tmp.path().join("big.toml");
+    File::create(&big)
+        .unwrap()
+        .set_len(Bound::BASELINE.max_bytes + 1)
+        .unwrap();
+    let e = read_input(&big, Bound::BASELINE).unwrap_err().to_string();
+    assert!(
+        e.contains("16.0 MiB, more than a baseline file may be (16.0 MiB)"),
+        "{e}"
+    );
+    let ok = tmp.path().join("ok.csv");
+    fs::write(&ok, "a,b\n").unwrap();
+    assert_eq!(read_input_text(&ok, Bound::RESULTS_CSV).unwrap(), "a,b\n");
+    assert!(read_input(&tmp.path().join("missing"), Bound::LOG).unwrap_err().kind() == io::ErrorKind::NotFound);
+}
+
+/// An output is claimed once: a second output at the same place (however spelled) is refused
+/// naming both, an input of the command is refused (claimed or written), a missing directory is
+/// refused and not made, a FIFO is refused saying so; the same claim again is a no-op.
+#[test]
+fn an_output_is_none_of_the_inputs_nor_another_output_and_makes_no_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a.md");
+    claim_output(&a, "--markdown").unwrap();
+    claim_output(&a, "--markdown").unwrap();
+    let spelled = tmp.path().join(".").join("a.md");
+    let e = claim_output(&spelled, "--json").unwrap_err().to_string();
+    assert!(e.contains("is the path of --markdown and also of --json"), "{e}");
+    let input = tmp.path().join("results.csv");
+    fs::write(&input, "x\n").unwrap();
+    read_input(&input, Bound::RESULTS_CSV).unwrap();
+    let e = claim_output(&input, "-o").unwrap_err().to_string();
+    assert!(e.contains("is an input of this command"), "{e}");
+    let e = write_bytes(&input, Durability::Cached, b"toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is an input of this command"), "{e}");
+    assert_eq!(fs::read_to_string(&input).unwrap(), "x\n");
+    let noted = tmp.path().join("noted");
+    fs::write(&noted, "y\n").unwrap();
+    note_input(&noted);
+    assert!(claim_output(&noted, "-o").is_err());
+    let deep = tmp.path().join("no/such/x");
+    let e = claim_output(&deep, "-o").unwrap_err().to_string();
+    assert!(e.contains("does not exist") && !tmp.path().join("no").exists(), "{e}");
+    assert!(write_bytes(&deep, Durability::Cached, b"x")
+        .unwrap_err()
+        .to_string()
+        .contains("does not exist"));
+    let fifo = tmp.path().join("fifo");
+    mkfifo(&fifo);
+    let e = claim_output(&fifo, "-o").unwrap_err().to_string();
+    assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+}

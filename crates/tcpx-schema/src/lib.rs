@@ -14,6 +14,9 @@ pub const SCHEMA_VERSION: u32 = 4;
 /// (`--baseline nccl`'s `nccl_*` columns), 4 (the `tcp_*` loss counters).
 pub const SCHEMA_VERSIONS: [u32; 4] = [1, 2, 3, 4];
 
+/// The verdicts summary.json's `node_verdicts` may hold (docs/drain.md), mildest first.
+pub const NODE_VERDICTS: [&str; 3] = ["healthy", "suspect", "bad"];
+
 /// `bytes_moved` where no witness saw the payload exactly.
 pub const UNVERIFIED: &str = "unverified";
 
