@@ -511,3 +511,30 @@ fn a_url_is_never_taken_for_a_path() {
         assert!(made.is_empty(), "{db} made {made:?}");
     }
 }
+
+/// A PostgreSQL database of another program (tables, no history schema) is never written into:
+/// add, detect and gate refuse it in one line and leave its tables as they were.
+#[test]
+fn a_database_of_another_program_is_never_written_into() {
+    let Some(server) = postgres_server() else { return };
+    let db = fresh_database(&server, "t_foreign");
+    admin(&db)
+        .batch_execute("CREATE TABLE notes (id BIGINT PRIMARY KEY, text TEXT)")
+        .unwrap();
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/runs/ci-sendrecv-identical/run01");
+    for args in [
+        vec!["history", "add", "--db", db.as_str(), run],
+        vec!["history", "detect", "--db", db.as_str()],
+        vec!["gate", "--history", db.as_str(), run],
+    ] {
+        let (code, out) = run_analyze(&args);
+        assert_eq!(code, 3, "{args:?}: {out}");
+        assert!(out.contains("a PostgreSQL database of another program"), "{out}");
+        assert_eq!(out.trim().lines().count(), 1, "{out}");
+        let tables = count(
+            &db,
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'public'",
+        );
+        assert_eq!(tables, 1, "{args:?} wrote into it");
+    }
+}

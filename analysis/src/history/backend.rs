@@ -85,7 +85,7 @@ impl Row {
             Value::Null => Ok(None),
             Value::Real(v) => Ok(Some(*v)),
             Value::Int(v) => Ok(Some(*v as f64)),
-            v => Err(format!("column {i}: a number expected, found {v:?}")),
+            v @ Value::Text(_) => Err(format!("column {i}: a number expected, found {v:?}")),
         }
     }
     pub fn real(&self, i: usize) -> Result<f64, String> {

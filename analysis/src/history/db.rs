@@ -100,9 +100,10 @@ fn check_version(conn: &mut Conn, name: &str, version: i64, writable: bool) -> R
     }
     if version == 0 {
         let kind = conn.kind();
+        let a = if kind == "SQLite" { "an" } else { "a" };
         if conn.table_count().map_err(fail)? > 0 {
             return Err(Failure::Input(format!(
-                "{name}: an {kind} database of another program (tables, no tcpx-analyze schema version): not a history; give another --db"
+                "{name}: {a} {kind} database of another program (tables, no tcpx-analyze schema version): not a history; give another --db"
             )));
         }
         if writable {

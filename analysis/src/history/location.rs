@@ -212,7 +212,7 @@ mod tests {
         .unwrap()
         {
             Location::Postgres(u) => u,
-            l => panic!("{l:?}"),
+            l @ Location::File(_) => panic!("{l:?}"),
         };
         assert_eq!(
             (u.tls, u.root_cert.as_deref()),

@@ -201,7 +201,7 @@ fn watchdog(deadline: Weak<Mutex<Option<Instant>>>, shown: String) {
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(250));
         let Some(d) = deadline.upgrade() else { return };
-        let late = d.lock().map(|g| g.is_some_and(|t| Instant::now() > t)).unwrap_or(false);
+        let late = d.lock().is_ok_and(|g| g.is_some_and(|t| Instant::now() > t));
         if late {
             eprintln!(
                 "tcpx-analyze: {shown}: no answer from the server for {} s: is it stopped or overloaded? Nothing of the run in progress was stored; run the command again",

@@ -88,7 +88,7 @@ impl Frame {
             xs: Vec::new(),
             ymax,
             yticks,
-            xticks: axis::time_ticks(t0, t1, 6),
+            xticks: axis::time_ticks(t0, t1, 8),
             scale,
         };
         f.xs = times.iter().map(|t| f.x_of(*t)).collect();

@@ -121,7 +121,8 @@ impl Backend {
         }
     }
 
-    /// Opens a history as the commands do.
+    /// Opens a history as the commands do (the URL or path says which backend).
+    #[allow(clippy::unused_self)]
     pub fn open(&self, db: &str, create: bool) -> Db {
         Db::open_at(&Location::parse(db, "--db").unwrap(), create).unwrap()
     }
