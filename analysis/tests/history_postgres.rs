@@ -249,7 +249,7 @@ impl Drop for Private {
     }
 }
 
-/// The server stopped (as by a crash) while `history add` stores 30 runs: the add exits non-zero
+/// The server stopped (as by a crash) while `history add` stores 12 runs: the add exits non-zero
 /// with one line naming the URL without its password; every run stored is whole; a command
 /// meanwhile cannot connect, in one line; once the server is back, the same add stores the rest,
 /// each run once.
@@ -268,9 +268,9 @@ fn a_server_stopped_mid_add_stores_nothing_by_half_and_the_retry_stores_each_run
         .to_string();
     let db = fresh_database(&url, "t_stop");
     let dir = tmpdir("pg-stop");
-    // Many samples a run, so that storing 30 takes long enough to stop the server in the middle.
+    // Many samples a run, so that storing 12 takes long enough to stop the server in the middle.
     let iters = 400;
-    make_runs(&dir.join("runs"), 30, 300, iters);
+    make_runs(&dir.join("runs"), 12, 300, iters);
     let t0 = Instant::now();
     let child = add(&db, &[&dir.join("runs")]);
     let stored = |db: &str| {
@@ -307,19 +307,19 @@ fn a_server_stopped_mid_add_stores_nothing_by_half_and_the_retry_stores_each_run
     assert!(server.script("start").status.success());
     let (runs, twice, partial) = census(&db, iters as i64);
     println!("after the stop: {runs} runs stored whole, {partial} by half, {twice} twice");
-    assert!((3..30).contains(&runs), "{runs} runs: the stop was not in the middle");
+    assert!((3..12).contains(&runs), "{runs} runs: the stop was not in the middle");
     assert_eq!((twice, partial), (0, 0));
     let o = finish(add(&db, &[&dir.join("runs")]), Duration::from_secs(120), "the retry");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         text(&o).contains(&format!(
-            ": {} run(s) added, {runs} already stored, 30 in all",
-            30 - runs
+            ": {} run(s) added, {runs} already stored, 12 in all",
+            12 - runs
         )),
         "{}",
         text(&o)
     );
-    assert_eq!(census(&db, iters as i64), (30, 0, 0));
+    assert_eq!(census(&db, iters as i64), (12, 0, 0));
 }
 
 /// A server that is down, silent or refuses the login, a database that does not exist: exit 3
