@@ -2,10 +2,12 @@
 # Installs what a fresh Debian/Ubuntu machine lacks, in two parts:
 #   bash launch/setup.sh           building and running tcpx-perf (launch/quickstart.sh): Open MPI
 #                                  (mpirun, and headers for rsmpi), libclang (rsmpi's bindgen),
-#                                  pkg-config, a C toolchain, and Rust if it is missing;
+#                                  pkg-config, a C toolchain, OpenSSL's headers (tcpx-analyze's TLS to
+#                                  PostgreSQL, built by launch/build.sh --all), and Rust if it is missing;
 #   bash launch/setup.sh --tests   that, and what only the test suite needs (launch/test.sh, so CI):
 #                                  iproute2 and shellcheck (launch/cluster.sh and the scripts' tests),
-#                                  Slurm and MUNGE (tests/slurm.rs), kubernetes-validate (tests/k8s.rs),
+#                                  Slurm and MUNGE (tests/slurm.rs), the PostgreSQL server (the run
+#                                  history's tests, launch/postgres/local-postgres.sh), kubernetes-validate (tests/k8s.rs),
 #                                  clippy and rustfmt, and best effort chromium and
 #                                  signal-processing-algorithms (the history tests, which skip without).
 # Safe to run again; prints what it installed.
@@ -40,9 +42,10 @@ apt_install() {
 # The quick start's packages; with --tests also the suite's. Slurm 22.05 and MUNGE serve
 # tests/slurm.rs and launch/slurm/local-slurm.sh (slurmd brings slurm-wlm-basic-plugins, whose
 # mpi_pmix.so is srun --mpi=pmix): required, not best effort, since CI fails when the Slurm tests
-# cannot run.
-pkgs=(openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl)
-if [ "$tests" = 1 ]; then pkgs+=(iproute2 shellcheck slurmctld slurmd slurm-client munge); fi
+# cannot run. The PostgreSQL server likewise serves the history's tests (CI fails without it); no
+# cluster of the package's own is needed (local-postgres.sh makes a private one), nor its start.
+pkgs=(openmpi-bin libopenmpi-dev libclang-dev pkg-config build-essential ca-certificates curl libssl-dev)
+if [ "$tests" = 1 ]; then pkgs+=(iproute2 shellcheck slurmctld slurmd slurm-client munge postgresql); fi
 need=()
 for pkg in "${pkgs[@]}"; do
   installed "$pkg" || need+=("$pkg")

@@ -15,9 +15,17 @@ cargo fmt --all --check || { echo "test.sh: cargo fmt --all --check failed: run 
 cargo clippy --release --workspace --all-targets -- -D warnings || { echo "test.sh: clippy found warnings (above)" >&2; lint=1; }
 # Open MPI refuses root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Two cores run up to 4 ranks plus test threads: one test binary at a time, two tests at once.
+# The run history's tests run on SQLite and on PostgreSQL: a private server for them
+# (launch/postgres/local-postgres.sh, about 3 s), its URL (a secret: exported, never printed),
+# stopped when the suite ends. Where it cannot start, those tests fail in CI and skip elsewhere.
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; bash launch/postgres/local-postgres.sh stop 2>/dev/null || true' EXIT
+if bash launch/postgres/local-postgres.sh start && TCPX_TEST_POSTGRES_URL=$(bash launch/postgres/local-postgres.sh url); then
+  export TCPX_TEST_POSTGRES_URL
+else
+  echo "test.sh: no local PostgreSQL server (above): the history's PostgreSQL tests skip, or fail in CI" >&2
+fi
+# Two cores run up to 4 ranks plus test threads: one test binary at a time, two tests at once.
 set +e
 cargo test --release --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -419,7 +419,7 @@ fn the_readme_says_how_many_tests_test_sh_skips() {
 #[test]
 fn launch_scripts_pass_shellcheck() {
     let mut scripts = Vec::new();
-    for dir in ["launch", "launch/slurm", "launch/k8s"] {
+    for dir in ["launch", "launch/slurm", "launch/k8s", "launch/postgres"] {
         for entry in std::fs::read_dir(repo().join(dir)).expect("launch/ exists") {
             let path = entry.expect("directory entry").path();
             if path.extension().is_some_and(|e| e == "sh" || e == "sbatch") {
@@ -568,7 +568,7 @@ fn quickstart_installs_and_builds_only_what_the_run_needs() {
     ] {
         assert!(installs.contains(pkg), "{pkg} not installed:\n{calls}");
     }
-    for only_tests in ["chromium", "shellcheck", "slurm", "munge", "iproute2"] {
+    for only_tests in ["chromium", "shellcheck", "slurm", "munge", "iproute2", "postgresql"] {
         assert!(
             !calls.contains(only_tests),
             "quickstart installs {only_tests}, which only the tests need:\n{calls}"
@@ -611,6 +611,7 @@ fn test_sh_installs_the_suite_s_tools_and_names_the_slowest_binaries() {
         "slurmctld",
         "slurmd",
         "munge",
+        "postgresql",
         "chromium",
     ] {
         assert!(installs.contains(pkg), "{pkg} not installed:\n{calls}");

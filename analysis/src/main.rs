@@ -175,8 +175,9 @@ struct CompareArgs {
     baseline: Vec<PathBuf>,
     /// Reference instead of -B: per candidate configuration, the runs of its last stable segment
     /// in this history database (after its newest change point; see `history detect`).
+    /// An SQLite file or postgres://USER@HOST[:PORT]/DB, as `history --db`.
     #[arg(long, conflicts_with = "baseline")]
-    history: Option<PathBuf>,
+    history: Option<String>,
     /// Metrics to compare (comma-separated): busbw, algbw, time. Default: all for compare, busbw for gate.
     #[arg(long, value_delimiter = ',')]
     metric: Vec<String>,
@@ -325,7 +326,8 @@ fn references(
     notes: &mut Vec<String>,
 ) -> Result<Vec<Reference>, Failure> {
     if let Some(db) = &a.history {
-        let db = tcpx_analyze::history::db::Db::open(db, false)?;
+        let at = tcpx_analyze::history::location::Location::parse(db, "--history")?;
+        let db = tcpx_analyze::history::db::Db::open_at(&at, false)?;
         let add = tcpx_analyze::history::import::AddOptions {
             parse: a.input.parse_options(),
             start_time: None,

@@ -5,12 +5,14 @@
 //! value equals the database's, read with SQL here), and `gate --history`.
 //!
 //! Needs `mpirun` and the release build of the workspace (`launch/build.sh`): tcpx-perf and the
-//! plugin next to tcpx-analyze.
+//! plugin next to tcpx-analyze. Each test runs on both backends (SQLite, PostgreSQL:
+//! tests/backends), the thirty runs made once for both.
 
+mod backends;
 mod common;
 
+use backends::Backend;
 use common::{add_nccl, real_run, run_analyze, tmpdir, write_run, Spec};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -107,29 +109,16 @@ fn plotted(dom: &str, class: &str) -> Vec<(String, Vec<(i64, f64)>)> {
         .collect()
 }
 
-/// The database's values, by SQL: per (run id, size) busbw and NCCL's busbw.
-fn database(db: &Path) -> BTreeMap<(i64, u64), (f64, Option<f64>)> {
-    let c = rusqlite::Connection::open(db).unwrap();
-    let mut st = c
-        .prepare("SELECT run_id, size_bytes, busbw_gbps, nccl_busbw_gbps FROM results")
-        .unwrap();
-    st.query_map([], |r| {
-        Ok(((r.get(0)?, r.get::<_, i64>(1)? as u64), (r.get(2)?, r.get(3)?)))
-    })
-    .unwrap()
-    .map(Result::unwrap)
-    .collect()
-}
-
-/// Checks a report in the browser against the database; returns the points checked.
-fn check_report(page: &Path, db: &Path, expect_nccl: bool) -> usize {
+/// Checks a report in the browser against the database (its values read with SQL here);
+/// returns the points checked.
+fn check_report(page: &Path, b: &Backend, db: &str, expect_nccl: bool) -> usize {
     let Some(browser) = chromium() else {
         eprintln!("SKIP headless-browser check of {}: chromium is not installed (apt-get install chromium; launch/setup.sh --tests tries)", page.display());
         return 0;
     };
     let (dom, console) = render(browser, page);
     assert!(console.is_empty(), "console output: {console:?}");
-    let values = database(db);
+    let values = b.results(db);
     let mut checked = 0;
     for (class, nccl) in [("pt", false), ("nccl", true)] {
         let charts = plotted(&dom, class);
@@ -188,8 +177,15 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
         run_tcpx_perf(&runs.join(format!("run{i:02}")), i >= 12);
     }
     println!("30 tcpx-perf runs: {:.1} s", t0.elapsed().as_secs_f64());
-    let db = dir.join("history.sqlite");
-    let dbs = db.to_str().unwrap();
+    for b in backends::all() {
+        thirty_runs_on(&b, &dir, &runs);
+    }
+}
+
+/// `history add`, `detect`, `report` and `gate --history` on the thirty runs, in backend `b`.
+fn thirty_runs_on(b: &Backend, dir: &Path, runs: &Path) {
+    let db = b.fresh(dir, "e2e-thirty");
+    let dbs = db.as_str();
     let (code, out) = run_analyze(&["history", "add", "--db", dbs, runs.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("30 run(s) added"), "{out}");
@@ -225,7 +221,7 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
     }
     let changes: usize = series.iter().map(|s| s["changes"].as_array().unwrap().len()).sum();
 
-    let page = dir.join("report.html");
+    let page = dir.join(format!("report-{}.html", b.name()));
     let (code, out) = run_analyze(&["history", "report", "--db", dbs, "-o", page.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     let html = std::fs::read_to_string(&page).unwrap();
@@ -252,8 +248,8 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
         );
         assert!(html.contains(&link), "no {link}");
     }
-    let n = check_report(&page, &db, false);
-    println!("report: {n} plotted values equal the database's");
+    let n = check_report(&page, b, dbs, false);
+    println!("report ({}): {n} plotted values equal the database's", b.name());
 
     // gate --history: the newest runs against the rest of their stable segment pass (or are
     // inconclusive on this noisy host), never a regression ...
@@ -272,14 +268,14 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
         "{out}"
     );
     // ... and against a history of the fast runs only, the slowed runs are a regression.
-    let fast = dir.join("fast.sqlite");
+    let fast = b.fresh(dir, "e2e-fast");
     let fast_runs: Vec<String> = (0..12)
         .map(|i| runs.join(format!("run{i:02}")).display().to_string())
         .collect();
-    let mut add = vec!["history", "add", "--db", fast.to_str().unwrap()];
+    let mut add = vec!["history", "add", "--db", &fast];
     add.extend(fast_runs.iter().map(String::as_str));
     assert_eq!(run_analyze(&add).0, 0);
-    let mut args = vec!["gate", "--history", fast.to_str().unwrap()];
+    let mut args = vec!["gate", "--history", &fast];
     args.extend(newest.iter().map(String::as_str));
     let (code, out) = run_analyze(&args);
     assert_eq!(code, 1, "{out}");
@@ -296,10 +292,9 @@ fn thirty_real_runs_with_a_slowed_plugin_from_run_12() {
 fn report_draws_the_nccl_series_of_the_same_runs() {
     let _alone = alone();
     let dir = tmpdir("history-nccl-report");
-    let db = dir.join("h.sqlite");
     for i in 0..8u64 {
         let run = write_run(
-            &dir.join(format!("run{i}")),
+            &dir.join(format!("runs/run{i}")),
             &Spec {
                 seed: i + 1,
                 ranks: 2,
@@ -316,26 +311,25 @@ fn report_draws_the_nccl_series_of_the_same_runs() {
         )
         .unwrap();
     }
-    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), dir.to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}");
-    let page = dir.join("report.html");
-    let (code, out) = run_analyze(&[
-        "history",
-        "report",
-        "--db",
-        db.to_str().unwrap(),
-        "-o",
-        page.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{out}");
-    let html = std::fs::read_to_string(&page).unwrap();
-    assert_eq!(
-        html.matches("class=\"nccl\"").count(),
-        8 * 8,
-        "7 sizes and their mean, 8 runs"
-    );
-    let n = check_report(&page, &db, true);
-    println!("report with NCCL: {n} plotted values equal the database's");
+    for b in backends::all() {
+        let db = b.fresh(&dir, "e2e-nccl");
+        let (code, out) = run_analyze(&["history", "add", "--db", &db, dir.join("runs").to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        let page = dir.join(format!("report-{}.html", b.name()));
+        let (code, out) = run_analyze(&["history", "report", "--db", &db, "-o", page.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert_eq!(
+            html.matches("class=\"nccl\"").count(),
+            8 * 8,
+            "7 sizes and their mean, 8 runs"
+        );
+        let n = check_report(&page, &b, &db, true);
+        println!(
+            "report with NCCL ({}): {n} plotted values equal the database's",
+            b.name()
+        );
+    }
 }
 
 /// Writes run `i` of a synthetic history made from a real run (`tests/runs/ci-sendrecv-identical/
@@ -409,42 +403,53 @@ fn ten_percent_step_at_run_12_in_runs_made_from_a_real_run() {
                 level * run * per_size[(s.trailing_zeros() - 20) as usize]
             });
         }
-        let db = dir.join("h.sqlite");
-        let dbs = db.to_str().unwrap();
-        let (code, out) = run_analyze(&["history", "add", "--db", dbs, dir.join("runs").to_str().unwrap()]);
-        assert_eq!(code, 0, "{out}");
-        let (code, table) = run_analyze(&["history", "detect", "--db", dbs]);
-        println!("step {step}:\n{table}");
-        let (_, json) = run_analyze(&["history", "detect", "--db", dbs, "--json"]);
-        let d: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let series = d["series"].as_array().unwrap();
-        assert_eq!(series.len(), 8, "7 sizes and their mean");
-        for s in series {
-            let ch = s["changes"].as_array().unwrap();
-            let what = format!("size {}: {ch:?}", s["size"]);
-            if step {
-                assert_eq!(ch.len(), 1, "{what}");
-                assert!(ch[0]["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
-                let r = ch[0]["relative_change"].as_f64().unwrap();
-                assert!((-0.15..=-0.05).contains(&r), "{what}");
-            } else {
-                assert!(ch.is_empty(), "{what}");
+        let mut tables = Vec::new();
+        for b in backends::all() {
+            let db = b.fresh(&dir, &format!("e2e-step-{step}"));
+            let dbs = db.as_str();
+            let (code, out) = run_analyze(&["history", "add", "--db", dbs, dir.join("runs").to_str().unwrap()]);
+            assert_eq!(code, 0, "{out}");
+            let (code, table) = run_analyze(&["history", "detect", "--db", dbs]);
+            println!("step {step} ({}):\n{table}", b.name());
+            let (_, json) = run_analyze(&["history", "detect", "--db", dbs, "--json"]);
+            let d: serde_json::Value = serde_json::from_str(&json).unwrap();
+            let series = d["series"].as_array().unwrap();
+            assert_eq!(series.len(), 8, "7 sizes and their mean");
+            for s in series {
+                let ch = s["changes"].as_array().unwrap();
+                let what = format!("size {}: {ch:?}", s["size"]);
+                if step {
+                    assert_eq!(ch.len(), 1, "{what}");
+                    assert!(ch[0]["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
+                    let r = ch[0]["relative_change"].as_f64().unwrap();
+                    assert!((-0.15..=-0.05).contains(&r), "{what}");
+                } else {
+                    assert!(ch.is_empty(), "{what}");
+                }
             }
+            assert_eq!(code, i32::from(step), "{table}");
+            tables.push((table, json));
         }
-        assert_eq!(code, i32::from(step), "{table}");
+        // The same answer from either backend, to the digit.
+        assert!(tables.windows(2).all(|w| w[0] == w[1]), "the backends differ");
     }
-    let db = tmpdir("history-real-unchanged").join("h.sqlite");
-    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
-    assert_eq!(
-        run_analyze(&["history", "add", "--db", db.to_str().unwrap(), real.to_str().unwrap()]).0,
-        0
-    );
-    let (code, table) = run_analyze(&["history", "detect", "--db", db.to_str().unwrap()]);
-    assert_eq!(code, 0, "{table}");
-    assert!(
-        !table.contains("| #"),
-        "a change in 12 real runs of one configuration: {table}"
-    );
+    for b in backends::all() {
+        let db = b.fresh(
+            &tmpdir(&format!("history-real-unchanged-{}", b.name())),
+            "e2e-unchanged",
+        );
+        let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
+        assert_eq!(
+            run_analyze(&["history", "add", "--db", &db, real.to_str().unwrap()]).0,
+            0
+        );
+        let (code, table) = run_analyze(&["history", "detect", "--db", &db]);
+        assert_eq!(code, 0, "{table}");
+        assert!(
+            !table.contains("| #"),
+            "a change in 12 real runs of one configuration: {table}"
+        );
+    }
 }
 
 /// `history add` stores tcpx-perf's verdict per node and `history nodes` shows each node's over
@@ -468,8 +473,15 @@ fn history_nodes_shows_a_node_bad_in_3_of_5_runs() {
         sum["node_verdicts"] = serde_json::json!([verdict("node4", "healthy"), verdict("node5", node5)]);
         std::fs::write(&path, serde_json::to_string_pretty(&sum).unwrap()).unwrap();
     }
-    let db = dir.join("history.sqlite");
-    let dbs = db.to_str().unwrap();
+    for b in backends::all() {
+        nodes_on(&b, &dir, &runs);
+    }
+}
+
+/// `history nodes` and the report's grid on the five runs, in backend `b`.
+fn nodes_on(b: &Backend, dir: &Path, runs: &Path) {
+    let db = b.fresh(dir, "e2e-nodes");
+    let dbs = db.as_str();
     let (code, out) = run_analyze(&["history", "add", "--db", dbs, runs.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("5 run(s) added"), "{out}");
@@ -486,7 +498,7 @@ fn history_nodes_shows_a_node_bad_in_3_of_5_runs() {
         "{table}"
     );
     // The HTML report's node-by-run grid: node5's row, bad in the first run.
-    let page = dir.join("report.html");
+    let page = dir.join(format!("report-{}.html", b.name()));
     let (code, out) = run_analyze(&["history", "report", "--db", dbs, "-o", page.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     let html = std::fs::read_to_string(&page).unwrap();

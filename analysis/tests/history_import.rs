@@ -1,12 +1,15 @@
 //! `history add`: every real log fixture and real tcpx-perf run round-trips through the database
 //! exactly (figures and per-iteration samples), what the gate refuses is refused with the gate's
-//! reason and leaves the database as it was, adding twice is a no-op, and the schema is versioned.
+//! reason and leaves the database as it was, adding twice is a no-op, and the schema is versioned;
+//! each on both backends (SQLite, PostgreSQL: tests/backends).
 
+mod backends;
 mod common;
 
+use backends::Backend;
 use common::{run_analyze, tmpdir, write_run, Spec};
 use std::path::{Path, PathBuf};
-use tcpx_analyze::history::db::{Db, SCHEMA_VERSION};
+use tcpx_analyze::history::db::SCHEMA_VERSION;
 use tcpx_analyze::model::Sample;
 use tcpx_analyze::parse::{self, ParseOptions};
 
@@ -56,8 +59,8 @@ fn parsed(p: &Path) -> Result<Flat, String> {
 }
 
 /// Everything the database holds, flattened the same way.
-fn stored(db: &Path) -> Flat {
-    let db = Db::open(db, false).unwrap();
+fn stored(b: &Backend, db: &str) -> Flat {
+    let db = b.open(db, false);
     let mut out = Flat::new();
     for (cid, c) in db.configs().unwrap() {
         for r in db.runs_of(cid, true).unwrap() {
@@ -87,17 +90,23 @@ fn sorted(mut v: Flat) -> Flat {
 
 #[test]
 fn every_real_log_fixture_round_trips_or_is_refused_as_the_gate_refuses_it() {
-    let dir = tmpdir("history-fixtures");
+    for b in backends::all() {
+        fixtures_round_trip(&b);
+    }
+}
+
+fn fixtures_round_trip(b: &Backend) {
+    let dir = tmpdir(&format!("history-fixtures-{}", b.name()));
     let (mut accepted, mut refused) = (0, 0);
     for f in fixture_files() {
-        let db = dir.join(format!("{}.sqlite", f.file_name().unwrap().to_string_lossy()));
-        let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), f.to_str().unwrap()]);
+        let db = b.fresh(&dir, "import-fixture");
+        let (code, out) = run_analyze(&["history", "add", "--db", &db, f.to_str().unwrap()]);
         match parsed(&f) {
             Ok(want) => {
                 assert_eq!(code, 0, "{}: {out}", f.display());
                 assert!(!want.is_empty());
-                assert_eq!(sorted(stored(&db)), sorted(want), "{}", f.display());
-                let (code, again) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), f.to_str().unwrap()]);
+                assert_eq!(sorted(stored(b, &db)), sorted(want), "{}", f.display());
+                let (code, again) = run_analyze(&["history", "add", "--db", &db, f.to_str().unwrap()]);
                 assert_eq!(code, 0, "{again}");
                 assert!(again.contains(": 0 run(s) added"), "{again}");
                 accepted += 1;
@@ -107,24 +116,33 @@ fn every_real_log_fixture_round_trips_or_is_refused_as_the_gate_refuses_it() {
                 // The gate's own words (a problem list, or the loader's error).
                 let first = why.split("; ").next().unwrap().trim_start_matches("invalid input: ");
                 assert!(out.contains(first), "{}: want {first:?} in {out}", f.display());
-                assert!(!db.exists(), "{}: a refused input created the database", f.display());
+                assert!(!b.written(&db), "{}: a refused input created the database", f.display());
                 refused += 1;
             }
         }
     }
-    println!("fixtures: {accepted} stored and read back exactly, {refused} refused with the gate's reason");
+    println!(
+        "{}: fixtures: {accepted} stored and read back exactly, {refused} refused with the gate's reason",
+        b.name()
+    );
     assert!(accepted >= 10, "{accepted}");
 }
 
 #[test]
 fn real_tcpx_perf_runs_round_trip_with_provenance() {
+    for b in backends::all() {
+        real_runs_round_trip(&b);
+    }
+}
+
+fn real_runs_round_trip(b: &Backend) {
     let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runs/ci-sendrecv-identical");
-    let db = tmpdir("history-runs").join("h.sqlite");
-    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), runs.to_str().unwrap()]);
+    let db = b.fresh(&tmpdir(&format!("history-runs-{}", b.name())), "import-real-runs");
+    let (code, out) = run_analyze(&["history", "add", "--db", &db, runs.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("12 run(s) added"), "{out}");
-    assert_eq!(sorted(stored(&db)), sorted(parsed(&runs).unwrap()));
-    let h = Db::open(&db, false).unwrap();
+    assert_eq!(sorted(stored(b, &db)), sorted(parsed(&runs).unwrap()));
+    let h = b.open(&db, false);
     let configs = h.configs().unwrap();
     assert_eq!(configs.len(), 1, "one configuration");
     let c = &configs[0].1;
@@ -150,22 +168,28 @@ fn real_tcpx_perf_runs_round_trip_with_provenance() {
     assert_eq!(r.hosts.as_deref(), Some("vm"));
     assert!(r.source.ends_with("ci-sendrecv-identical/run01"), "{}", r.source);
     // A copy of a run elsewhere is the same run: no-op.
-    let copy = tmpdir("history-runs-copy").join("run01");
+    let copy = tmpdir(&format!("history-runs-copy-{}", b.name())).join("run01");
     std::fs::create_dir_all(&copy).unwrap();
     for f in ["results.csv", "summary.json"] {
         std::fs::copy(runs.join("run01").join(f), copy.join(f)).unwrap();
     }
-    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), copy.to_str().unwrap()]);
+    let (code, out) = run_analyze(&["history", "add", "--db", &db, copy.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("already stored as run 1"), "{out}");
 }
 
 #[test]
 fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
-    let dir = tmpdir("history-refuse");
+    for b in backends::all() {
+        refused_runs(&b);
+    }
+}
+
+fn refused_runs(b: &Backend) {
+    let dir = tmpdir(&format!("history-refuse-{}", b.name()));
     let good = write_run(&dir.join("good"), &Spec::default());
-    let db = dir.join("h.sqlite");
-    let (code, out) = run_analyze(&["history", "add", "--db", db.to_str().unwrap(), good.to_str().unwrap()]);
+    let db = b.fresh(&dir, "import-refused");
+    let (code, out) = run_analyze(&["history", "add", "--db", &db, good.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     let cases = [
         (
@@ -199,17 +223,13 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
             "history",
             "add",
             "--db",
-            db.to_str().unwrap(),
+            &db,
             other.to_str().unwrap(),
             bad.to_str().unwrap(),
         ]);
         assert_eq!(code, 3, "{name}: {out}");
         assert!(out.contains(why), "{name}: {out}");
-        assert_eq!(
-            Db::open(&db, false).unwrap().run_count().unwrap(),
-            1,
-            "{name}: written anyway"
-        );
+        assert_eq!(b.open(&db, false).run_count().unwrap(), 1, "{name}: written anyway");
     }
     // A results.csv alone cannot show the run completed; beside its summary.json it is its
     // directory, already stored.
@@ -220,7 +240,7 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
         "history",
         "add",
         "--db",
-        db.to_str().unwrap(),
+        &db,
         bare.join("results.csv").to_str().unwrap(),
     ]);
     assert_eq!(code, 3, "{out}");
@@ -229,7 +249,7 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
         "history",
         "add",
         "--db",
-        db.to_str().unwrap(),
+        &db,
         good.join("results.csv").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}");
@@ -251,41 +271,56 @@ fn runs_the_gate_refuses_are_refused_and_nothing_is_written() {
     assert!(!std::fs::read_to_string(undated.join("summary.json"))
         .unwrap()
         .contains("start_time"));
-    let (code, out) = run_analyze(&[
-        "history",
-        "add",
-        "--db",
-        db.to_str().unwrap(),
-        undated.to_str().unwrap(),
-    ]);
+    let (code, out) = run_analyze(&["history", "add", "--db", &db, undated.to_str().unwrap()]);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("cannot place the run in time"), "{out}");
 }
 
 #[test]
 fn schema_is_versioned_and_a_newer_one_is_refused() {
-    let db = tmpdir("history-schema").join("h.sqlite");
-    assert_eq!(Db::open(&db, true).unwrap().schema_version().unwrap(), SCHEMA_VERSION);
-    // Reopening migrates nothing and keeps the version.
-    assert_eq!(Db::open(&db, false).unwrap().schema_version().unwrap(), SCHEMA_VERSION);
-    tcpx_analyze::history::db::set_user_version_for_tests(&db, SCHEMA_VERSION + 1).unwrap();
-    let err = Db::open(&db, false)
-        .err()
-        .expect("a newer schema must be refused")
-        .to_string();
-    assert!(err.contains("is newer than this tcpx-analyze"), "{err}");
-    let (code, out) = run_analyze(&["history", "detect", "--db", db.to_str().unwrap()]);
-    assert_eq!(code, 3, "{out}");
-    let (code, out) = run_analyze(&["history", "detect", "--db", "/nonexistent/h.sqlite"]);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("no such history database"), "{out}");
+    for b in backends::all() {
+        let db = b.fresh(&tmpdir(&format!("history-schema-{}", b.name())), "import-schema");
+        assert_eq!(b.open(&db, true).schema_version().unwrap(), SCHEMA_VERSION);
+        // Reopening migrates nothing and keeps the version.
+        assert_eq!(b.open(&db, false).schema_version().unwrap(), SCHEMA_VERSION);
+        b.open(&db, true)
+            .set_schema_version_for_tests(SCHEMA_VERSION + 1)
+            .unwrap();
+        let at = tcpx_analyze::history::location::Location::parse(&db, "--db").unwrap();
+        for create in [false, true] {
+            let err = tcpx_analyze::history::db::Db::open_at(&at, create)
+                .err()
+                .expect("a newer schema must be refused")
+                .to_string();
+            assert!(err.contains("is newer than this tcpx-analyze"), "{err}");
+        }
+        let (code, out) = run_analyze(&["history", "detect", "--db", &db]);
+        assert_eq!(code, 3, "{out}");
+        let (code, out) = run_analyze(&["history", "detect", "--db", &b.missing()]);
+        assert_eq!(code, 3, "{out}");
+        assert_eq!(out.trim().lines().count(), 1, "one line: {out}");
+        let why = match b {
+            Backend::Sqlite => "no such history database",
+            Backend::Postgres(_) => "does not exist: create the database first",
+        };
+        assert!(out.contains(why), "{out}");
+    }
 }
 
 #[test]
 fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
+    for b in backends::all() {
+        start_times(&b);
+    }
+}
+
+fn start_times(b: &Backend) {
     let log = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl-tests/nccl_sendrecv_socket_np4.txt");
-    let db = tmpdir("history-start-time").join("h.sqlite");
-    let dbs = db.to_str().unwrap();
+    let db = b.fresh(
+        &tmpdir(&format!("history-start-time-{}", b.name())),
+        "import-start-time",
+    );
+    let dbs = db.as_str();
     let (code, out) = run_analyze(&[
         "history",
         "add",
@@ -307,7 +342,7 @@ fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
         log.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}");
-    let h = Db::open(&db, false).unwrap();
+    let h = b.open(&db, false);
     let (cid, c) = h.configs().unwrap().remove(0);
     assert_eq!(c.key(), "tool=nccl-tests pattern=sendrecv_perf endpoints=4");
     let r = h.runs_of(cid, false).unwrap().remove(0).provenance;
@@ -321,7 +356,7 @@ fn logs_take_their_start_time_from_the_command_line_or_their_mtime() {
     let json = log.with_extension("json");
     let (code, out) = run_analyze(&["history", "add", "--db", dbs, json.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    let h = Db::open(&db, false).unwrap();
+    let h = b.open(&db, false);
     let runs = h.runs_of(cid, false).unwrap();
     assert_eq!(runs.len(), 2, "the text log and the JSON share a configuration");
     assert!(runs.iter().any(|r| r.provenance.time_from == "file mtime"));

@@ -1,10 +1,13 @@
-//! The `history` subcommands' command line (`add`, `detect`, `report`).
+//! The `history` subcommands' command line (`add`, `detect`, `report`, `nodes`, `export`,
+//! `import`).
 
 use super::db::{Added, Db};
 use super::detect::{detect, table};
 use super::edm::EdmSettings;
 use super::import::{import_path, AddOptions};
+use super::location::Location;
 use super::model::rfc3339;
+use super::report_html::count;
 use crate::error::{exit, Failure};
 use crate::parse::{ParseOptions, Placement};
 use clap::{Args, Subcommand};
@@ -25,6 +28,12 @@ pub enum HistoryCmd {
     /// Each node's verdicts (tcpx-perf's node_verdicts) over the stored runs, the nodes that
     /// were not healthy first (docs/drain.md).
     Nodes(NodesArgs),
+    /// Write the whole history (every run with its figures, samples, provenance and node
+    /// verdicts) as JSON lines, e.g. to move it into another database with `history import`.
+    Export(ExportArgs),
+    /// Store the runs of a `history export` file (runs already stored are left alone):
+    /// `history export --db FILE -o - | history import --db postgres://... -`.
+    Import(ImportArgs),
 }
 
 #[derive(Args)]
@@ -38,9 +47,53 @@ pub struct NodesArgs {
 
 #[derive(Args, Clone)]
 pub struct DbArg {
-    /// The history database.
-    #[arg(long, default_value = super::DEFAULT_DB)]
-    pub db: PathBuf,
+    /// The history database: an SQLite file, or postgres://USER@HOST[:PORT]/DB (libpq's URL:
+    /// sslmode, connect_timeout, ...; the password from the URL or PGPASSWORD). Default: the
+    /// environment variable TCPX_HISTORY_DB, else results/history.sqlite.
+    #[arg(long, env = super::DB_ENV, hide_env_values = true, default_value = super::DEFAULT_DB)]
+    pub db: String,
+}
+
+impl DbArg {
+    /// Notes a database file as an input of the command (tcpx_files::note_input), before the
+    /// command claims its outputs: none of them may replace it.
+    pub fn note_input(&self) {
+        if let Ok(Location::File(p)) = Location::parse(&self.db, "--db") {
+            tcpx_files::note_input(&p);
+        }
+    }
+
+    /// Claims a database file as the command's output (tcpx_files::claim_output: a regular file
+    /// or none yet, in a directory that exists, none of the command's inputs); a server's
+    /// database is no file.
+    pub fn claim_output(&self) -> Result<(), Failure> {
+        match Location::parse(&self.db, "--db")? {
+            Location::File(p) => tcpx_files::claim_output(&p, "--db").map_err(|e| Failure::Input(e.to_string())),
+            Location::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Opens the database (`create`: history add and import, which create or migrate it).
+    pub fn open(&self, create: bool) -> Result<Db, Failure> {
+        Db::open_at(&Location::parse(&self.db, "--db")?, create)
+    }
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// The file to write (JSON lines); `-`: standard output.
+    #[arg(long, short = 'o')]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// A file `history export` wrote; `-`: standard input.
+    input: PathBuf,
+    #[command(flatten)]
+    db: DbArg,
 }
 
 #[derive(Args)]
@@ -153,18 +206,27 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
     // The database is this command's output: a regular file or none yet, in a directory that
     // exists, none of the runs' files.
     crate::input::note_inputs(&a.inputs);
-    tcpx_files::claim_output(&a.db.db, "--db").map_err(|e| Failure::Input(e.to_string()))?;
+    a.db.claim_output()?;
     // Every input is read and checked before anything is written: a refused input leaves the
     // database as it was.
     let mut records = Vec::new();
     for p in &a.inputs {
         records.extend(import_path(p, &o)?);
     }
-    let mut db = Db::open(&a.db.db, true)?;
+    let db = a.db.open(true)?;
     let at = now();
     let (mut new, mut present) = (0, 0);
-    for r in &records {
-        match db.add(r, &at)? {
+    for (k, r) in records.iter().enumerate() {
+        let added = db.add(r, &at).map_err(|e| match e {
+            Failure::Input(m) => Failure::Input(format!(
+                "{m}; {} not stored ({} of {}), the {new} added before it are stored whole: run the same `history add` again (stored runs are skipped)",
+                r.provenance.source,
+                k + 1,
+                records.len()
+            )),
+            e => e,
+        })?;
+        match added {
             Added::New(id) => {
                 new += 1;
                 println!("added run {id}: {} ({})", r.provenance.source, r.provenance.start_time);
@@ -187,7 +249,7 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
     }
     println!(
         "{}: {new} run(s) added, {present} already stored, {} in all",
-        a.db.db.display(),
+        db.name(),
         db.run_count()?
     );
     Ok(exit::PASS)
@@ -195,7 +257,7 @@ fn add(a: &AddArgs) -> Result<i32, Failure> {
 
 fn run_detect(a: &DetectArgs) -> Result<i32, Failure> {
     let s = a.edm.settings()?;
-    let db = Db::open(&a.db.db, false)?;
+    let db = a.db.open(false)?;
     let d = detect(&db, &s)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
@@ -207,19 +269,69 @@ fn run_detect(a: &DetectArgs) -> Result<i32, Failure> {
 
 fn report(a: &ReportArgs) -> Result<i32, Failure> {
     let s = a.edm.settings()?;
-    tcpx_files::note_input(&a.db.db);
+    a.db.note_input();
     tcpx_files::claim_output(&a.out, "-o").map_err(|e| Failure::Input(e.to_string()))?;
-    let db = Db::open(&a.db.db, false)?;
+    let db = a.db.open(false)?;
     let d = detect(&db, &s)?;
-    let page = super::report_html::html(&d, &a.db.db.display().to_string(), &db.node_verdicts()?);
+    let page = super::report_html::html(&d, db.name(), &db.node_verdicts()?);
     // Whole or absent (a full disk leaves no cut-off page), never through a link.
     tcpx_files::write_bytes(&a.out, tcpx_files::Durability::Synced, page.as_bytes())
         .map_err(|e| Failure::Input(e.to_string()))?;
     println!(
-        "wrote {} ({} series, {} change points)",
+        "wrote {} ({}, {})",
         a.out.display(),
-        d.series.len(),
-        d.series.iter().map(|s| s.changes.len()).sum::<usize>()
+        count(d.series.len(), "series", "series"),
+        count(
+            d.series.iter().map(|s| s.changes.len()).sum::<usize>(),
+            "change point",
+            "change points"
+        )
+    );
+    Ok(exit::PASS)
+}
+
+fn export(a: &ExportArgs) -> Result<i32, Failure> {
+    a.db.note_input();
+    if a.out.as_os_str() != "-" {
+        tcpx_files::claim_output(&a.out, "-o").map_err(|e| Failure::Input(e.to_string()))?;
+    }
+    let db = a.db.open(false)?;
+    let n = if a.out.as_os_str() == "-" {
+        super::transfer::export(&db, &mut std::io::stdout().lock())?
+    } else {
+        // Whole or absent, never through a link (as the report).
+        let mut bytes = Vec::new();
+        let n = super::transfer::export(&db, &mut bytes)?;
+        tcpx_files::write_bytes(&a.out, tcpx_files::Durability::Synced, &bytes)
+            .map_err(|e| Failure::Input(e.to_string()))?;
+        n
+    };
+    // Standard output may be the export itself: the summary goes to standard error.
+    eprintln!("{}: exported {}", db.name(), count(n, "run", "runs"));
+    Ok(exit::PASS)
+}
+
+fn import(a: &ImportArgs) -> Result<i32, Failure> {
+    let name = a.input.display().to_string();
+    let mut input: Box<dyn std::io::BufRead> = if name == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        // A regular file, opened without blocking (a FIFO is refused), of a bounded size.
+        let f = tcpx_files::open_input(&a.input, tcpx_files::Bound::HISTORY_EXPORT)
+            .map_err(|e| Failure::Input(e.to_string()))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    a.db.claim_output()?;
+    // The whole file is read and checked before the database is opened.
+    let export = super::transfer::read(&mut input, &name)?;
+    let db = a.db.open(true)?;
+    let done = super::transfer::import(&db, export)?;
+    println!(
+        "{}: {} imported, {} already stored, {} in all",
+        db.name(),
+        count(done.added, "run", "runs"),
+        done.present,
+        db.run_count()?
     );
     Ok(exit::PASS)
 }
@@ -236,9 +348,11 @@ pub fn run(c: &HistoryCmd) -> Result<i32, Failure> {
                     "--last 0 shows no run: give 1 or more (the newest runs to show; default 10)".into(),
                 ));
             }
-            let db = Db::open(&a.db.db, false)?;
+            let db = a.db.open(false)?;
             print!("{}", super::nodes::table(&db.node_verdicts()?, a.last));
             Ok(exit::PASS)
         }
+        HistoryCmd::Export(a) => export(a),
+        HistoryCmd::Import(a) => import(a),
     }
 }

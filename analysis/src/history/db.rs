@@ -1,14 +1,20 @@
-//! The history database: one SQLite file (rusqlite, SQLite compiled in), its schema versioned by
-//! `PRAGMA user_version` and brought up to date by the migrations below, all in one IMMEDIATE
-//! transaction that first reads the version (concurrent first writers wait on each other, each
-//! within the busy timeout, instead of both creating the tables). A file written by a newer
-//! tcpx-analyze (a higher version) is refused, not guessed at; readers (`detect`, `report`,
-//! `gate --history`) open read-only and refuse a file that is not a tcpx-analyze history (empty,
-//! or another program's SQLite) instead of writing into it.
+//! The history database: an SQLite file (the default) or a PostgreSQL database, through
+//! [`super::backend`], with one schema, versioned and brought up to date by the migrations below
+//! in one write transaction that first reads the version (concurrent first writers wait on each
+//! other, each within its timeout, instead of both creating the tables). A database written by a
+//! newer tcpx-analyze (a higher version) is refused, not guessed at; readers (`detect`, `report`,
+//! `gate --history`, `nodes`, `export`) open it read-only and refuse one that is not a
+//! tcpx-analyze history (empty, or another program's) instead of writing into it.
+//!
+//! Each run is stored in one transaction of its own, whole or not at all; its identity (the
+//! SHA-256 of its files) is unique, so a run is stored once whoever adds it and however often.
 
-use super::model::{Config, NodeVerdict, Provenance, RunRecord, Sample, StoredRow, StoredRun};
+use super::backend::{Conn, Row, Value};
+use super::location::Location;
+use super::model::{Config, NodeVerdict, Provenance, RunRecord, Sample, SeriesRecord, StoredRow, StoredRun};
 use crate::error::Failure;
-use rusqlite::{params, Connection, OptionalExtension};
+use std::cell::{RefCell, RefMut};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
@@ -22,7 +28,7 @@ const MIGRATIONS: &[&str] = &[
         variant TEXT NOT NULL,
         scope TEXT, dir TEXT, mem TEXT,
         ranks INTEGER, endpoints INTEGER, nodes INTEGER,
-        plugin TEXT, chunk INTEGER, channels INTEGER, window INTEGER
+        plugin TEXT, chunk INTEGER, channels INTEGER, \"window\" INTEGER
     );
     CREATE TABLE runs (
         id INTEGER PRIMARY KEY,
@@ -80,41 +86,31 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-fn sql(path: &Path, e: rusqlite::Error) -> Failure {
-    Failure::Input(format!("{}: database error: {e}", path.display()))
-}
-
 /// Refuses a version this build cannot read: newer than [`SCHEMA_VERSION`], negative, or 0 with
-/// tables in the file (another program's database, never to be written into).
-fn check_version(conn: &Connection, p: &Path, version: i64, writable: bool) -> Result<(), Failure> {
+/// tables in the database (another program's, never to be written into).
+fn check_version(conn: &mut Conn, name: &str, version: i64, writable: bool) -> Result<(), Failure> {
+    let fail = |e: String| Failure::Input(format!("{name}: database error: {e}"));
     if version > SCHEMA_VERSION {
         return Err(Failure::Input(format!(
-            "{}: schema version {version} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze",
-            p.display()
+            "{name}: schema version {version} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze"
         )));
     }
     if version < 0 {
-        return Err(Failure::Input(format!(
-            "{}: schema version {version} is invalid",
-            p.display()
-        )));
+        return Err(Failure::Input(format!("{name}: schema version {version} is invalid")));
     }
     if version == 0 {
-        let tables: i64 = conn
-            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
-            .map_err(|e| sql(p, e))?;
-        if tables > 0 {
+        let kind = conn.kind();
+        let a = if kind == "SQLite" { "an" } else { "a" };
+        if conn.table_count().map_err(fail)? > 0 {
             return Err(Failure::Input(format!(
-                "{}: an SQLite database of another program (tables, no tcpx-analyze schema version): not a history; give another --db",
-                p.display()
+                "{name}: {a} {kind} database of another program (tables, no tcpx-analyze schema version): not a history; give another --db"
             )));
         }
         if writable {
             return Ok(());
         }
         return Err(Failure::Input(format!(
-            "{}: an empty SQLite database, not a tcpx-analyze history (create one with `history add --db FILE RUN...`)",
-            p.display()
+            "{name}: an empty {kind} database, not a tcpx-analyze history (create one with `history add --db {name} RUN...`)"
         )));
     }
     Ok(())
@@ -122,8 +118,9 @@ fn check_version(conn: &Connection, p: &Path, version: i64, writable: bool) -> R
 
 /// An open history database.
 pub struct Db {
-    conn: Connection,
-    path: std::path::PathBuf,
+    conn: RefCell<Conn>,
+    /// The file, or the URL without its password: what messages name.
+    name: String,
 }
 
 /// What `add` did with one run.
@@ -136,378 +133,496 @@ pub enum Added {
     Copy(i64, String),
 }
 
-/// How long a writer waits for another's lock before failing loudly.
+/// How long an SQLite writer waits for another's lock before failing loudly.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Db {
-    /// Opens the database: `create` (history add) creates or migrates it to [`SCHEMA_VERSION`];
-    /// otherwise read-only, and it must already be a tcpx-analyze history of this version.
+    /// Opens an SQLite file: `create` (history add) creates or migrates it to
+    /// [`SCHEMA_VERSION`]; otherwise read-only, and it must already be a tcpx-analyze history of
+    /// this version.
     pub fn open(path: &Path, create: bool) -> Result<Db, Failure> {
-        let name = path.display();
-        if !create && !path.exists() {
-            return Err(Failure::Input(format!(
-                "{name}: no such history database (create it with `tcpx-analyze history add --db {name} RUN...`)"
-            )));
-        }
-        if !create && std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
-            return Err(Failure::Input(format!(
-                "{name}: an empty file, not a tcpx-analyze history database (create one with `history add --db FILE RUN...`; this file is left alone)"
-            )));
-        }
-        // A database read is an input of the command: no output of it may replace it
-        // (tcpx_files::claim_output). Its directory is never made: `history add` claims the path.
-        if !create {
-            tcpx_files::note_input(path);
-        }
-        // Never through a link: a database name that is a symbolic link is refused, naming it
-        // (SQLite's NOFOLLOW alone says only "unable to open database file").
-        tcpx_files::refuse_non_file(path).map_err(|e| Failure::Input(e.to_string()))?;
-        let flags = if create {
-            rusqlite::OpenFlags::default()
-        } else {
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+        Db::open_at(&Location::File(path.to_path_buf()), create)
+    }
+
+    /// Opens the history at `loc` (a file or a PostgreSQL database), as [`Db::open`].
+    pub fn open_at(loc: &Location, create: bool) -> Result<Db, Failure> {
+        let conn = match loc {
+            Location::File(p) => open_file(p, create)?,
+            Location::Postgres(u) => super::backend::connect_postgres(u, !create).map_err(Failure::Input)?,
         };
-        let conn = Connection::open_with_flags(path, flags | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW)
-            .map_err(|e| sql(path, e))?;
-        let mut db = Db {
-            conn,
-            path: path.to_path_buf(),
+        let db = Db {
+            conn: RefCell::new(conn),
+            name: loc.to_string(),
         };
-        db.conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sql(path, e))?;
         if create {
-            db.conn
-                .execute_batch("PRAGMA foreign_keys = ON;")
-                .map_err(|e| sql(path, e))?;
             db.migrate()?;
         } else {
             let v = db.schema_version()?;
-            check_version(&db.conn, path, v, false)?;
+            check_version(&mut db.conn.borrow_mut(), &db.name, v, false)?;
             if v < SCHEMA_VERSION {
                 return Err(Failure::Input(format!(
-                    "{name}: schema version {v} is older than this tcpx-analyze's ({SCHEMA_VERSION}); `history add --db {name} RUN...` migrates it"
+                    "{}: schema version {v} is older than this tcpx-analyze's ({SCHEMA_VERSION}); `history add --db {} RUN...` migrates it",
+                    db.name, db.name
                 )));
             }
         }
         Ok(db)
     }
 
-    /// Brings the schema up to date in one IMMEDIATE transaction: the version is read under the
+    /// The file, or the URL without its password.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The connection, for the history's own modules (export/import).
+    pub(crate) fn conn(&self) -> RefMut<'_, Conn> {
+        self.conn.borrow_mut()
+    }
+
+    pub(crate) fn fail(&self, e: String) -> Failure {
+        Failure::Input(format!("{}: database error: {e}", self.name))
+    }
+
+    /// Brings the schema up to date in one write transaction: the version is read under the
     /// write lock, so of several first writers one creates the tables and the others find them.
-    fn migrate(&mut self) -> Result<(), Failure> {
-        let p = self.path.clone();
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| sql(&p, e))?;
-        let version: i64 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| sql(&p, e))?;
-        check_version(&tx, &p, version, true)?;
-        for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.execute_batch(m).map_err(|e| sql(&p, e))?;
-            tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))
-                .map_err(|e| sql(&p, e))?;
+    fn migrate(&self) -> Result<(), Failure> {
+        let mut c = self.conn.borrow_mut();
+        c.begin_write().map_err(|e| self.fail(e))?;
+        let r = (|| {
+            let version = c.schema_version().map_err(|e| self.fail(e))?;
+            check_version(&mut c, &self.name, version, true)?;
+            for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                let sql = c.ddl(m);
+                c.batch(&sql).map_err(|e| self.fail(e))?;
+                c.set_schema_version(i as i64 + 1).map_err(|e| self.fail(e))?;
+            }
+            c.commit().map_err(|e| self.fail(e))
+        })();
+        if r.is_err() {
+            c.rollback();
         }
-        tx.commit().map_err(|e| sql(&p, e))
+        r
     }
 
     pub fn schema_version(&self) -> Result<i64, Failure> {
-        self.conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| sql(&self.path, e))
+        self.conn.borrow_mut().schema_version().map_err(|e| self.fail(e))
     }
 
-    fn config_id(tx: &rusqlite::Transaction, c: &Config) -> rusqlite::Result<i64> {
-        let key = c.key();
-        if let Some(id) = tx
-            .query_row("SELECT id FROM configs WHERE key = ?1", [&key], |r| r.get(0))
-            .optional()?
-        {
-            return Ok(id);
-        }
-        tx.execute(
-            "INSERT INTO configs (key, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, window)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-            params![
-                key, c.tool, c.pattern, c.variant, c.scope, c.dir, c.mem, c.ranks, c.endpoints, c.nodes, c.plugin,
-                c.chunk, c.channels, c.window
-            ],
-        )?;
-        Ok(tx.last_insert_rowid())
+    /// Sets the stored schema version (tests of the version check: a database from a newer build).
+    #[doc(hidden)]
+    pub fn set_schema_version_for_tests(&self, v: i64) -> Result<(), Failure> {
+        self.conn.borrow_mut().set_schema_version(v).map_err(|e| self.fail(e))
     }
 
     /// Stores one run in one transaction; a run whose content is already stored is left alone.
-    pub fn add(&mut self, record: &RunRecord, added_at: &str) -> Result<Added, Failure> {
-        let p = self.path.clone();
-        let r = &record.provenance;
-        // IMMEDIATE: two `history add` at once must not both see a run as absent.
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| sql(&p, e))?;
-        let present: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM runs WHERE content_sha256 = ?1",
-                [&r.content_sha256],
-                |x| x.get(0),
-            )
-            .optional()
-            .map_err(|e| sql(&p, e))?;
-        if let Some(id) = present {
-            return Ok(Added::Present(id));
-        }
-        // Under the same lock: the same run stored under other bytes (the gate's own test of a
-        // copy, against every stored run of the same tool and pattern: a stdout log keys its
-        // configuration with fewer fields than its result directory).
-        for s in &record.series {
-            for (cid, c) in configs_in(&tx, &p)? {
-                if c.tool != s.config.tool || c.pattern != s.config.pattern {
-                    continue;
-                }
-                for stored in runs_in(&tx, &p, cid, false)? {
-                    if let Some(why) = crate::admit::same_run(&super::model::as_run(&c, &stored), &record.run) {
-                        return Ok(Added::Copy(stored.id, why));
-                    }
-                }
+    pub fn add(&self, record: &RunRecord, added_at: &str) -> Result<Added, Failure> {
+        let mut c = self.conn.borrow_mut();
+        // One writer at a time: two `history add` at once must not both see a run as absent.
+        c.begin_write().map_err(|e| self.fail(e))?;
+        let r = add_in(&mut c, record, added_at);
+        finish(&mut c, r).map_err(|e| self.fail(e))
+    }
+
+    /// Stores a run as another history holds it (`history import`): its provenance, marks and
+    /// time of adding kept; a run already stored (by its identity) is left alone.
+    pub(crate) fn store(&self, record: &RunRecord, added_at: &str) -> Result<Added, Failure> {
+        let mut c = self.conn.borrow_mut();
+        c.begin_write().map_err(|e| self.fail(e))?;
+        let r = (|| {
+            if let Some(id) = present(&mut c, &record.provenance.content_sha256)? {
+                return Ok(Added::Present(id));
             }
-        }
-        let write = || -> rusqlite::Result<i64> {
-            tx.execute(
-                "INSERT INTO runs (content_sha256, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, status, added_at, result_dir, allowed)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                params![
-                    r.content_sha256, r.source, r.format, r.tool, r.start_time, r.time_from, r.git_commit,
-                    r.plugin_sha256, r.hosts, r.nccl_version, record.status, added_at, r.result_dir, record.allowed
-                ],
-            )?;
-            let run_id = tx.last_insert_rowid();
-            for n in &record.nodes {
-                tx.execute(
-                    "INSERT OR REPLACE INTO node_verdicts (run_id, host, verdict, evidence) VALUES (?1, ?2, ?3, ?4)",
-                    params![run_id, n.host, n.verdict, n.evidence],
-                )?;
-            }
-            for s in &record.series {
-                let cid = Self::config_id(&tx, &s.config)?;
-                for row in &s.rows {
-                    tx.execute(
-                        "INSERT INTO results (run_id, config_id, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong, nccl_time_us, nccl_algbw_gbps, nccl_busbw_gbps)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                        params![
-                            run_id,
-                            cid,
-                            row.size as i64,
-                            row.summary.time_us,
-                            row.summary.algbw,
-                            row.summary.busbw,
-                            row.wrong,
-                            row.nccl.map(|n| n.time_us),
-                            row.nccl.map(|n| n.algbw),
-                            row.nccl.map(|n| n.busbw)
-                        ],
-                    )?;
-                    let rid = tx.last_insert_rowid();
-                    let mut st = tx.prepare_cached(
-                        "INSERT INTO samples (result_id, source, iter, time_us, algbw_gbps, busbw_gbps) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    )?;
-                    for (src, list) in [("run", &row.samples), ("nccl", &row.nccl_samples)] {
-                        for (i, x) in list.iter().enumerate() {
-                            st.execute(params![rid, src, i as i64, x.time_us, x.algbw, x.busbw])?;
-                        }
-                    }
-                }
-            }
-            Ok(run_id)
-        };
-        let id = write().map_err(|e| sql(&p, e))?;
-        tx.commit().map_err(|e| sql(&p, e))?;
-        Ok(Added::New(id))
+            write_run(&mut c, record, added_at)
+        })();
+        finish(&mut c, r).map_err(|e| self.fail(e))
     }
 
     /// Every configuration, by key.
     pub fn configs(&self) -> Result<Vec<(i64, Config)>, Failure> {
-        configs_in(&self.conn, &self.path)
+        configs_in(&mut self.conn.borrow_mut()).map_err(|e| self.fail(e))
     }
 
     /// The runs of one configuration in time order (start time, then the order they were added),
-    /// each with its rows by size (samples included when `with_samples`).
+    /// each with its rows by size (samples included when `with_samples`), read in one snapshot.
     pub fn runs_of(&self, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, Failure> {
-        runs_in(&self.conn, &self.path, config_id, with_samples)
+        let mut c = self.conn.borrow_mut();
+        c.begin_read().map_err(|e| self.fail(e))?;
+        let r = runs_in(&mut c, config_id, with_samples);
+        finish(&mut c, r).map_err(|e| self.fail(e))
+    }
+
+    /// Every stored node verdict with its run: (run id, start time, verdict), oldest run first.
+    pub fn node_verdicts(&self) -> Result<Vec<(i64, String, NodeVerdict)>, Failure> {
+        let rows = self
+            .conn
+            .borrow_mut()
+            .rows(
+                "SELECT r.id, r.start_time, n.host, n.verdict, n.evidence FROM node_verdicts n
+                 JOIN runs r ON r.id = n.run_id ORDER BY r.start_time, r.id, n.host",
+                &[],
+            )
+            .map_err(|e| self.fail(e))?;
+        let read = |x: &Row| -> Result<_, String> {
+            Ok((
+                x.int(0)?,
+                x.text(1)?,
+                NodeVerdict {
+                    host: x.text(2)?,
+                    verdict: x.text(3)?,
+                    evidence: x.text(4)?,
+                },
+            ))
+        };
+        rows.iter()
+            .map(read)
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.fail(e))
     }
 
     /// Number of runs stored.
-    /// Every stored node verdict with its run: (run id, start time, verdict), oldest run first.
-    pub fn node_verdicts(&self) -> Result<Vec<(i64, String, NodeVerdict)>, Failure> {
-        let read = || -> rusqlite::Result<Vec<(i64, String, NodeVerdict)>> {
-            let mut st = self.conn.prepare(
-                "SELECT r.id, r.start_time, n.host, n.verdict, n.evidence FROM node_verdicts n
-                 JOIN runs r ON r.id = n.run_id ORDER BY r.start_time, r.id, n.host",
-            )?;
-            let rows = st.query_map([], |x| {
-                Ok((
-                    x.get(0)?,
-                    x.get(1)?,
-                    NodeVerdict {
-                        host: x.get(2)?,
-                        verdict: x.get(3)?,
-                        evidence: x.get(4)?,
-                    },
-                ))
-            })?;
-            rows.collect()
-        };
-        read().map_err(|e| sql(&self.path, e))
-    }
-
     pub fn run_count(&self) -> Result<i64, Failure> {
-        self.conn
-            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
-            .map_err(|e| sql(&self.path, e))
+        let row = self
+            .conn
+            .borrow_mut()
+            .one("SELECT COUNT(*) FROM runs", &[])
+            .map_err(|e| self.fail(e))?;
+        row.map_or(Ok(0), |r| r.int(0)).map_err(|e| self.fail(e))
     }
 }
 
-/// Every configuration of the database `conn` (a connection or a transaction), by key.
-fn configs_in(conn: &Connection, p: &Path) -> Result<Vec<(i64, Config)>, Failure> {
-    {
-        let mut st = conn
-            .prepare(
-"SELECT id, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, window FROM configs ORDER BY key")
-            .map_err(|e| sql(p, e))?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    Config {
-                        tool: r.get(1)?,
-                        pattern: r.get(2)?,
-                        variant: r.get(3)?,
-                        scope: r.get(4)?,
-                        dir: r.get(5)?,
-                        mem: r.get(6)?,
-                        ranks: r.get(7)?,
-                        endpoints: r.get(8)?,
-                        nodes: r.get(9)?,
-                        plugin: r.get(10)?,
-                        chunk: r.get(11)?,
-                        channels: r.get(12)?,
-                        window: r.get(13)?,
-                    },
-                ))
-            })
-            .map_err(|e| sql(p, e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| sql(p, e))
+/// Opens an SQLite file (see [`Db::open`]).
+fn open_file(path: &Path, create: bool) -> Result<Conn, Failure> {
+    let name = path.display();
+    let sql = |e: rusqlite::Error| Failure::Input(format!("{name}: database error: {e}"));
+    if !create && !path.exists() {
+        return Err(Failure::Input(format!(
+            "{name}: no such history database (create it with `tcpx-analyze history add --db {name} RUN...`)"
+        )));
+    }
+    if !create && std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+        return Err(Failure::Input(format!(
+            "{name}: an empty file, not a tcpx-analyze history database (create one with `history add --db FILE RUN...`; this file is left alone)"
+        )));
+    }
+    // A database read is an input of the command: no output of it may replace it
+    // (tcpx_files::claim_output). Its directory is never made: `history add` claims the path.
+    if !create {
+        tcpx_files::note_input(path);
+    }
+    // Never through a link: a database name that is a symbolic link is refused, naming it
+    // (SQLite's NOFOLLOW alone says only "unable to open database file").
+    tcpx_files::refuse_non_file(path).map_err(|e| Failure::Input(e.to_string()))?;
+    let flags = if create {
+        rusqlite::OpenFlags::default()
+    } else {
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+    };
+    let conn =
+        rusqlite::Connection::open_with_flags(path, flags | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW).map_err(sql)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+    if create {
+        conn.execute_batch("PRAGMA foreign_keys = ON;").map_err(sql)?;
+    }
+    Ok(Conn::Sqlite(conn))
+}
+
+/// Ends the transaction: committed when `r` is Ok, rolled back otherwise.
+fn finish<T>(c: &mut Conn, r: Result<T, String>) -> Result<T, String> {
+    match r {
+        Ok(v) => c.commit().map(|()| v),
+        Err(e) => {
+            c.rollback();
+            Err(e)
+        }
     }
 }
 
-/// The runs of configuration `config_id` in `conn` (see [`Db::runs_of`]).
-fn runs_in(conn: &Connection, p: &Path, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, Failure> {
-    {
-        let mut st = conn
-            .prepare(
-                "SELECT DISTINCT runs.id, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, content_sha256, result_dir, allowed
-                 FROM runs JOIN results ON results.run_id = runs.id
-                 WHERE results.config_id = ?1 ORDER BY start_time, runs.id",
-            )
-            .map_err(|e| sql(p, e))?;
-        let mut runs: Vec<StoredRun> = st
-            .query_map([config_id], |r| {
-                Ok(StoredRun {
-                    id: r.get(0)?,
-                    provenance: Provenance {
-                        source: r.get(1)?,
-                        format: r.get(2)?,
-                        tool: r.get(3)?,
-                        start_time: r.get(4)?,
-                        time_from: r.get(5)?,
-                        git_commit: r.get(6)?,
-                        plugin_sha256: r.get(7)?,
-                        hosts: r.get(8)?,
-                        nccl_version: r.get(9)?,
-                        content_sha256: r.get(10)?,
-                        result_dir: r.get(11)?,
-                    },
-                    allowed: r.get(12)?,
-                    rows: Vec::new(),
-                })
-            })
-            .map_err(|e| sql(p, e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| sql(p, e))?;
-        let mut rs = conn
-            .prepare(
-                "SELECT id, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong, nccl_time_us, nccl_algbw_gbps, nccl_busbw_gbps
-                 FROM results WHERE run_id = ?1 AND config_id = ?2 ORDER BY size_bytes",
-            )
-            .map_err(|e| sql(p, e))?;
-        let mut ss = conn
-            .prepare("SELECT time_us, algbw_gbps, busbw_gbps FROM samples WHERE result_id = ?1 AND source = ?2 ORDER BY iter")
-            .map_err(|e| sql(p, e))?;
-        for run in &mut runs {
-            let rows: Vec<(i64, StoredRow)> = rs
-                .query_map(params![run.id, config_id], |r| {
-                    let nccl = match (
-                        r.get::<_, Option<f64>>(6)?,
-                        r.get::<_, Option<f64>>(7)?,
-                        r.get::<_, Option<f64>>(8)?,
-                    ) {
-                        (Some(t), Some(a), Some(b)) => Some(Sample {
-                            time_us: t,
-                            algbw: a,
-                            busbw: b,
-                        }),
-                        _ => None,
-                    };
-                    Ok((
-                        r.get(0)?,
-                        StoredRow {
-                            size: r.get::<_, i64>(1)? as u64,
-                            summary: Sample {
-                                time_us: r.get(2)?,
-                                algbw: r.get(3)?,
-                                busbw: r.get(4)?,
-                            },
-                            wrong: r.get(5)?,
-                            nccl,
-                            samples: Vec::new(),
-                            nccl_samples: Vec::new(),
-                        },
-                    ))
-                })
-                .map_err(|e| sql(p, e))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| sql(p, e))?;
-            for (rid, mut row) in rows {
-                if with_samples {
-                    for src in ["run", "nccl"] {
-                        let v: Vec<Sample> = ss
-                            .query_map(params![rid, src], |r| {
-                                Ok(Sample {
-                                    time_us: r.get(0)?,
-                                    algbw: r.get(1)?,
-                                    busbw: r.get(2)?,
-                                })
-                            })
-                            .map_err(|e| sql(p, e))?
-                            .collect::<Result<_, _>>()
-                            .map_err(|e| sql(p, e))?;
-                        if src == "run" {
-                            row.samples = v;
-                        } else {
-                            row.nccl_samples = v;
-                        }
-                    }
+/// The id of the run stored with this identity, if any.
+fn present(c: &mut Conn, sha: &str) -> Result<Option<i64>, String> {
+    c.one("SELECT id FROM runs WHERE content_sha256 = ?1", &[sha.into()])?
+        .map(|r| r.int(0))
+        .transpose()
+}
+
+/// `add`'s work inside its transaction.
+fn add_in(c: &mut Conn, record: &RunRecord, added_at: &str) -> Result<Added, String> {
+    if let Some(id) = present(c, &record.provenance.content_sha256)? {
+        return Ok(Added::Present(id));
+    }
+    // Under the same lock: the same run stored under other bytes (the gate's own test of a
+    // copy, against every stored run of the same tool and pattern: a stdout log keys its
+    // configuration with fewer fields than its result directory).
+    let configs = configs_in(c)?;
+    for s in &record.series {
+        for (cid, cfg) in &configs {
+            if cfg.tool != s.config.tool || cfg.pattern != s.config.pattern {
+                continue;
+            }
+            for stored in runs_in(c, *cid, false)? {
+                if let Some(why) = crate::admit::same_run(&super::model::as_run(cfg, &stored), &record.run) {
+                    return Ok(Added::Copy(stored.id, why));
                 }
-                run.rows.push(row);
             }
         }
-        Ok(runs)
     }
+    write_run(c, record, added_at)
 }
 
-/// Sets `PRAGMA user_version` (tests of the version check: a database from a newer build).
+/// The id of a configuration, stored first when new.
+fn config_id(c: &mut Conn, cfg: &Config) -> Result<i64, String> {
+    let key = cfg.key();
+    if let Some(r) = c.one("SELECT id FROM configs WHERE key = ?1", &[key.as_str().into()])? {
+        return r.int(0);
+    }
+    let p: Vec<Value> = vec![
+        key.into(),
+        cfg.tool.as_str().into(),
+        cfg.pattern.as_str().into(),
+        cfg.variant.as_str().into(),
+        (&cfg.scope).into(),
+        (&cfg.dir).into(),
+        (&cfg.mem).into(),
+        cfg.ranks.into(),
+        cfg.endpoints.into(),
+        cfg.nodes.into(),
+        (&cfg.plugin).into(),
+        cfg.chunk.into(),
+        cfg.channels.into(),
+        cfg.window.into(),
+    ];
+    c.one(
+        "INSERT INTO configs (key, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, \"window\")
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) RETURNING id",
+        &p,
+    )?
+    .ok_or("no id returned for a new configuration")?
+    .int(0)
+}
+
+/// Writes a run that is not stored yet (inside the caller's write transaction).
+fn write_run(c: &mut Conn, record: &RunRecord, added_at: &str) -> Result<Added, String> {
+    let r = &record.provenance;
+    let p: Vec<Value> = vec![
+        r.content_sha256.as_str().into(),
+        r.source.as_str().into(),
+        r.format.as_str().into(),
+        r.tool.as_str().into(),
+        r.start_time.as_str().into(),
+        r.time_from.as_str().into(),
+        (&r.git_commit).into(),
+        (&r.plugin_sha256).into(),
+        (&r.hosts).into(),
+        (&r.nccl_version).into(),
+        (&record.status).into(),
+        added_at.into(),
+        (&r.result_dir).into(),
+        (&record.allowed).into(),
+    ];
+    let Some(row) = c.one(
+        "INSERT INTO runs (content_sha256, source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, status, added_at, result_dir, allowed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+         ON CONFLICT (content_sha256) DO NOTHING RETURNING id",
+        &p,
+    )?
+    else {
+        // Stored by another writer meanwhile (the identity is unique): nothing written.
+        return present(c, &r.content_sha256)?.map(Added::Present).ok_or("a run neither stored nor new".into());
+    };
+    let run_id = row.int(0)?;
+    for n in &record.nodes {
+        c.exec(
+            "INSERT INTO node_verdicts (run_id, host, verdict, evidence) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (run_id, host) DO UPDATE SET verdict = excluded.verdict, evidence = excluded.evidence",
+            &[
+                run_id.into(),
+                n.host.as_str().into(),
+                n.verdict.as_str().into(),
+                n.evidence.as_str().into(),
+            ],
+        )?;
+    }
+    for s in &record.series {
+        write_series(c, run_id, s)?;
+    }
+    Ok(Added::New(run_id))
+}
+
+fn write_series(c: &mut Conn, run_id: i64, s: &SeriesRecord) -> Result<(), String> {
+    let cid = config_id(c, &s.config)?;
+    for row in &s.rows {
+        let p: Vec<Value> = vec![
+            run_id.into(),
+            cid.into(),
+            (row.size as i64).into(),
+            row.summary.time_us.into(),
+            row.summary.algbw.into(),
+            row.summary.busbw.into(),
+            row.wrong.into(),
+            row.nccl.map(|n| n.time_us).into(),
+            row.nccl.map(|n| n.algbw).into(),
+            row.nccl.map(|n| n.busbw).into(),
+        ];
+        let rid = c
+            .one(
+                "INSERT INTO results (run_id, config_id, size_bytes, time_us, algbw_gbps, busbw_gbps, wrong, nccl_time_us, nccl_algbw_gbps, nccl_busbw_gbps)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                &p,
+            )?
+            .ok_or("no id returned for a new result")?
+            .int(0)?;
+        for (src, list) in [("run", &row.samples), ("nccl", &row.nccl_samples)] {
+            for (i, x) in list.iter().enumerate() {
+                c.exec(
+                    "INSERT INTO samples (result_id, source, iter, time_us, algbw_gbps, busbw_gbps) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    &[rid.into(), src.into(), (i as i64).into(), x.time_us.into(), x.algbw.into(), x.busbw.into()],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every configuration, by key.
+fn configs_in(c: &mut Conn) -> Result<Vec<(i64, Config)>, String> {
+    let rows = c.rows(
+        "SELECT id, tool, pattern, variant, scope, dir, mem, ranks, endpoints, nodes, plugin, chunk, channels, \"window\" FROM configs ORDER BY key",
+        &[],
+    )?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.int(0)?,
+                Config {
+                    tool: r.text(1)?,
+                    pattern: r.text(2)?,
+                    variant: r.text(3)?,
+                    scope: r.opt_text(4)?,
+                    dir: r.opt_text(5)?,
+                    mem: r.opt_text(6)?,
+                    ranks: r.opt_int(7)?,
+                    endpoints: r.opt_int(8)?,
+                    nodes: r.opt_int(9)?,
+                    plugin: r.opt_text(10)?,
+                    chunk: r.opt_int(11)?,
+                    channels: r.opt_int(12)?,
+                    window: r.opt_int(13)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// A run's provenance columns, from `source` on (see [`runs_in`]).
+pub(crate) fn provenance(r: &Row, at: usize) -> Result<Provenance, String> {
+    Ok(Provenance {
+        source: r.text(at)?,
+        format: r.text(at + 1)?,
+        tool: r.text(at + 2)?,
+        start_time: r.text(at + 3)?,
+        time_from: r.text(at + 4)?,
+        git_commit: r.opt_text(at + 5)?,
+        plugin_sha256: r.opt_text(at + 6)?,
+        hosts: r.opt_text(at + 7)?,
+        nccl_version: r.opt_text(at + 8)?,
+        content_sha256: r.text(at + 9)?,
+        result_dir: r.opt_text(at + 10)?,
+    })
+}
+
+/// The columns [`provenance`] reads, in its order.
+pub(crate) const PROVENANCE: &str =
+    "source, format, tool, start_time, time_from, git_commit, plugin_sha256, hosts, nccl_version, content_sha256, result_dir";
+
+fn sample(r: &Row, at: usize) -> Result<Sample, String> {
+    Ok(Sample {
+        time_us: r.real(at)?,
+        algbw: r.real(at + 1)?,
+        busbw: r.real(at + 2)?,
+    })
+}
+
+/// A result row (`size_bytes, time_us, algbw, busbw, wrong, nccl time, algbw, busbw` from `at`).
+pub(crate) fn stored_row(r: &Row, at: usize) -> Result<StoredRow, String> {
+    let nccl = match (r.opt_real(at + 5)?, r.opt_real(at + 6)?, r.opt_real(at + 7)?) {
+        (Some(t), Some(a), Some(b)) => Some(Sample {
+            time_us: t,
+            algbw: a,
+            busbw: b,
+        }),
+        _ => None,
+    };
+    Ok(StoredRow {
+        size: r.int(at)? as u64,
+        summary: sample(r, at + 1)?,
+        wrong: r.opt_real(at + 4)?,
+        nccl,
+        samples: Vec::new(),
+        nccl_samples: Vec::new(),
+    })
+}
+
+/// The result columns [`stored_row`] reads, in its order.
+pub(crate) const RESULT: &str =
+    "size_bytes, time_us, algbw_gbps, busbw_gbps, wrong, nccl_time_us, nccl_algbw_gbps, nccl_busbw_gbps";
+
+/// The runs of configuration `config_id` (see [`Db::runs_of`]).
+fn runs_in(c: &mut Conn, config_id: i64, with_samples: bool) -> Result<Vec<StoredRun>, String> {
+    let cid = [Value::Int(config_id)];
+    let rows = c.rows(
+        &format!(
+            "SELECT DISTINCT runs.id, allowed, {PROVENANCE} FROM runs JOIN results ON results.run_id = runs.id
+             WHERE results.config_id = ?1 ORDER BY start_time, runs.id"
+        ),
+        &cid,
+    )?;
+    let mut runs = rows
+        .iter()
+        .map(|r| {
+            Ok(StoredRun {
+                id: r.int(0)?,
+                allowed: r.opt_text(1)?,
+                provenance: provenance(r, 2)?,
+                rows: Vec::new(),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let place: HashMap<i64, usize> = runs.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+    // Where each result went: (run, row).
+    let mut result_at: HashMap<i64, (usize, usize)> = HashMap::new();
+    for r in c.rows(
+        &format!("SELECT run_id, id, {RESULT} FROM results WHERE config_id = ?1 ORDER BY run_id, size_bytes"),
+        &cid,
+    )? {
+        let Some(&k) = place.get(&r.int(0)?) else { continue };
+        runs[k].rows.push(stored_row(&r, 2)?);
+        result_at.insert(r.int(1)?, (k, runs[k].rows.len() - 1));
+    }
+    if with_samples {
+        for s in c.rows(
+            "SELECT s.result_id, s.source, s.time_us, s.algbw_gbps, s.busbw_gbps FROM samples s
+             JOIN results r ON r.id = s.result_id WHERE r.config_id = ?1 ORDER BY s.result_id, s.source, s.iter",
+            &cid,
+        )? {
+            let Some(&(k, j)) = result_at.get(&s.int(0)?) else {
+                continue;
+            };
+            let row = &mut runs[k].rows[j];
+            let x = sample(&s, 2)?;
+            if s.text(1)? == "run" {
+                row.samples.push(x);
+            } else {
+                row.nccl_samples.push(x);
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// Sets `PRAGMA user_version` of an SQLite file (tests of the version check: a database from a
+/// newer build).
 #[doc(hidden)]
 pub fn set_user_version_for_tests(path: &Path, v: i64) -> Result<(), Failure> {
-    let c = Connection::open(path).map_err(|e| sql(path, e))?;
+    let c = rusqlite::Connection::open(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))?;
     c.execute_batch(&format!("PRAGMA user_version = {v}"))
-        .map_err(|e| sql(path, e))
+        .map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
 }

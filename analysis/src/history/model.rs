@@ -1,14 +1,14 @@
 //! What the history stores: a run's provenance, its configuration key, per size its figures and
 //! per-iteration samples.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::model::Sample;
 use crate::model::{Family, Format, Row, Run, Series, Waiver};
 
 /// The configuration a series belongs to: runs compare only within one. Fields a format does not
 /// record are None and left out of the key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Config {
     /// `tcpx-perf` or the benchmark that wrote the log (`nccl-tests`, `rccl-tests`).
     pub tool: String,
@@ -79,7 +79,7 @@ pub struct SeriesRecord {
 }
 
 /// Where a run came from and what it ran with: stored once per run, read back with it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     /// SHA-256 of the run's files (a log holding several runs: of the file, then `#` and the
     /// run's place in it): the same run added twice is recognised by it.
@@ -117,7 +117,7 @@ pub struct RunRecord {
 }
 
 /// One node's verdict in one run (tcpx-perf's `node_verdicts`, docs/drain.md).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeVerdict {
     pub host: String,
     /// `healthy`, `suspect` or `bad`.

@@ -1,20 +1,22 @@
 //! `history report`: one self-contained HTML page (inline SVG, one inline script, no network):
-//! per configuration and series, busbw per run in time order with the change points and segment
-//! means of [`super::detect`], NCCL of the same runs beside it, every run a link to its
+//! per configuration and series, busbw per run over its start time (a date axis with ticks on
+//! round instants, busbw ticks at round values: [`super::axis`]) with the change points and
+//! segment means of [`super::detect`], NCCL of the same runs beside it, every run a link to its
 //! directory, and a table of the changes. The plotted values are embedded twice for machines:
 //! as `data-value` on every point and as JSON in `<script id="history-data">`; the inline script
 //! checks on load that every point's position encodes its value and that both agree, and sets
 //! `<body data-check>` to `ok N` (N points) or to the first mismatch (a console error as well).
 
+use super::axis;
 use super::detect::{Detection, SeriesResult};
 use std::fmt::Write;
 
 const W: f64 = 640.0;
-const H: f64 = 240.0;
+const H: f64 = 256.0;
 const LEFT: f64 = 56.0;
 const TOP: f64 = 12.0;
 const PW: f64 = W - LEFT - 12.0;
-const PH: f64 = H - TOP - 36.0;
+const PH: f64 = H - TOP - 52.0;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -41,61 +43,123 @@ fn href(source: &str) -> String {
     }
 }
 
-fn chart(o: &mut String, r: &SeriesResult) {
-    let pts = &r.data.points;
-    let n = pts.len().max(1);
-    let top = pts
-        .iter()
-        .flat_map(|p| std::iter::once(p.value).chain(p.nccl))
-        .fold(0.0f64, f64::max);
-    let ymax = if top > 0.0 { top * 1.1 } else { 1.0 };
-    let x = |i: usize| {
-        LEFT + if n > 1 {
-            PW * i as f64 / (n - 1) as f64
-        } else {
-            PW / 2.0
+/// Where a chart puts its points: by start time (a date axis), or by order where a time does
+/// not read as one.
+struct Frame {
+    xs: Vec<f64>,
+    ymax: f64,
+    yticks: Vec<f64>,
+    xticks: Vec<super::axis::TimeTick>,
+    /// Seconds to x: (t0, pixels per second); None: one instant, drawn in the middle.
+    scale: Option<(f64, f64)>,
+}
+
+impl Frame {
+    fn new(r: &SeriesResult) -> Frame {
+        let pts = &r.data.points;
+        let top = pts
+            .iter()
+            .flat_map(|p| std::iter::once(p.value).chain(p.nccl))
+            .fold(0.0f64, f64::max);
+        let (ymax, yticks) = axis::value_ticks(top, 5);
+        let times: Option<Vec<f64>> = pts.iter().map(|p| axis::parse_time(&p.start_time)).collect();
+        let n = pts.len().max(1);
+        let by_order = |i: usize| {
+            LEFT + if n > 1 {
+                PW * i as f64 / (n - 1) as f64
+            } else {
+                PW / 2.0
+            }
+        };
+        let Some(times) = times.filter(|t| !t.is_empty()) else {
+            return Frame {
+                xs: (0..pts.len()).map(by_order).collect(),
+                ymax,
+                yticks,
+                xticks: Vec::new(),
+                scale: None,
+            };
+        };
+        let (t0, t1) = times
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), t| (a.min(*t), b.max(*t)));
+        let scale = (t1 > t0).then(|| (t0, PW / (t1 - t0)));
+        let mut f = Frame {
+            xs: Vec::new(),
+            ymax,
+            yticks,
+            xticks: axis::time_ticks(t0, t1, 8),
+            scale,
+        };
+        f.xs = times.iter().map(|t| f.x_of(*t)).collect();
+        f
+    }
+
+    fn x_of(&self, t: f64) -> f64 {
+        match self.scale {
+            Some((t0, k)) => LEFT + (t - t0) * k,
+            None => LEFT + PW / 2.0,
         }
-    };
-    let y = |v: f64| TOP + PH * (1.0 - v / ymax);
-    let _ = write!(
-        o,
-        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" data-size="{}" data-ymin="0" data-ymax="{ymax}" data-top="{TOP}" data-height="{PH}">"#,
-        r.data.size.map_or("avg".into(), |s| s.to_string())
-    );
-    let _ = write!(
-        o,
-        r##"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="#fff" stroke="#999"/>"##
-    );
-    for k in 0..=4 {
-        let v = ymax * f64::from(k) / 4.0;
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + PH * (1.0 - v / self.ymax)
+    }
+}
+
+/// Grid lines with round busbw ticks, and the date axis.
+fn axes(o: &mut String, f: &Frame, runs: usize) {
+    let step = f.yticks.get(1).copied().unwrap_or(f.ymax);
+    for &v in &f.yticks {
         let _ = write!(
             o,
-            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.3}" y2="{yy:.3}" stroke="#eee"/><text x="{}" y="{:.3}" font-size="10" text-anchor="end">{v:.3}</text>"##,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.3}" y2="{yy:.3}" stroke="#eee"/><text class="ytick" data-value="{v}" x="{}" y="{:.3}" font-size="10" text-anchor="end">{}</text>"##,
             LEFT + PW,
             LEFT - 4.0,
-            y(v) + 3.0,
-            yy = y(v)
+            f.y(v) + 3.0,
+            axis::value_label(v, step),
+            yy = f.y(v)
         );
     }
-    let step = (n / 10).max(1).div_ceil(5) * 5;
-    for i in (0..n).step_by(if n > 10 { step } else { 1 }) {
+    for t in &f.xticks {
+        let x = f.x_of(t.at);
+        let at = super::model::rfc3339(t.at.floor() as i64);
         let _ = write!(
             o,
-            r#"<text x="{:.3}" y="{}" font-size="10" text-anchor="middle">#{i}</text>"#,
-            x(i),
-            TOP + PH + 12.0
+            r##"<line x1="{x:.3}" x2="{x:.3}" y1="{}" y2="{}" stroke="#999"/><text class="xtick" data-time="{at}" x="{x:.3}" y="{}" font-size="10" text-anchor="middle">{}</text>"##,
+            TOP + PH,
+            TOP + PH + 4.0,
+            TOP + PH + 14.0,
+            esc(&t.label)
         );
+        if let Some(d) = &t.date {
+            let _ = write!(
+                o,
+                r#"<text class="xdate" x="{x:.3}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
+                TOP + PH + 25.0,
+                esc(d)
+            );
+        }
     }
+    let title = if f.xticks.is_empty() {
+        "run (time order)"
+    } else {
+        "start time (UTC)"
+    };
     let _ = write!(
         o,
-        r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">run (time order), {} runs</text><text x="12" y="{}" font-size="10" transform="rotate(-90 12 {})" text-anchor="middle">busbw GB/s</text>"#,
+        r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">{title}, {}</text><text x="12" y="{}" font-size="10" transform="rotate(-90 12 {})" text-anchor="middle">busbw GB/s</text>"#,
         LEFT + PW / 2.0,
-        H - 6.0,
-        pts.len(),
+        H - 4.0,
+        count(runs, "run", "runs"),
         TOP + PH / 2.0,
         TOP + PH / 2.0
     );
-    // Segment means between change points.
+}
+
+/// Segment means between change points, and the change points.
+fn changes(o: &mut String, f: &Frame, r: &SeriesResult) {
+    let pts = &r.data.points;
     let mut bounds = vec![0];
     bounds.extend(r.changes.iter().map(|c| c.index));
     bounds.push(pts.len());
@@ -108,27 +172,45 @@ fn chart(o: &mut String, r: &SeriesResult) {
         let _ = write!(
             o,
             r##"<line class="segment" x1="{:.3}" x2="{:.3}" y1="{:.3}" y2="{:.3}" stroke="#2a7" stroke-width="2" data-mean="{m}"/>"##,
-            x(w[0]),
-            x(w[1] - 1),
-            y(m),
-            y(m)
+            f.xs[w[0]],
+            f.xs[w[1] - 1],
+            f.y(m),
+            f.y(m)
         );
     }
     for c in &r.changes {
-        let xc = f64::midpoint(x(c.index), x(c.index.saturating_sub(1)));
+        let xc = f64::midpoint(f.xs[c.index], f.xs[c.index.saturating_sub(1)]);
         let _ = write!(
             o,
-            r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run #{}: {:+.1}%</title></line>"##,
+            r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run #{} ({}): {:+.1}%</title></line>"##,
             TOP + PH,
             c.index,
             c.index,
+            esc(&c.start_time),
             c.relative_change * 100.0
         );
     }
+}
+
+fn chart(o: &mut String, r: &SeriesResult) {
+    let pts = &r.data.points;
+    let f = Frame::new(r);
+    let _ = write!(
+        o,
+        r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" data-size="{}" data-ymin="0" data-ymax="{}" data-top="{TOP}" data-height="{PH}">"#,
+        r.data.size.map_or("avg".into(), |s| s.to_string()),
+        f.ymax
+    );
+    let _ = write!(
+        o,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="#fff" stroke="#999"/>"##
+    );
+    axes(o, &f, pts.len());
+    changes(o, &f, r);
     let poly = |sel: &dyn Fn(&super::detect::Point) -> Option<f64>| {
         pts.iter()
-            .enumerate()
-            .filter_map(|(i, p)| sel(p).map(|v| format!("{:.3},{:.3}", x(i), y(v))))
+            .zip(&f.xs)
+            .filter_map(|(p, x)| sel(p).map(|v| format!("{x:.3},{:.3}", f.y(v))))
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -144,24 +226,23 @@ fn chart(o: &mut String, r: &SeriesResult) {
         r##"<polyline points="{}" fill="none" stroke="#36c"/>"##,
         poly(&|p| Some(p.value))
     );
-    for (i, p) in pts.iter().enumerate() {
+    for (i, (p, x)) in pts.iter().zip(&f.xs).enumerate() {
         if let Some(v) = p.nccl {
             let _ = write!(
                 o,
-                r##"<circle class="nccl" cx="{:.3}" cy="{:.3}" r="2.5" fill="#88a" data-run="{}" data-value="{v}"><title>NCCL, same run: {v:.4} GB/s</title></circle>"##,
-                x(i),
-                y(v),
+                r##"<circle class="nccl" cx="{x:.3}" cy="{:.3}" r="2.5" fill="#88a" data-run="{}" data-value="{v}"><title>NCCL, same run: {v:.4} GB/s</title></circle>"##,
+                f.y(v),
                 p.run_id
             );
         }
         let _ = write!(
             o,
-            r##"<a href="{}"><circle class="pt" cx="{:.3}" cy="{:.3}" r="3.5" fill="#36c" data-index="{i}" data-run="{}" data-value="{}"><title>#{i} {} {} commit {}: {:.4} GB/s</title></circle></a>"##,
+            r##"<a href="{}"><circle class="pt" cx="{x:.3}" cy="{:.3}" r="3.5" fill="#36c" data-index="{i}" data-run="{}" data-value="{}" data-time="{}"><title>#{i} {} {} commit {}: {:.4} GB/s</title></circle></a>"##,
             esc(&href(&p.source)),
-            x(i),
-            y(p.value),
+            f.y(p.value),
             p.run_id,
             p.value,
+            esc(&p.start_time),
             esc(&p.source),
             esc(&p.start_time),
             esc(p.git_commit.as_deref().unwrap_or("-")),
@@ -169,6 +250,11 @@ fn chart(o: &mut String, r: &SeriesResult) {
         );
     }
     o.push_str("</svg>");
+}
+
+/// `1 run`, `2 runs`: a count in words that fit it.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The check the page runs on itself (see the module comment).
@@ -212,11 +298,11 @@ pub fn html(d: &Detection, db_name: &str, nodes: &[(i64, String, super::model::N
 <style>body{{font-family:sans-serif;margin:1.5em;color:#222}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px}}figure{{display:inline-block;margin:0.5em}}figcaption{{font-size:13px;font-weight:bold}}.reg{{color:#c00;font-weight:bold}}code{{font-size:12px}}</style>
 </head><body data-check="pending">
 <h1>Run history</h1>
-<p>{} runs, {} configurations, {} series from <code>{}</code>. Change points: E-Divisive with Means, alpha {}, significance {}, {} permutations, min segment {}, seed {}; {:.0}% intervals (Welch t on log busbw). Blue: busbw per run (each point links to its run); green: segment means; red dashed: change points; grey dashed: NCCL in the same run.</p>
+<p>{}, {}, {} from <code>{}</code>. Change points: E-Divisive with Means, alpha {}, significance {}, {} permutations, min segment {}, seed {}; {:.0}% intervals (Welch t on log busbw). Blue: busbw per run (each point links to its run); green: segment means; red dashed: change points; grey dashed: NCCL in the same run.</p>
 "#,
-        runs.len(),
-        d.configs.len(),
-        d.series.len(),
+        count(runs.len(), "run", "runs"),
+        count(d.configs.len(), "configuration", "configurations"),
+        count(d.series.len(), "series", "series"),
         esc(db_name),
         d.settings.alpha,
         d.settings.significance,

@@ -28,7 +28,7 @@
 pub mod console;
 pub mod read;
 
-pub use read::{note_input, read_input, read_input_text, Bound};
+pub use read::{note_input, open_input, read_input, read_input_text, Bound};
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};

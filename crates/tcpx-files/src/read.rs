@@ -59,6 +59,11 @@ impl Bound {
         what: "a node list",
         max_bytes: 16 * MIB,
     };
+    /// `tcpx-analyze history export`'s JSON lines (a run's rows a line: a fleet's years).
+    pub const HISTORY_EXPORT: Bound = Bound {
+        what: "a history export",
+        max_bytes: 4096 * MIB,
+    };
     /// A plugin or NCCL library, hashed for summary.json.
     pub const LIBRARY: Bound = Bound {
         what: "a shared library",
