@@ -418,8 +418,17 @@ fn run_compare(a: &CompareArgs, gate: bool, allow_inconclusive: bool) -> anyhow:
     // compare only reports: runs the gate would refuse are named in its warnings.
     let allow = if gate { a.allow } else { Allow::ALL };
     // Outputs that cannot be written as given write nothing, not even the failure JSON.
+    // A history file (not a server's database) is an input too.
+    let history: Vec<PathBuf> = match a
+        .history
+        .as_deref()
+        .map(|h| tcpx_analyze::history::location::Location::parse(h, "--history"))
+    {
+        Some(Ok(tcpx_analyze::history::location::Location::File(p))) => vec![p],
+        _ => Vec::new(),
+    };
     claim(
-        &[&a.candidate, &a.baseline, a.history.as_slice()],
+        &[&a.candidate, &a.baseline, &history],
         &[("--json", a.json.as_ref()), ("--markdown", a.markdown.as_ref())],
     )?;
     let res = (|| {

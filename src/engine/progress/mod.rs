@@ -641,8 +641,9 @@ const DUMP_OUTSTANDING: usize = 32;
 pub fn dump_stats<'a>(epoch: Instant, lanes: impl Iterator<Item = (&'static str, &'a str, &'a LaneStats)>) -> String {
     let now_ns = ns_since(epoch, Instant::now());
     let mut out = String::new();
-    // (kind, posted, completed, consumed) -> idle comms so.
-    let mut idle: Vec<((&str, u64, u64, u64), usize)> = Vec::new();
+    // Idle comms by (kind, posted, completed, consumed), with their count.
+    type Counts<'k> = (&'k str, u64, u64, u64);
+    let mut idle: Vec<(Counts<'_>, usize)> = Vec::new();
     let mut listed = 0usize;
     let mut unlisted = 0usize;
     for (kind, peer, s) in lanes {
