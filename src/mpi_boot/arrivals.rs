@@ -346,14 +346,12 @@ impl Arrivals {
 
 /// Between polls of a wait: yield the core at first (as Open MPI does when oversubscribed), so
 /// that a barrier's exit skew stays an iteration's start skew; a long wait means a slow or
-/// missing rank: after 50 ms, a sleep of a hundredth of the wait so far, from 100 us to 2 ms. A wait that has already lasted 200 ms
-/// loses at most 1% to the sleep; 512 ranks on 32 cores that each woke every 100 us spent the
-/// host's cores on waking (docs/runs/h200x2-20261128-issue42).
+/// missing rank, then sleep between polls.
 fn pause(waited: Duration) {
     if waited < Duration::from_millis(50) {
         std::thread::yield_now();
     } else {
-        std::thread::sleep((waited / 100).clamp(Duration::from_micros(100), Duration::from_millis(2)));
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
