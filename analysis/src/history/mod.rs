@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod pg;
 pub mod report_html;
 pub mod transfer;
+pub mod value;
 
 /// Default location of the database (`--db`; `TCPX_HISTORY_DB` when set).
 pub const DEFAULT_DB: &str = "results/history.sqlite";

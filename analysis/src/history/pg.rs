@@ -15,8 +15,8 @@
 //! `verify-ca`, the chain is checked); `verify-full` checks the host name too. The password comes
 //! from the URL or, as for libpq, from `PGPASSWORD`.
 
-use super::backend::{pg_sql, Row, Value};
 use super::location::{PgUrl, Tls};
+use super::value::{pg_sql, Row, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
