@@ -184,7 +184,7 @@ struct Connecting {
     /// The ctrl socket, then the data sockets, as each is up and has sent its hello.
     done: Vec<TcpStream>,
     /// The socket being dialled, and when its dial began.
-    dialling: Option<(OwnedFd, Instant)>,
+    dialling: Option<(TcpStream, Instant)>,
     /// Dials of the current socket so far (a refused one is tried again).
     attempts: u32,
     /// No dial starts before this (the cost model's sleep, or a refused dial's pause).
@@ -235,24 +235,24 @@ impl Connecting {
                     zerocopy: self.zerocopy,
                 }));
             }
-            let Some((fd, began)) = self.dialling.take() else {
+            let Some((mut sock, began)) = self.dialling.take() else {
                 if Instant::now() < self.not_before {
                     return Ok(None);
                 }
                 self.attempts += 1;
                 let sockbuf = if self.done.is_empty() { 0 } else { self.sockbuf };
-                self.dialling = Some((start_dial(self.info.addr, self.local, sockbuf)?, Instant::now()));
+                match start_dial(self.info.addr, self.local, sockbuf)? {
+                    Some(sock) => self.dialling = Some((sock, Instant::now())),
+                    None => self.refused()?,
+                }
                 continue;
             };
-            match dial_outcome(&fd, began)? {
+            match dial_outcome(&sock, began)? {
                 Dial::Pending => {
-                    self.dialling = Some((fd, began));
+                    self.dialling = Some((sock, began));
                     return Ok(None);
                 }
-                Dial::Refused if self.attempts < CONNECT_RETRIES => {
-                    self.not_before = Instant::now() + Duration::from_millis(100);
-                }
-                Dial::Refused => return Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED)),
+                Dial::Refused => self.refused()?,
                 Dial::Up => {
                     let index = self.done.len();
                     let (kind, i) = if index == 0 {
@@ -260,7 +260,6 @@ impl Connecting {
                     } else {
                         (KIND_DATA, index - 1)
                     };
-                    let mut sock = TcpStream::from(fd);
                     sock.set_nonblocking(false)?;
                     sock.write_all(&self.hello(kind, i as u8).encode())?;
                     self.done.push(sock);
@@ -269,6 +268,15 @@ impl Connecting {
                 }
             }
         }
+    }
+
+    /// The current socket's dial was refused: another after a pause, [`CONNECT_RETRIES`] in all.
+    fn refused(&mut self) -> std::io::Result<()> {
+        if self.attempts >= CONNECT_RETRIES {
+            return Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        }
+        self.not_before = Instant::now() + Duration::from_millis(100);
+        Ok(())
     }
 
     fn hello(&self, kind: u8, index: u8) -> Hello {
@@ -285,39 +293,34 @@ impl Connecting {
 }
 
 /// Starts a non-blocking dial of `addr` from `local`'s address where its family matches, with
-/// buffer sizes set before the SYN.
-fn start_dial(addr: SocketAddr, local: Option<SocketAddr>, sockbuf: usize) -> std::io::Result<OwnedFd> {
+/// buffer sizes set before the SYN; `None` when the dial was refused at once (loopback: the
+/// error is then `connect`'s own, no longer the socket's to read).
+fn start_dial(addr: SocketAddr, local: Option<SocketAddr>, sockbuf: usize) -> std::io::Result<Option<TcpStream>> {
     let fd = new_socket(&addr)?;
     if let Some(local) = local.filter(|l| l.is_ipv4() == addr.is_ipv4()) {
         bind_source(&fd, local)?;
     }
     tune_bufs(fd.as_raw_fd(), sockbuf);
     tune_common(fd.as_raw_fd());
-    // SAFETY: fcntl on our own descriptor.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
+    let sock = TcpStream::from(fd);
+    sock.set_nonblocking(true)?;
     let (ss, len) = sockaddr(&addr);
     // SAFETY: `ss` holds a valid address of `len` bytes.
-    let r = unsafe { libc::connect(fd.as_raw_fd(), (&raw const ss).cast(), len) };
-    if r != 0 {
+    if unsafe { libc::connect(sock.as_raw_fd(), (&raw const ss).cast(), len) } != 0 {
         let e = std::io::Error::last_os_error();
-        // ECONNREFUSED can come at once on loopback: the next poll reads it from SO_ERROR too.
-        if !matches!(
-            e.raw_os_error(),
-            Some(libc::EINPROGRESS | libc::EINTR | libc::ECONNREFUSED)
-        ) {
-            return Err(e);
+        match e.raw_os_error() {
+            Some(libc::EINPROGRESS | libc::EINTR) => {}
+            Some(libc::ECONNREFUSED) => return Ok(None),
+            _ => return Err(e),
         }
     }
-    Ok(fd)
+    Ok(Some(sock))
 }
 
 /// Where a dial begun at `began` stands; an error past [`USER_TIMEOUT_MS`] without an answer.
-fn dial_outcome(fd: &OwnedFd, began: Instant) -> std::io::Result<Dial> {
+fn dial_outcome(sock: &TcpStream, began: Instant) -> std::io::Result<Dial> {
     let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
+        fd: sock.as_raw_fd(),
         events: libc::POLLOUT,
         revents: 0,
     };
@@ -335,22 +338,10 @@ fn dial_outcome(fd: &OwnedFd, began: Instant) -> std::io::Result<Dial> {
         }
         return Ok(Dial::Pending);
     }
-    let mut err: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_ERROR into an int of the given length, on our own descriptor.
-    unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&raw mut err).cast(),
-            &raw mut len,
-        )
-    };
-    match err {
-        0 => Ok(Dial::Up),
-        libc::ECONNREFUSED => Ok(Dial::Refused),
-        e => Err(std::io::Error::from_raw_os_error(e)),
+    match sock.take_error()? {
+        None => Ok(Dial::Up),
+        Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Ok(Dial::Refused),
+        Some(e) => Err(e),
     }
 }
 
