@@ -44,25 +44,20 @@ pub enum Stream {
     Err,
 }
 
-/// Writes `args` (and a newline when `newline`) to `out` in one `write_all`, dropping what
-/// cannot be written.
-#[doc(hidden)]
-pub fn write_whole(mut out: impl Write, args: std::fmt::Arguments<'_>, newline: bool) {
+/// `args` formatted, with a newline when `newline`: the whole text before any of it is written.
+fn formatted(args: std::fmt::Arguments<'_>, newline: bool) -> String {
     let mut text = std::fmt::format(args);
     if newline {
         text.push('\n');
     }
-    let _ = out.write_all(text.as_bytes());
+    text
 }
 
 /// Writes `args` (and a newline when `newline`) to the standard stream, in whole lines
 /// ([`write_lines`]), dropping what cannot be written. Called by this module's macros.
 #[doc(hidden)]
 pub fn write_stream(stream: Stream, args: std::fmt::Arguments<'_>, newline: bool) {
-    let mut text = std::fmt::format(args);
-    if newline {
-        text.push('\n');
-    }
+    let text = formatted(args, newline);
     let _one = CONSOLE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     match stream {
         Stream::Out => {
@@ -177,7 +172,7 @@ macro_rules! eprintln {
 
 #[cfg(test)]
 mod tests {
-    use super::write_whole;
+    use super::{formatted, write_lines};
 
     /// Counts the writes it is handed, as `write(2)` calls would be.
     #[derive(Default)]
@@ -197,7 +192,12 @@ mod tests {
     fn a_formatted_line_is_one_write() {
         let mut w = Writes::default();
         let (rank, msg) = (3, "peer closed the connection");
-        write_whole(&mut w, format_args!("tcpx-perf: rank {rank}: error: {msg}"), true);
+        // -1: no descriptor, so no pipe to wait on.
+        write_lines(
+            &mut w,
+            -1,
+            &formatted(format_args!("tcpx-perf: rank {rank}: error: {msg}"), true),
+        );
         assert_eq!(
             w.0,
             [b"tcpx-perf: rank 3: error: peer closed the connection\n".to_vec()]
@@ -271,6 +271,6 @@ mod tests {
                 Ok(())
             }
         }
-        write_whole(Closed, format_args!("lost {}", 1), true);
+        write_lines(Closed, -1, &formatted(format_args!("lost {}", 1), true));
     }
 }
