@@ -60,8 +60,7 @@ pub(super) fn connect(
             endpoints,
         ),
     )?;
-    let per_part = crate::plan::rounds_per_connect(settings.sweep.max_peers, tr.connect_peers);
-    let mut links = Links::new(tr.connect, per_part, job.buffer_len, tr.channels);
+    let mut links = Links::new(tr.connect, settings.rounds_per_connect(), job.buffer_len, tr.channels);
     let first = links.part(&job.plans[0], 0).plan.connections();
     let connect = links.open(&engine, mpi, 0, first)?.expect("nothing was open before");
     // The slowest rank's setup, from starting its workers to its last comm.

@@ -208,8 +208,7 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             .then(|| job.plans.first())
             .flatten()
             .map(|p| {
-                let per_part =
-                    crate::plan::rounds_per_connect(settings.sweep.max_peers, settings.transport.connect_peers);
+                let per_part = settings.rounds_per_connect();
                 p.flows
                     .iter()
                     .filter(|f| !f.is_local())

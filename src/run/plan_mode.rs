@@ -125,8 +125,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         sweep.dir,
         layout,
         sweep.max_peers,
-        (settings.transport.connect == ConnectMode::Rounds)
-            .then(|| crate::plan::rounds_per_connect(sweep.max_peers, settings.transport.connect_peers)),
+        (settings.transport.connect == ConnectMode::Rounds).then(|| settings.rounds_per_connect()),
     )?;
     // Buffers grow with the size and connections do not depend on it: the largest size decides.
     let largest = sweep.sizes.last().copied().unwrap_or(0);

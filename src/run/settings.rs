@@ -99,6 +99,12 @@ pub(crate) struct OutputSettings {
 }
 
 impl Settings {
+    /// With `--connect rounds`: the `--max-peers` rounds one connect opens
+    /// ([`crate::plan::rounds_per_connect`]).
+    pub fn rounds_per_connect(&self) -> usize {
+        crate::plan::rounds_per_connect(self.sweep.max_peers, self.transport.connect_peers)
+    }
+
     /// Header notes for the nccl-tests behaviours asked for, so the table says what its
     /// columns mean.
     pub fn nccl_tests_notes(&self) -> Vec<String> {
