@@ -42,6 +42,7 @@ pub mod comm;
 pub mod config;
 pub mod conn;
 pub mod contracts;
+pub mod ctrl_watch;
 pub mod device;
 pub mod error;
 pub mod fault;

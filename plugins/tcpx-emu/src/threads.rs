@@ -22,8 +22,9 @@
 //! helper per data socket (`nsocks` per comm, from the first transfer until the comm closes);
 //! shared comms add none beyond the `TCPXEMU_SHARED_THREADS` event loops, which start with the
 //! first shared comm and live as long as the process. Setup adds one acceptor thread per process
-//! (from the first `listen` on, serving every listen comm: [`crate::accept`]); a `connect`
-//! runs on its caller's thread, a step per call ([`crate::conn`]).
+//! (from the first `listen` on, serving every listen comm: [`crate::accept`]) and the first
+//! receive comm the ctrl watcher ([`crate::ctrl_watch`]); a `connect` runs on its caller's
+//! thread, a step per call ([`crate::conn`]).
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 

@@ -191,10 +191,15 @@ impl PluginModel {
         }
     }
 
-    /// Setup threads that outlive setup: tcpx-emu's acceptor, from the first listen to the end
-    /// (seen in `/proc` through the sweep); TCPX's detached threads end with their call.
+    /// Threads that outlive setup: tcpx-emu's acceptor, from the first listen to the end, and
+    /// its ctrl watcher, from the first receive comm (a listen's accept) to the end (seen in
+    /// `/proc` through the sweep); TCPX's detached threads end with their call.
     pub fn resident_threads(&self, listens: usize) -> usize {
-        usize::from(self.kind == Kind::TcpxEmu && listens > 0)
+        if self.kind == Kind::TcpxEmu && listens > 0 {
+            2
+        } else {
+            0
+        }
     }
 
     /// Whether tcpx-emu gives each data socket its own thread in a process with `comms` comms.

@@ -83,9 +83,9 @@ fn fullmesh_on_one_node_counts_comms_files_threads_and_ports() {
             "tcpx-emu: one listening socket per listen comm"
         );
         assert_eq!(p.helper_threads, 48, "48 sockets <= 64: one thread each");
-        // The endpoint and tcpx-emu's acceptor; setup: 2 pool threads (its connects start none);
-        // sweep: 4 copiers + 48 helpers.
-        assert_eq!(p.threads, PROCESS_THREADS + 1 + 1 + 52);
+        // The endpoint, tcpx-emu's acceptor and ctrl watcher; setup: 2 pool threads (its
+        // connects start none); sweep: 4 copiers + 48 helpers.
+        assert_eq!(p.threads, PROCESS_THREADS + 1 + 2 + 52);
         assert_eq!(p.host_bytes, 8 << 20, "fullmesh's two halves of -e");
         assert_eq!(n.threads, 4 * p.threads);
         assert_eq!(n.ports.len(), 1);
@@ -178,7 +178,8 @@ fn a_64_node_fullmesh_crosses_1024_files_and_the_bounce_pool() {
 fn threads_near_and_over_pid_max_name_the_sysctl() {
     let f = fixture(Pattern::Fullmesh, Scope::All, 1, 8, 4, 1 << 20);
     let per_socket = emu(&[("TCPXEMU_THREADS", "per-socket"), ("NCCL_NSOCKS_PERTHREAD", "8")]);
-    // 8 ranks of 28 comms x 8 sockets, a helper each, 4 copiers, the endpoint, the acceptor.
+    // 8 ranks of 28 comms x 8 sockets, a helper each, 4 copiers, the endpoint, the acceptor
+    // and the ctrl watcher.
     let tight = Limits {
         pid_max: Some(1900),
         threads_in_use: Some(100),
@@ -188,7 +189,7 @@ fn threads_near_and_over_pid_max_name_the_sysctl() {
     let t = v.iter().find(|v| v.resource == "threads").unwrap();
     assert_eq!(t.level, Level::Error, "{}", t.text);
     assert_eq!(t.limit, 1800, "room = pid_max - threads in use");
-    assert_eq!(t.need, 8 * (PROCESS_THREADS as u64 + 2 + 4 + 224));
+    assert_eq!(t.need, 8 * (PROCESS_THREADS as u64 + 3 + 4 + 224));
     assert!(t.text.contains("sysctl -w kernel.pid_max="), "{}", t.text);
     assert!(
         t.text.contains("TCPXEMU_THREADS=shared") && t.text.len() <= 200,

@@ -47,6 +47,9 @@ use stats::{PostStats, UnpackStats};
 
 const CTRL_MAGIC: [u8; 4] = *b"TXCM";
 const CTRL_LEN: usize = 16;
+/// The receive side's control buffer: a full ring's messages (a sender has at most
+/// [`MAX_REQUESTS`] outstanding), taken by one `recv`.
+const CTRL_BUF: usize = CTRL_LEN * MAX_REQUESTS;
 const TAG_SHIFT: u32 = 48;
 const ADDR_MASK: usize = (1 << TAG_SHIFT) - 1;
 
@@ -149,8 +152,12 @@ struct Caller {
     released: u64,
     next_chunk: u64,
     reqs: [ReqInfo; MAX_REQUESTS],
-    ctrl_buf: [u8; CTRL_LEN],
+    /// Control bytes read: messages from `ctrl_start` to `ctrl_have` not matched yet.
+    ctrl_buf: [u8; CTRL_BUF],
+    ctrl_start: usize,
     ctrl_have: usize,
+    /// `recv` calls on the ctrl socket (receive comms).
+    ctrl_reads: u64,
     /// The peer closed the ctrl socket.
     peer_closed: bool,
     close_fault_fired: bool,
@@ -168,6 +175,9 @@ struct Caller {
 /// A send or receive comm.
 pub struct Comm {
     dir: Dir,
+    /// Receive comms: the ctrl socket in the watcher's set (declared before `ctrl`: it leaves
+    /// the set before the socket closes).
+    watch: Option<crate::ctrl_watch::Watch>,
     ctrl: TcpStream,
     shared: Arc<Shared>,
     caller: Mutex<Caller>,
@@ -213,8 +223,10 @@ impl Comm {
             fault,
             gpu,
         ));
+        let watch = (dir == Dir::Recv).then(|| crate::ctrl_watch::Watch::new(conn.ctrl.as_raw_fd()));
         let comm = Box::new(Comm {
             dir,
+            watch,
             ctrl: conn.ctrl,
             shared: Arc::clone(&shared),
             caller: Mutex::new(Caller {
@@ -225,8 +237,10 @@ impl Comm {
                 released: 0,
                 next_chunk: 0,
                 reqs: [ReqInfo::default(); MAX_REQUESTS],
-                ctrl_buf: [0; CTRL_LEN],
+                ctrl_buf: [0; CTRL_BUF],
+                ctrl_start: 0,
                 ctrl_have: 0,
+                ctrl_reads: 0,
                 peer_closed: false,
                 close_fault_fired: false,
                 rng: Rng::new(seed),
@@ -267,6 +281,11 @@ impl Comm {
     /// The helper-thread model the comm took at its first transfer (None before).
     pub fn thread_model(&self) -> Option<Model> {
         self.lock().model
+    }
+
+    /// Receive comms: the `recv` calls made on the ctrl socket so far.
+    pub fn ctrl_reads(&self) -> u64 {
+        self.lock().ctrl_reads
     }
 
     /// Whether the comm has GPU resources (unpack mode).
@@ -511,18 +530,48 @@ impl Comm {
         Ok(self.handle(seq))
     }
 
-    /// Receive side: reads the control messages that have arrived (never blocking) and schedules
-    /// the receives they match.
+    /// Receive side: reads the control messages that have arrived (never blocking, and only
+    /// when the ctrl watcher saw bytes arrive: [`crate::ctrl_watch`]) and schedules the receives
+    /// they match. One `recv` takes every message waiting, up to a full ring's worth.
     fn progress(&self, c: &mut Caller) {
         let fd = self.ctrl.as_raw_fd();
-        while c.matched < c.posted && !c.peer_closed && self.shared.error().is_none() {
+        let mut took = false;
+        loop {
+            while c.matched < c.posted && c.ctrl_have - c.ctrl_start >= CTRL_LEN {
+                let at = c.ctrl_start;
+                c.ctrl_start += CTRL_LEN;
+                let msg: [u8; CTRL_LEN] = c.ctrl_buf[at..at + CTRL_LEN].try_into().unwrap_or_default();
+                if self.match_one(c, &msg).is_err() {
+                    return;
+                }
+            }
+            if c.matched >= c.posted || c.peer_closed || self.shared.error().is_some() {
+                // Stopped before `recv` said there is nothing more: read again next time.
+                if took {
+                    self.raise_ctrl();
+                }
+                return;
+            }
+            if !took {
+                if !self.ctrl_ready() {
+                    return;
+                }
+                took = true;
+            }
+            // Here fewer than CTRL_LEN bytes are left unmatched, so the buffer has room.
+            if c.ctrl_start > 0 {
+                c.ctrl_buf.copy_within(c.ctrl_start..c.ctrl_have, 0);
+                c.ctrl_have -= c.ctrl_start;
+                c.ctrl_start = 0;
+            }
             let have = c.ctrl_have;
+            c.ctrl_reads += 1;
             // SAFETY: reading into the unfilled tail of our own buffer.
             let n = unsafe {
                 libc::recv(
                     fd,
                     c.ctrl_buf[have..].as_mut_ptr().cast(),
-                    CTRL_LEN - have,
+                    CTRL_BUF - have,
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -550,57 +599,71 @@ impl Comm {
                 return;
             }
             c.ctrl_have += n as usize;
-            if c.ctrl_have < CTRL_LEN {
-                continue;
-            }
-            c.ctrl_have = 0;
-            let seq = c.matched;
-            let wire_seq = u32::from_le_bytes(c.ctrl_buf[4..8].try_into().unwrap_or_default());
-            let size = u64::from_le_bytes(c.ctrl_buf[8..16].try_into().unwrap_or_default());
-            if c.ctrl_buf[0..4] != CTRL_MAGIC || wire_seq != seq as u32 {
-                self.shared.set_error(NetError::internal(format!(
-                    "corrupt control message from peer {} (expected request {seq}, got {wire_seq})",
-                    self.peer()
-                )));
-                return;
-            }
-            let slot = seq as usize % MAX_REQUESTS;
-            let cap = c.reqs[slot].cap;
-            let Some(size) = usize::try_from(size).ok().filter(|&s| s <= cap) else {
-                self.shared.set_error(NetError::invalid_usage(format!(
-                    "message truncated: peer {} sent {size} bytes but the receive (request {seq}) was posted for {cap} bytes",
-                    self.peer()
-                )));
-                return;
-            };
-            c.reqs[slot].size = size;
-            let cuda = c.reqs[slot].cuda;
-            if cuda && size > 0 {
-                if let Err(e) = self.plan_unpack(c, slot, size) {
-                    self.shared.set_error(e);
-                    return;
-                }
-            }
-            self.shared.pending[slot].store(size, Ordering::Relaxed);
-            let mut ptr = c.reqs[slot].ptr;
-            if !cuda && Fault::hits(self.shared.fault, FaultKind::Stale, seq) {
-                // The slot's previous receive is consumed, so its scratch is free to grow.
-                c.scratch.resize_with(MAX_REQUESTS, Vec::new);
-                let scratch = &mut c.scratch[slot];
-                scratch.resize(size.max(scratch.len()), 0);
-                ptr = scratch.as_mut_ptr() as usize;
-            }
-            let job = Job {
-                seq,
-                ptr,
-                len: size,
-                first_chunk: c.next_chunk,
-                cuda,
-            };
-            c.next_chunk += self.shared.chunks(size);
-            c.matched += 1;
-            self.shared.publish(&[job]);
         }
+    }
+
+    /// Whether the ctrl socket may have bytes (lowering the watcher's flag: read until `recv`
+    /// has nothing more, or [`Comm::raise_ctrl`]).
+    fn ctrl_ready(&self) -> bool {
+        self.watch.as_ref().is_none_or(crate::ctrl_watch::Watch::take)
+    }
+
+    fn raise_ctrl(&self) {
+        if let Some(w) = &self.watch {
+            w.raise();
+        }
+    }
+
+    /// Matches one control message with the oldest unmatched receive and publishes its job;
+    /// Err once the comm's error is set.
+    fn match_one(&self, c: &mut Caller, msg: &[u8; CTRL_LEN]) -> Result<(), ()> {
+        let seq = c.matched;
+        let wire_seq = u32::from_le_bytes(msg[4..8].try_into().unwrap_or_default());
+        let size = u64::from_le_bytes(msg[8..16].try_into().unwrap_or_default());
+        if msg[0..4] != CTRL_MAGIC || wire_seq != seq as u32 {
+            self.shared.set_error(NetError::internal(format!(
+                "corrupt control message from peer {} (expected request {seq}, got {wire_seq})",
+                self.peer()
+            )));
+            return Err(());
+        }
+        let slot = seq as usize % MAX_REQUESTS;
+        let cap = c.reqs[slot].cap;
+        let Some(size) = usize::try_from(size).ok().filter(|&s| s <= cap) else {
+            self.shared.set_error(NetError::invalid_usage(format!(
+                "message truncated: peer {} sent {size} bytes but the receive (request {seq}) was posted for {cap} bytes",
+                self.peer()
+            )));
+            return Err(());
+        };
+        c.reqs[slot].size = size;
+        let cuda = c.reqs[slot].cuda;
+        if cuda && size > 0 {
+            if let Err(e) = self.plan_unpack(c, slot, size) {
+                self.shared.set_error(e);
+                return Err(());
+            }
+        }
+        self.shared.pending[slot].store(size, Ordering::Relaxed);
+        let mut ptr = c.reqs[slot].ptr;
+        if !cuda && Fault::hits(self.shared.fault, FaultKind::Stale, seq) {
+            // The slot's previous receive is consumed, so its scratch is free to grow.
+            c.scratch.resize_with(MAX_REQUESTS, Vec::new);
+            let scratch = &mut c.scratch[slot];
+            scratch.resize(size.max(scratch.len()), 0);
+            ptr = scratch.as_mut_ptr() as usize;
+        }
+        let job = Job {
+            seq,
+            ptr,
+            len: size,
+            first_chunk: c.next_chunk,
+            cuda,
+        };
+        c.next_chunk += self.shared.chunks(size);
+        c.matched += 1;
+        self.shared.publish(&[job]);
+        Ok(())
     }
 
     /// Plans where the pages of CUDA receive `slot` land and writes its descriptors into the

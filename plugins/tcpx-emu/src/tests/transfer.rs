@@ -454,3 +454,32 @@ fn perf_64mib_vs_raw_tcp() {
         );
     }
 }
+
+/// A receive whose control message has not come is tested without a system call (the ctrl
+/// watcher's flag stays down), still completes once the message comes (the flag goes up), and
+/// one `recv` takes every control message waiting.
+#[test]
+fn unmatched_receives_are_tested_without_reading_the_ctrl_socket() {
+    let (s, r, _lc) = pair(&cfg(1, 65536));
+    let mut rbuf = vec![0u8; 4096];
+    let mut sbuf = vec![0u8; 4096];
+    fill(&mut sbuf, 43);
+    let rq = unsafe { r.irecv(rbuf.as_mut_ptr(), rbuf.len()) }.expect("irecv");
+    for _ in 0..1000 {
+        assert_eq!(r.test(rq).expect("test"), None);
+    }
+    assert!(
+        crate::ctrl_watch::running(),
+        "the first receive comm starts the watcher"
+    );
+    assert!(r.ctrl_reads() <= 2, "{} reads for 1000 tests", r.ctrl_reads());
+    let sq = unsafe { s.isend(sbuf.as_ptr(), sbuf.len()) }.expect("isend");
+    let (sent, got) = wait_both(&s, sq, &r, rq);
+    assert_eq!((sent.expect("send"), got.expect("receive")), (4096, 4096));
+    assert_eq!(rbuf, sbuf);
+    r.irecv_consumed(rq).expect("consumed");
+    let before = r.ctrl_reads();
+    transfer(&s, &r, &[(1024, 1024); 256], 16);
+    let reads = r.ctrl_reads() - before;
+    assert!(reads < 256, "{reads} reads for 256 control messages");
+}
