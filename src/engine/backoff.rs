@@ -8,15 +8,19 @@
 //! `adaptive` (the default) tests back to back for [`SPIN_FOR`] after each pass that made progress,
 //! then sleeps, each sleep twice the last, up to a bound ([`sleep_bound`]) that depends on what a
 //! late wake-up could cost:
-//! * a lane still has requests to post: the next post is due when its oldest request completes,
-//!   and the plugin still holds the others; sleeping a quarter of the time those take to complete
-//!   (the iteration's mean gap between completions so far, times the requests in flight behind
-//!   the oldest) starves nothing;
-//! * nothing left to post (the tail): the next completion may stop the clock, so a sleep is at
-//!   most 1/[`PRECISION`] of the iteration's elapsed time (a measured time is at most 1.6% long,
-//!   0.8% on average when the last completion falls at random), except before a quarter of the
-//!   fastest earlier iteration of the same size, when no completion can be near: there the loop
-//!   sleeps half the distance to that point.
+//! * a lane has requests of the current round (`--max-peers` schedules run in rounds) still to
+//!   post: the next post is due when its oldest request completes, and the plugin still holds
+//!   the others; sleeping a quarter of the time those take to complete (the iteration's mean gap
+//!   between completions so far, times the requests in flight behind the oldest) starves nothing;
+//! * nothing of the current round left to post (the round's tail; with one round, the
+//!   iteration's): the round's last completion opens the next round or stops the clock, so a
+//!   sleep is at most 1/[`PRECISION`] of the round's stretch so far (a measured time is at most
+//!   1.6% long, 0.8% on average when the last completion falls at random), except before a
+//!   quarter of the same round's fastest stretch in earlier iterations of the size, when no
+//!   completion can be near: there the loop sleeps half the distance to that point. Lanes that
+//!   wait for a later round count here, not as lanes with nothing in flight: those asked for a
+//!   wake-up every 64th of the quiet time, a near-spin through every round of a 16 x 8 x 4
+//!   fullmesh (docs/runs/h200x4-20261128-issue43).
 //!
 //! Every sleep is also at most [`MAX_SLEEP`]. Each wake-up costs CPU (about 25 us on the KVM guests
 //! this was measured on, as much as 22 us of spinning), so the bounds are what keep the number of
@@ -63,14 +67,18 @@ pub const CHECK_EVERY: u32 = 64;
 pub struct Outlook {
     /// Since the iteration started.
     pub elapsed: Duration,
+    /// Since the current round of the schedule opened (the completion that closed the round
+    /// before; the iteration's start for the first round, and for a plan of one round).
+    pub stretch: Duration,
     /// Since the last completion (or the start).
     pub quiet: Duration,
     /// Requests (and local copies) completed so far in the iteration.
     pub completions: u32,
-    /// The fewest requests in flight on a lane that still has requests to post; `None` when no
-    /// lane has any left (the tail).
+    /// The fewest requests in flight on a lane whose next request belongs to the current round;
+    /// `None` when no lane has one (the round's tail).
     pub refill_depth: Option<usize>,
-    /// The fastest earlier iteration of the same size on this endpoint.
+    /// The current round's fastest stretch in earlier iterations of the same size on this
+    /// endpoint (one round: the fastest iteration).
     pub fastest: Option<Duration>,
 }
 
@@ -85,19 +93,26 @@ pub fn sleep_bound(o: &Outlook) -> Duration {
         let behind = u32::try_from(depth.saturating_sub(1)).unwrap_or(u32::MAX);
         (o.quiet / PRECISION).max(gap.saturating_mul(behind) / 4)
     } else {
-        let precise = o.elapsed / PRECISION;
+        // A round's tail: its last completion opens the next round (or stops the clock), so it
+        // is seen at most a 64th of the round's stretch late, a 64th of the iteration in all.
+        let precise = o.stretch / PRECISION;
         let early = o
             .fastest
-            .map_or(Duration::ZERO, |f| (f / 4).saturating_sub(o.elapsed) / 2);
+            .map_or(Duration::ZERO, |f| (f / 4).saturating_sub(o.stretch) / 2);
         precise.max(early)
     };
     bound.min(MAX_SLEEP)
 }
 
-/// The length of the next sleep: double the last, at least [`MIN_SLEEP`], at most `bound`
-/// (unless the bound is below [`MIN_SLEEP`]).
+/// The length of the next sleep: the first after progress a quarter of the bound, then double
+/// the last; at least [`MIN_SLEEP`], at most `bound` (unless the bound is below [`MIN_SLEEP`]).
+/// Starting at a quarter rather than at [`MIN_SLEEP`] takes the wake-ups of the ramp away (on
+/// the 4 x 2 x 2 rig, ~6 sleeps per completion at 1 MiB, ~28 us of CPU each:
+/// docs/runs/vm-20261128-issue43) and costs no precision: a completion is still seen at most
+/// one bound late.
 pub fn next_sleep(last: Duration, bound: Duration) -> Duration {
-    (last * 2).min(bound).max(MIN_SLEEP)
+    let next = if last.is_zero() { bound / 4 } else { last * 2 };
+    next.min(bound).max(MIN_SLEEP)
 }
 
 /// What the loop should do after an empty pass.
@@ -201,7 +216,12 @@ mod tests {
                 d.as_micros()
             })
             .collect();
-        assert_eq!(seen, [2, 4, 8, 16, 32, 64, 100, 100]);
+        assert_eq!(
+            seen,
+            [25, 50, 100, 100, 100, 100, 100, 100],
+            "from a quarter of the bound"
+        );
+        assert_eq!(next_sleep(Duration::ZERO, 4 * US), MIN_SLEEP, "never below the floor");
         assert_eq!(next_sleep(512 * US, Duration::ZERO), MIN_SLEEP, "never below the floor");
     }
 
@@ -210,6 +230,7 @@ mod tests {
         // 4 completions in 64 ms (16 ms apart), 8 in flight: 7 x 16 ms / 4 = 28 ms, capped.
         let o = Outlook {
             elapsed: 64 * MS,
+            stretch: 64 * MS,
             quiet: MS,
             completions: 4,
             refill_depth: Some(8),
@@ -245,6 +266,7 @@ mod tests {
     fn tail_bound_is_a_64th_of_the_iteration_or_half_the_way_to_a_quarter_of_the_fastest() {
         let tail = Outlook {
             elapsed: 64 * MS,
+            stretch: 64 * MS,
             quiet: 32 * MS,
             completions: 9,
             refill_depth: None,
@@ -255,6 +277,7 @@ mod tests {
         let at = |ms: u64| {
             sleep_bound(&Outlook {
                 elapsed: MS * ms as u32,
+                stretch: MS * ms as u32,
                 fastest,
                 ..tail
             })
@@ -272,6 +295,7 @@ mod tests {
         while t < end {
             let o = Outlook {
                 elapsed: t,
+                stretch: t,
                 quiet: t,
                 completions: 0,
                 refill_depth: None,
@@ -308,6 +332,7 @@ mod tests {
         while t < 150 * MS {
             let o = Outlook {
                 elapsed: t,
+                stretch: t,
                 quiet: t,
                 refill_depth: None,
                 fastest: Some(150 * MS),
@@ -325,19 +350,25 @@ mod tests {
         let t0 = Instant::now();
         let long = || Outlook {
             elapsed: Duration::from_secs(1),
+            stretch: Duration::from_secs(1),
             quiet: Duration::from_secs(1),
             ..Outlook::default()
         };
         let mut b = Backoff::new(PollMode::Adaptive);
         assert_eq!(b.empty_pass(t0, long), Wait::Again);
         assert_eq!(b.empty_pass(t0 + SPIN_FOR / 2, long), Wait::Again);
-        assert_eq!(b.empty_pass(t0 + SPIN_FOR, long), Wait::Sleep(2 * US));
-        assert_eq!(b.empty_pass(t0 + SPIN_FOR * 2, long), Wait::Sleep(4 * US));
-        assert!(b.check_due(Wait::Sleep(4 * US)));
+        // A second into the tail: the bound is MAX_SLEEP; the first sleep a quarter of it.
+        assert_eq!(b.empty_pass(t0 + SPIN_FOR, long), Wait::Sleep(MAX_SLEEP / 4));
+        assert_eq!(b.empty_pass(t0 + SPIN_FOR * 2, long), Wait::Sleep(MAX_SLEEP / 2));
+        assert!(b.check_due(Wait::Sleep(MAX_SLEEP / 2)));
         b.progressed();
         let t1 = t0 + Duration::from_millis(5);
         assert_eq!(b.empty_pass(t1, long), Wait::Again, "progress restarts the spin");
-        assert_eq!(b.empty_pass(t1 + SPIN_FOR, long), Wait::Sleep(2 * US), "and the sleeps");
+        assert_eq!(
+            b.empty_pass(t1 + SPIN_FOR, long),
+            Wait::Sleep(MAX_SLEEP / 4),
+            "and the sleeps"
+        );
     }
 
     #[test]

@@ -25,6 +25,11 @@ struct Armed {
     phase: String,
     deadline: Option<Instant>,
     timeout: Duration,
+    /// What the thread sleeps toward: `Some(None)` without a deadline, `Some(Some(t))` until
+    /// `t`, `None` while it is awake. A phase whose deadline comes no earlier needs no wake-up:
+    /// the thread finds it when it wakes (phases start thousands of times a second, and each
+    /// wake-up is a context switch taken from the ranks on the same cores).
+    sleeping: Option<Option<Instant>>,
 }
 
 pub struct Watchdog {
@@ -39,45 +44,38 @@ impl Watchdog {
                 phase: String::new(),
                 deadline: None,
                 timeout: Duration::ZERO,
+                sleeping: None,
             }),
             Condvar::new(),
         ));
         let watched = state.clone();
         let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
-            let (lock, cvar) = &*watched;
-            let mut armed = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            loop {
-                match armed.deadline {
-                    None => armed = cvar.wait(armed).unwrap_or_else(std::sync::PoisonError::into_inner),
-                    Some(deadline) => {
-                        let now = Instant::now();
-                        if now < deadline {
-                            armed = cvar.wait_timeout(armed, deadline - now).unwrap_or_else(std::sync::PoisonError::into_inner).0;
-                            continue;
-                        }
-                        // A signal is ending the process: the phase stopped because of it, not
-                        // a hang (and the signal thread decides the status).
-                        crate::signals::hold_if_ending();
-                        // Formatted first, one write: other ranks' lines do not cut into it.
-                        eprintln!(
-                            "tcpx-perf: rank {rank}: timeout: phase '{}' did not finish within {:.0} s; comm state:\n{}",
-                            armed.phase,
-                            armed.timeout.as_secs_f64(),
-                            dump().trim_end()
-                        );
-                        let account = format!(
-                            "phase '{}' did not finish within {:.0} s (watchdog)",
-                            armed.phase,
-                            armed.timeout.as_secs_f64()
-                        );
-                        if let Some(words) = LAST_WORDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
-                            words(&account);
-                        }
-                        // _exit: MPI and plugin threads may hold locks that atexit handlers need.
-                        unsafe { libc::_exit(EXIT_TIMEOUT) };
-                    }
+            watch(&watched, |armed| {
+                // A signal is ending the process: the phase stopped because of it, not a hang
+                // (and the signal thread decides the status).
+                crate::signals::hold_if_ending();
+                // Formatted first, one write: other ranks' lines do not cut into it.
+                eprintln!(
+                    "tcpx-perf: rank {rank}: timeout: phase '{}' did not finish within {:.0} s; comm state:\n{}",
+                    armed.phase,
+                    armed.timeout.as_secs_f64(),
+                    dump().trim_end()
+                );
+                let account = format!(
+                    "phase '{}' did not finish within {:.0} s (watchdog)",
+                    armed.phase,
+                    armed.timeout.as_secs_f64()
+                );
+                if let Some(words) = LAST_WORDS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_ref()
+                {
+                    words(&account);
                 }
-            }
+                // _exit: MPI and plugin threads may hold locks that atexit handlers need.
+                unsafe { libc::_exit(EXIT_TIMEOUT) };
+            });
         });
         if let Err(e) = spawned {
             eprintln!("tcpx-perf: warning: no watchdog thread ({e}); a hang would not be bounded");
@@ -91,14 +89,103 @@ impl Watchdog {
         let mut armed = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         armed.phase.clear();
         armed.phase.push_str(phase);
-        armed.deadline = Some(Instant::now() + timeout);
+        let deadline = Instant::now() + timeout;
+        armed.deadline = Some(deadline);
         armed.timeout = timeout;
-        cvar.notify_one();
+        if needs_wake(armed.sleeping, deadline) {
+            cvar.notify_one();
+        }
     }
 
+    /// Ends the phase. The thread is not woken: at its deadline it finds none and sleeps on.
     pub fn disarm(&self) {
-        let (lock, cvar) = &*self.state;
+        let (lock, _) = &*self.state;
         lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner).deadline = None;
-        cvar.notify_one();
+    }
+}
+
+/// The thread's loop: sleeps until the armed phase's deadline and calls `expired` with the
+/// phase when it passes (the process's `expired` never returns).
+fn watch(state: &(Mutex<Armed>, Condvar), mut expired: impl FnMut(&mut Armed)) {
+    let (lock, cvar) = state;
+    let mut armed = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        match armed.deadline {
+            None => {
+                armed.sleeping = Some(None);
+                armed = cvar.wait(armed).unwrap_or_else(std::sync::PoisonError::into_inner);
+                armed.sleeping = None;
+            }
+            Some(deadline) if Instant::now() < deadline => {
+                armed.sleeping = Some(Some(deadline));
+                let left = deadline.saturating_duration_since(Instant::now());
+                armed = cvar
+                    .wait_timeout(armed, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+                armed.sleeping = None;
+            }
+            Some(_) => expired(&mut armed),
+        }
+    }
+}
+
+/// Whether a thread in state `sleeping` must be woken for a new `deadline`: it sleeps without
+/// one, or toward a later one (awake, it reads the deadline before it sleeps again).
+fn needs_wake(sleeping: Option<Option<Instant>>, deadline: Instant) -> bool {
+    match sleeping {
+        None => false,
+        Some(None) => true,
+        Some(Some(until)) => deadline < until,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_wakes_the_thread_only_when_its_deadline_comes_sooner() {
+        let t = Instant::now();
+        let s = Duration::from_secs(1);
+        assert!(needs_wake(Some(None), t), "asleep without a deadline");
+        assert!(needs_wake(Some(Some(t + 2 * s)), t + s), "a sooner deadline");
+        assert!(
+            !needs_wake(Some(Some(t + s)), t + 2 * s),
+            "a later one: found at the wake-up"
+        );
+        assert!(!needs_wake(None, t), "awake: reads it before it sleeps");
+    }
+
+    /// A later phase that outlives its deadline fires even though arming it woke nobody.
+    #[test]
+    fn a_phase_armed_without_a_wake_up_still_has_its_deadline() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let state = Arc::new((
+            Mutex::new(Armed {
+                phase: String::new(),
+                deadline: None,
+                timeout: Duration::ZERO,
+                sleeping: None,
+            }),
+            Condvar::new(),
+        ));
+        let w = Watchdog {
+            state: Arc::clone(&state),
+        };
+        // The thread's loop, with a report instead of the exit.
+        let watched = Arc::clone(&state);
+        std::thread::spawn(move || {
+            watch(&watched, |armed| {
+                let _ = tx.send(armed.phase.clone());
+                armed.deadline = None;
+            });
+        });
+        w.arm("first", Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(50));
+        w.disarm();
+        w.arm("second", Duration::from_millis(400));
+        let fired = rx.recv_timeout(Duration::from_secs(5)).expect("the second phase fires");
+        assert_eq!(fired, "second");
     }
 }

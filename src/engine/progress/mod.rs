@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod outcome;
+use outcome::Active;
 pub use outcome::{Delivered, IterationError, IterationState, IterationTiming, PeerGauge};
 
 /// Counters a lane publishes for the stall dump (read by the watchdog thread).
@@ -143,25 +144,39 @@ pub fn run_iteration(
     if let Some(c) = ctx.copier {
         c.wait();
     }
-    if let Ok(t) = &result {
-        state.fastest = Some(state.fastest.map_or(t.elapsed, |f| f.min(t.elapsed)));
+    if result.is_ok() {
+        state.keep_fastest();
     }
     result
 }
 
-/// The fewest requests in flight on a lane that still has requests to post (the plugin's work in
-/// hand when that lane's next post falls due), or `None` when every request is posted.
-fn refill_depth(schedule: &Schedule, send: &[SendLane], recv: &[RecvLane]) -> Option<usize> {
-    let sends = send
-        .iter()
-        .zip(&schedule.send)
-        .filter(|(l, ops)| l.next < ops.len())
-        .map(|(l, _)| l.inflight.len());
-    let recvs = recv
-        .iter()
-        .zip(&schedule.recv)
-        .filter(|(l, ops)| l.next < ops.len())
-        .map(|(l, _)| l.inflight.len());
+/// The fewest requests in flight on a lane whose next request belongs to the current `round`
+/// (the plugin's work in hand when that lane's next post falls due), or `None` when no lane has
+/// one: the round's tail. A lane whose next request waits for a later round posts when the
+/// current round's last request completes, so it counts as the tail does, not as a lane with
+/// nothing in flight (which asked for the loop to wake every 64th of the quiet time, a
+/// near-spin through every round of a `--max-peers` schedule: docs/runs/h200x4-20261128-issue43).
+fn refill_depth(
+    schedule: &Schedule,
+    send: &[SendLane],
+    recv: &[RecvLane],
+    active: &Active,
+    round: u32,
+) -> Option<usize> {
+    let sends = active.send.iter().map(|&i| i as usize).filter_map(|i| {
+        let l = &send[i];
+        schedule.send[i]
+            .get(l.next)
+            .is_some_and(|op| op.round <= round)
+            .then_some(l.inflight.len())
+    });
+    let recvs = active.recv.iter().map(|&i| i as usize).filter_map(|i| {
+        let l = &recv[i];
+        schedule.recv[i]
+            .get(l.next)
+            .is_some_and(|op| op.round <= round)
+            .then_some(l.inflight.len())
+    });
     sends.chain(recvs).min()
 }
 
@@ -182,8 +197,18 @@ fn drive(
     };
     let mut local = LocalCursor::default();
     let mut backoff = Backoff::new(ctx.poll);
+    // The current round's stretch: it opened at the completion that closed the round before.
+    let (mut stretch_round, mut stretch_start) = (state.current_round(), start);
+    state.active.open_through(stretch_round);
     loop {
         let round = state.current_round();
+        if round != stretch_round {
+            if let Some(s) = state.stretches.get_mut(stretch_round as usize) {
+                *s = Some(clock.last.saturating_duration_since(stretch_start));
+            }
+            (stretch_round, stretch_start) = (round, clock.last);
+            state.active.open_through(round);
+        }
         let completed = match gpu.as_deref_mut() {
             Some(g) => g.completed()?,
             None => 0,
@@ -192,17 +217,46 @@ fn drive(
         // self-send is; on the host they run on the copy threads while this loop keeps driving
         // the network, on the GPU they are one asynchronous copy.
         let mut progressed = pump_local(ctx, &mut local, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
-        for (lane, ops) in recv.iter_mut().zip(&ctx.schedule.recv) {
+        // Only the active lanes (outcome::Active); a lane leaves once it holds nothing and has
+        // nothing left in this round, and its round's opening brings it back.
+        let mut at = 0;
+        while let Some(&i) = state.active.recv.get(at) {
+            let (lane, ops) = (&mut recv[i as usize], &ctx.schedule.recv[i as usize]);
             progressed |= retire_landed(lane, ops, state, completed, &mut clock)?;
             progressed |= pump_recv(ctx, lane, ops, state, round, gpu.as_deref_mut(), &mut clock)?;
+            if lane.inflight.is_empty()
+                && lane.landing.is_empty()
+                && !ops.get(lane.next).is_some_and(|op| op.round <= round)
+            {
+                state.active.drop_recv(at);
+            } else {
+                at += 1;
+            }
         }
-        for (lane, ops) in send.iter_mut().zip(&ctx.schedule.send) {
+        let mut at = 0;
+        while let Some(&i) = state.active.send.get(at) {
+            let (lane, ops) = (&mut send[i as usize], &ctx.schedule.send[i as usize]);
             progressed |= pump_send(ctx, lane, ops, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
+            if lane.inflight.is_empty()
+                && lane.staged.is_empty()
+                && !ops.get(lane.next).is_some_and(|op| op.round <= round)
+            {
+                state.active.drop_send(at);
+            } else {
+                at += 1;
+            }
         }
         if let Some(g) = gpu.as_deref_mut() {
             g.end_pass()?;
         }
-        if local.is_done(ctx.schedule) && finished(ctx.schedule, send, recv) {
+        if local.is_done(ctx.schedule)
+            && state.active.send.is_empty()
+            && state.active.recv.is_empty()
+            && finished(ctx.schedule, send, recv)
+        {
+            if let Some(s) = state.stretches.get_mut(stretch_round as usize) {
+                *s = Some(clock.last.saturating_duration_since(stretch_start));
+            }
             break;
         }
         if progressed {
@@ -217,8 +271,9 @@ fn drive(
             elapsed: now.saturating_duration_since(start),
             quiet,
             completions: clock.completions,
-            refill_depth: refill_depth(ctx.schedule, send, recv),
-            fastest: state.fastest,
+            refill_depth: refill_depth(ctx.schedule, send, recv, &state.active, round),
+            stretch: now.saturating_duration_since(stretch_start),
+            fastest: state.fastest.get(round as usize).copied().flatten(),
         });
         if backoff.check_due(wait) {
             if ctx.abort.load(Ordering::Relaxed) {

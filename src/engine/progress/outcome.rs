@@ -188,8 +188,105 @@ pub struct IterationState {
     pub round_left: Vec<u32>,
     pub send_peers: PeerGauge,
     pub recv_peers: PeerGauge,
-    /// The fastest iteration of this size so far (warm-up included), for the adaptive wait.
-    pub fastest: Option<Duration>,
+    /// Per round of the schedule, its fastest stretch in the iterations of this size so far
+    /// (warm-up included; from the completion that opened it to the one that closed it), for the
+    /// adaptive wait. One round: the fastest iteration.
+    pub fastest: Vec<Option<Duration>>,
+    /// This iteration's stretch per round, folded into `fastest` when it succeeds.
+    pub(super) stretches: Vec<Option<Duration>>,
+    /// The lanes a pass visits ([`Active`]).
+    pub(super) active: Active,
+}
+
+/// The lanes a pass of the progress loop visits: those with requests in hand or a next request
+/// in the current round. A lane done for the iteration, or waiting for a later round, costs a
+/// pass nothing: at 16 x 8 x 4 an endpoint holds 254 lanes and 18 are busy at a time, and a
+/// pass over all of them took most of the endpoint threads' user time
+/// (docs/runs/h200x4-20261128-issue43).
+pub struct Active {
+    pub(super) send: Vec<u32>,
+    pub(super) recv: Vec<u32>,
+    send_on: Vec<bool>,
+    recv_on: Vec<bool>,
+    /// Per round, the lanes with a request in it.
+    send_of_round: Vec<Vec<u32>>,
+    recv_of_round: Vec<Vec<u32>>,
+    /// Rounds activated so far this iteration.
+    rounds_on: usize,
+}
+
+impl Active {
+    fn new(schedule: &Schedule) -> Self {
+        let rounds = schedule.ops_per_round.len();
+        let of_round = |lanes: Vec<Vec<u32>>| -> Vec<Vec<u32>> {
+            let mut by = vec![Vec::new(); rounds];
+            for (lane, rs) in lanes.into_iter().enumerate() {
+                for r in rs {
+                    let list: &mut Vec<u32> = &mut by[r as usize];
+                    if list.last() != Some(&(lane as u32)) {
+                        list.push(lane as u32);
+                    }
+                }
+            }
+            by
+        };
+        let send_rounds = schedule
+            .send
+            .iter()
+            .map(|ops| ops.iter().map(|o| o.round).collect())
+            .collect();
+        let recv_rounds = schedule
+            .recv
+            .iter()
+            .map(|ops| ops.iter().map(|o| o.round).collect())
+            .collect();
+        Active {
+            send: Vec::with_capacity(schedule.send.len()),
+            recv: Vec::with_capacity(schedule.recv.len()),
+            send_on: vec![false; schedule.send.len()],
+            recv_on: vec![false; schedule.recv.len()],
+            send_of_round: of_round(send_rounds),
+            recv_of_round: of_round(recv_rounds),
+            rounds_on: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.send.clear();
+        self.recv.clear();
+        self.send_on.fill(false);
+        self.recv_on.fill(false);
+        self.rounds_on = 0;
+    }
+
+    /// Adds the lanes of every round up to `round` not added yet this iteration.
+    pub(super) fn open_through(&mut self, round: u32) {
+        let upto = (round as usize + 1).min(self.send_of_round.len());
+        for r in self.rounds_on..upto {
+            for &l in &self.send_of_round[r] {
+                if !std::mem::replace(&mut self.send_on[l as usize], true) {
+                    self.send.push(l);
+                }
+            }
+            for &l in &self.recv_of_round[r] {
+                if !std::mem::replace(&mut self.recv_on[l as usize], true) {
+                    self.recv.push(l);
+                }
+            }
+        }
+        self.rounds_on = self.rounds_on.max(upto);
+    }
+
+    /// Takes send lane `at` (a position in `send`) off the list; the last one takes its place.
+    pub(super) fn drop_send(&mut self, at: usize) {
+        let l = self.send.swap_remove(at);
+        self.send_on[l as usize] = false;
+    }
+
+    pub(super) fn drop_recv(&mut self, at: usize) {
+        let l = self.recv.swap_remove(at);
+        self.recv_on[l as usize] = false;
+    }
 }
 
 impl IterationState {
@@ -201,7 +298,9 @@ impl IterationState {
             round_left: schedule.ops_per_round.clone(),
             send_peers: PeerGauge::new(send_peers),
             recv_peers: PeerGauge::new(recv_peers),
-            fastest: None,
+            fastest: vec![None; schedule.ops_per_round.len()],
+            stretches: vec![None; schedule.ops_per_round.len()],
+            active: Active::new(schedule),
         }
     }
 
@@ -212,6 +311,17 @@ impl IterationState {
         self.round_left.copy_from_slice(&schedule.ops_per_round);
         self.send_peers.reset();
         self.recv_peers.reset();
+        self.stretches.fill(None);
+        self.active.reset();
+    }
+
+    /// Keeps the faster of each round's stretch (after an iteration that succeeded).
+    pub(super) fn keep_fastest(&mut self) {
+        for (f, s) in self.fastest.iter_mut().zip(&self.stretches) {
+            if let Some(s) = *s {
+                *f = Some(f.map_or(s, |f| f.min(s)));
+            }
+        }
     }
 
     pub(super) fn current_round(&self) -> u32 {
