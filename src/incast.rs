@@ -16,6 +16,13 @@
 //!   [`COLLAPSE_SHARE`] of the best smaller size's (bandwidth grows with the size until the
 //!   limit; it does not fall), and its receivers had more than [`INCAST_PEERS`] peers in flight.
 //!
+//! - **A queue with few peers**: the same collapse and losses with at most [`INCAST_PEERS`]
+//!   peers per receiver are named too ("a queue overflowed"), when the retransmissions came from
+//!   at least [`QUEUE_SPREAD`] of the job's namespaces and no slow NIC was named: the 4 x 2 x 2
+//!   rig at 1gbit fell to 0.34 of its limit at 8 MiB with 6 peers per receiver, 343
+//!   retransmissions and 460 drops at its shapers (issue 43). A slow NIC drops at its own
+//!   shaper, so only its host retransmits, and it has its own finding.
+//!
 //! tcpx-perf knows no shaped limit, so the collapse is against its own smaller sizes. The peer
 //! bound keeps out a slow NIC (which also drops at its shaper and collapses, with `--max-peers
 //! auto`'s 9 peers in flight: 2.1 retransmits per MB on the same rig; fewer peers would not help
@@ -44,6 +51,9 @@ pub const RETRANS_PER_MB_FLOOR: f64 = 0.2;
 /// Receivers need more peers in flight than this for a collapse with retransmissions to be
 /// incast: twice what `--max-peers auto` allows (which measured 9 in flight on the rigs).
 pub const INCAST_PEERS: u32 = 2 * SUGGESTED_MAX_PEERS;
+/// With fewer peers, a collapse is a queue's when at least this share of the job's namespaces
+/// retransmitted (and at least two did).
+pub const QUEUE_SPREAD: f64 = 0.5;
 
 /// What the retransmission rule reads of one size; all of it is in results.csv.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,6 +66,8 @@ pub struct SizeLoss {
     pub network_bytes: f64,
     /// (retransmitted segments, retransmission timeouts); `None` where no host read them.
     pub tcp: Option<(u64, u64)>,
+    /// (namespaces that retransmitted, namespaces read); `None` where unknown (results.csv).
+    pub spread: Option<(usize, usize)>,
 }
 
 impl SizeLoss {
@@ -66,7 +78,17 @@ impl SizeLoss {
             recv_peers: r.peers_in_flight.1,
             network_bytes: r.bytes_planned as f64 * r.iters as f64,
             tcp: r.tcp.as_ref().map(|t| (t.total.retrans_segs, t.total.timeouts)),
+            spread: r.tcp.as_ref().map(|t| {
+                let hit = t.namespaces.iter().filter(|n| n.counters.retrans_segs > 0).count();
+                (hit, t.namespaces.len())
+            }),
         }
+    }
+
+    /// Whether the losses came from many namespaces (a queue everybody crosses), not one host.
+    fn spread_wide(&self) -> bool {
+        self.spread
+            .is_some_and(|(hit, all)| hit >= 2 && hit as f64 >= QUEUE_SPREAD * all as f64)
     }
 
     /// The sizes of a results.csv (schema 4 and later: `tcp_retrans_segs`, `tcp_timeouts`),
@@ -104,6 +126,7 @@ impl SizeLoss {
                     recv_peers: num(2)? as u32,
                     network_bytes: num(3)? * num(4)?,
                     tcp,
+                    spread: None,
                 })
             })
             .collect()
@@ -126,11 +149,19 @@ pub struct Collapse {
     /// busbw over the reference's.
     pub share: f64,
     pub retrans_per_mb: f64,
+    /// Many peers per receiver (incast); else a queue with few peers (the third rule).
+    pub incast: bool,
 }
 
 /// The sizes that collapsed with retransmissions and many peers per receiver (the module's
 /// second rule), in the order given.
 pub fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
+    collapses(sizes, true)
+}
+
+/// The second rule's collapses and, unless a slow NIC was named (`slow_nic`: the third rule
+/// stays out of its way), the third's: few peers per receiver, losses from many namespaces.
+pub fn collapses(sizes: &[SizeLoss], slow_nic: bool) -> Vec<Collapse> {
     let mut found = Vec::new();
     for (at, s) in sizes.iter().enumerate() {
         let Some(rate) = s.retrans_per_mb() else { continue };
@@ -144,12 +175,15 @@ pub fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
             continue;
         }
         let share = s.busbw_gbps / best.busbw_gbps;
-        if rate >= RETRANS_PER_MB_FLOOR && share < COLLAPSE_SHARE && s.recv_peers > INCAST_PEERS {
+        let incast = s.recv_peers > INCAST_PEERS;
+        let queue = !incast && !slow_nic && s.spread_wide();
+        if rate >= RETRANS_PER_MB_FLOOR && share < COLLAPSE_SHARE && (incast || queue) {
             found.push(Collapse {
                 at,
                 reference,
                 share,
                 retrans_per_mb: rate,
+                incast,
             });
         }
     }
@@ -158,7 +192,12 @@ pub fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
 
 /// The retransmission rule's warning: the deepest collapse's counts in one line, and what to try.
 pub fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<NodeFinding> {
-    let found = lossy_collapses(sizes);
+    collapse_finding(sizes, false, hosts)
+}
+
+/// [`lossy_collapse_finding`] with the third rule (see [`collapses`]).
+fn collapse_finding(sizes: &[SizeLoss], slow_nic: bool, hosts: Vec<String>) -> Option<NodeFinding> {
+    let found = collapses(sizes, slow_nic);
     let worst = found.iter().min_by(|a, b| a.share.total_cmp(&b.share))?;
     let s = &sizes[worst.at];
     let (retrans, timeouts) = s.tcp?;
@@ -167,10 +206,18 @@ pub fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<
     } else {
         String::new()
     };
+    let (what, hint) = if worst.incast {
+        ("incast", format!("try --max-peers {SUGGESTED_MAX_PEERS}"))
+    } else {
+        (
+            "a queue overflowed",
+            "check the NICs' queues and drops (tc -s qdisc, ethtool -S)".to_string(),
+        )
+    };
     Some(NodeFinding {
         level: Level::Warning,
         text: format!(
-            "incast at {}{of}: busbw {:.2} of {}'s, {retrans} retransmits ({:.1} per MB), {timeouts} timeouts, {} peers per receiver; try --max-peers {SUGGESTED_MAX_PEERS}",
+            "{what} at {}{of}: busbw {:.2} of {}'s, {retrans} retransmits ({:.1} per MB), {timeouts} timeouts, {} peers per receiver; {hint}",
             tcpx_units::format_size_label(s.size_bytes),
             worst.share,
             tcpx_units::format_size_label(sizes[worst.reference].size_bytes),
@@ -182,12 +229,13 @@ pub fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<
 }
 
 /// One warning for the run when some sizes stalled on retransmission timeouts or collapsed with
-/// retransmissions and many peers per receiver (timeouts first: they are the stronger evidence).
-/// The per-size counters stay in the results.
-pub fn finding(results: &[SizeResult]) -> Option<NodeFinding> {
+/// retransmissions, with many peers per receiver or, unless a slow NIC was named (`slow_nic`),
+/// losses from many namespaces (timeouts first: they are the stronger evidence). The per-size
+/// counters stay in the results.
+pub fn finding(results: &[SizeResult], slow_nic: bool) -> Option<NodeFinding> {
     timeout_finding(results).or_else(|| {
         let sizes: Vec<SizeLoss> = results.iter().map(SizeLoss::of).collect();
-        let worst = lossy_collapses(&sizes)
+        let worst = collapses(&sizes, slow_nic)
             .into_iter()
             .min_by(|a, b| a.share.total_cmp(&b.share))?;
         let hosts = results[worst.at]
@@ -195,7 +243,7 @@ pub fn finding(results: &[SizeResult]) -> Option<NodeFinding> {
             .as_ref()
             .map(retransmitting_hosts)
             .unwrap_or_default();
-        lossy_collapse_finding(&sizes, hosts)
+        collapse_finding(&sizes, slow_nic, hosts)
     })
 }
 
@@ -280,7 +328,7 @@ mod tests {
             size(4 << 20, 0.9, 240_000.0, &[3, 0, 1, 0, 0, 0, 0, 0]),
             size(8 << 20, 0.25, 234_000.0, &[40, 12, 30, 9, 0, 0, 7, 1]),
         ];
-        let f = finding(&results).expect("a finding");
+        let f = finding(&results, false).expect("a finding");
         assert_eq!(f.level, Level::Warning);
         assert_eq!(
             f.text,
@@ -293,21 +341,27 @@ mod tests {
     #[test]
     fn timeouts_without_a_stall_or_a_stall_without_timeouts_say_nothing() {
         // A stray timeout (MPI's traffic, a late ACK) in a size that ran at full speed.
-        assert!(finding(&[
-            size(1 << 20, 1.0, 5_000.0, &[1, 0]),
-            size(8 << 20, 1.0, 9_000.0, &[0, 0])
-        ])
+        assert!(finding(
+            &[
+                size(1 << 20, 1.0, 5_000.0, &[1, 0]),
+                size(8 << 20, 1.0, 9_000.0, &[0, 0])
+            ],
+            false
+        )
         .is_none());
         // A slow size with no timeout is the slow-NIC rule's business, not incast.
-        assert!(finding(&[
-            size(1 << 20, 1.0, 5_000.0, &[0, 0]),
-            size(8 << 20, 0.2, 300_000.0, &[0, 0])
-        ])
+        assert!(finding(
+            &[
+                size(1 << 20, 1.0, 5_000.0, &[0, 0]),
+                size(8 << 20, 0.2, 300_000.0, &[0, 0])
+            ],
+            false
+        )
         .is_none());
         // Unread counters (no /proc/net): nothing to say.
         let mut r = size(8 << 20, 0.2, 300_000.0, &[5]);
         r.tcp = None;
-        assert!(finding(&[size(1 << 20, 1.0, 5_000.0, &[0]), r]).is_none());
+        assert!(finding(&[size(1 << 20, 1.0, 5_000.0, &[0]), r], false).is_none());
     }
 }
 
@@ -331,6 +385,7 @@ mod retransmission_tests {
                 recv_peers: peers,
                 network_bytes: (endpoints * mib * MIB * remote / endpoints * 10) as f64,
                 tcp: Some((retrans, 0)),
+                spread: None,
             })
             .collect()
     }
@@ -388,7 +443,7 @@ mod retransmission_tests {
                 r
             })
             .collect();
-        let f = finding(&results).expect("incast named");
+        let f = finding(&results, false).expect("incast named");
         assert!(
             f.text
                 .starts_with("incast at 8 MiB: busbw 0.16 of 2 MiB's, 5479 retransmits"),
@@ -416,6 +471,43 @@ mod retransmission_tests {
         // 16 x 8 x 4, CPU-bound at 128 ranks on 64 cores: no collapse, no losses.
         let big = run(128, 120, 9, &[(1, 0.14, 0), (2, 0.23, 13), (4, 0.44, 0), (8, 0.55, 60)]);
         assert_eq!(lossy_collapses(&big), []);
+    }
+
+    /// The 4 x 2 x 2 rig at 1gbit (issue 43; `tools/scale-bench.sh` on the VM): 8 MiB fell to
+    /// 0.49 of 4 MiB's busbw with 6 peers per receiver and every namespace retransmitting.
+    #[test]
+    fn a_collapse_with_few_peers_and_losses_everywhere_is_a_queue() {
+        let mut sizes = run(
+            8,
+            6,
+            6,
+            &[(1, 0.121, 0), (2, 0.150, 26), (4, 0.151, 15), (8, 0.074, 343)],
+        );
+        for s in &mut sizes {
+            s.spread = Some((4, 4));
+        }
+        let f = collapse_finding(&sizes, false, vec![]).expect("a queue named");
+        assert_eq!(
+            f.text,
+            "a queue overflowed at 8 MiB: busbw 0.49 of 4 MiB's, 343 retransmits (0.7 per MB), 0 timeouts, 6 peers per receiver; check the NICs' queues and drops (tc -s qdisc, ethtool -S)"
+        );
+        assert_eq!(lossy_collapses(&sizes), [], "the incast rule alone keeps its 16 peers");
+        assert_eq!(collapses(&sizes, true), [], "a slow NIC named: its own finding says it");
+        // One host's losses (a slow NIC's shaper), or counters of one namespace: not a queue.
+        let mut one = sizes.clone();
+        one[3].spread = Some((1, 4));
+        assert_eq!(collapses(&one, false), []);
+        one[3].spread = Some((1, 1));
+        assert_eq!(collapses(&one, false), []);
+        one[3].spread = None;
+        assert_eq!(collapses(&one, false), []);
+        // Losses everywhere but no collapse, or a collapse with few losses: quiet.
+        let mut kept = sizes.clone();
+        kept[3].busbw_gbps = 0.08;
+        assert_eq!(collapses(&kept, false), []);
+        let mut few = sizes;
+        few[3].tcp = Some((90, 0));
+        assert_eq!(collapses(&few, false), []);
     }
 
     #[test]

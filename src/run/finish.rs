@@ -256,7 +256,7 @@ fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: cra
     }
     let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);
     let measured: Vec<_> = slow
-        .chain(crate::incast::finding(results))
+        .chain(crate::incast::finding(results, !info.slow_nics.is_empty()))
         .chain(crate::cost::finding(&info.placement.rows, results))
         .collect();
     for f in measured {
