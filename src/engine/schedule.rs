@@ -53,6 +53,23 @@ pub struct LocalCopy {
     pub round: u32,
 }
 
+/// The `--max-peers` round an op belongs to (sends and receives alike).
+pub trait HasRound {
+    fn round(&self) -> u32;
+}
+
+impl HasRound for SendOp {
+    fn round(&self) -> u32 {
+        self.round
+    }
+}
+
+impl HasRound for RecvOp {
+    fn round(&self) -> u32 {
+        self.round
+    }
+}
+
 /// Everything one endpoint does in one iteration of one size.
 #[derive(Debug, Clone, Default)]
 pub struct Schedule {

@@ -25,29 +25,44 @@ struct Armed {
     phase: String,
     deadline: Option<Instant>,
     timeout: Duration,
-    /// What the thread sleeps toward: `Some(None)` without a deadline, `Some(Some(t))` until
-    /// `t`, `None` while it is awake. A phase whose deadline comes no earlier needs no wake-up:
-    /// the thread finds it when it wakes (phases start thousands of times a second, and each
-    /// wake-up is a context switch taken from the ranks on the same cores).
-    sleeping: Option<Option<Instant>>,
+    /// What the thread is doing. A phase whose deadline comes no earlier than the one it
+    /// sleeps toward needs no wake-up: the thread finds it when it wakes (phases start thousands
+    /// of times a second, and each wake-up is a context switch taken from the ranks on the same
+    /// cores).
+    sleeping: Sleep,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sleep {
+    /// Running: it reads the deadline before it sleeps again.
+    Awake,
+    /// Asleep without a deadline.
+    Unarmed,
+    /// Asleep until this instant.
+    Until(Instant),
 }
 
 pub struct Watchdog {
     state: Arc<(Mutex<Armed>, Condvar)>,
 }
 
+/// The shared state before the first phase.
+fn unarmed() -> Arc<(Mutex<Armed>, Condvar)> {
+    Arc::new((
+        Mutex::new(Armed {
+            phase: String::new(),
+            deadline: None,
+            timeout: Duration::ZERO,
+            sleeping: Sleep::Awake,
+        }),
+        Condvar::new(),
+    ))
+}
+
 impl Watchdog {
     /// Starts the thread; `dump` describes this rank's state when a deadline passes.
     pub fn start(dump: impl Fn() -> String + Send + 'static, rank: usize) -> Watchdog {
-        let state = Arc::new((
-            Mutex::new(Armed {
-                phase: String::new(),
-                deadline: None,
-                timeout: Duration::ZERO,
-                sleeping: None,
-            }),
-            Condvar::new(),
-        ));
+        let state = unarmed();
         let watched = state.clone();
         let spawned = std::thread::Builder::new().name("watchdog".into()).spawn(move || {
             watch(&watched, |armed| {
@@ -112,18 +127,18 @@ fn watch(state: &(Mutex<Armed>, Condvar), mut expired: impl FnMut(&mut Armed)) {
     loop {
         match armed.deadline {
             None => {
-                armed.sleeping = Some(None);
+                armed.sleeping = Sleep::Unarmed;
                 armed = cvar.wait(armed).unwrap_or_else(std::sync::PoisonError::into_inner);
-                armed.sleeping = None;
+                armed.sleeping = Sleep::Awake;
             }
             Some(deadline) if Instant::now() < deadline => {
-                armed.sleeping = Some(Some(deadline));
+                armed.sleeping = Sleep::Until(deadline);
                 let left = deadline.saturating_duration_since(Instant::now());
                 armed = cvar
                     .wait_timeout(armed, left)
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .0;
-                armed.sleeping = None;
+                armed.sleeping = Sleep::Awake;
             }
             Some(_) => expired(&mut armed),
         }
@@ -132,11 +147,11 @@ fn watch(state: &(Mutex<Armed>, Condvar), mut expired: impl FnMut(&mut Armed)) {
 
 /// Whether a thread in state `sleeping` must be woken for a new `deadline`: it sleeps without
 /// one, or toward a later one (awake, it reads the deadline before it sleeps again).
-fn needs_wake(sleeping: Option<Option<Instant>>, deadline: Instant) -> bool {
+fn needs_wake(sleeping: Sleep, deadline: Instant) -> bool {
     match sleeping {
-        None => false,
-        Some(None) => true,
-        Some(Some(until)) => deadline < until,
+        Sleep::Awake => false,
+        Sleep::Unarmed => true,
+        Sleep::Until(until) => deadline < until,
     }
 }
 
@@ -148,28 +163,20 @@ mod tests {
     fn a_phase_wakes_the_thread_only_when_its_deadline_comes_sooner() {
         let t = Instant::now();
         let s = Duration::from_secs(1);
-        assert!(needs_wake(Some(None), t), "asleep without a deadline");
-        assert!(needs_wake(Some(Some(t + 2 * s)), t + s), "a sooner deadline");
+        assert!(needs_wake(Sleep::Unarmed, t), "asleep without a deadline");
+        assert!(needs_wake(Sleep::Until(t + 2 * s), t + s), "a sooner deadline");
         assert!(
-            !needs_wake(Some(Some(t + s)), t + 2 * s),
+            !needs_wake(Sleep::Until(t + s), t + 2 * s),
             "a later one: found at the wake-up"
         );
-        assert!(!needs_wake(None, t), "awake: reads it before it sleeps");
+        assert!(!needs_wake(Sleep::Awake, t), "awake: reads it before it sleeps");
     }
 
     /// A later phase that outlives its deadline fires even though arming it woke nobody.
     #[test]
     fn a_phase_armed_without_a_wake_up_still_has_its_deadline() {
         let (tx, rx) = std::sync::mpsc::channel();
-        let state = Arc::new((
-            Mutex::new(Armed {
-                phase: String::new(),
-                deadline: None,
-                timeout: Duration::ZERO,
-                sleeping: None,
-            }),
-            Condvar::new(),
-        ));
+        let state = unarmed();
         let w = Watchdog {
             state: Arc::clone(&state),
         };

@@ -9,7 +9,7 @@
 use super::backoff::{Backoff, Outlook, PollMode, Wait};
 use super::copier::Copier;
 use super::gpu::{CudaPath, GpuState, UnpackRing};
-use super::schedule::{RecvOp, Schedule, SendOp};
+use super::schedule::{self, RecvOp, Schedule, SendOp};
 use nccl_net::{MrId, Poll, RecvComm, RecvDone, Request, SendComm};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -163,20 +163,16 @@ fn refill_depth(
     active: &Active,
     round: u32,
 ) -> Option<usize> {
-    let sends = active.send.iter().map(|&i| i as usize).filter_map(|i| {
-        let l = &send[i];
-        schedule.send[i]
-            .get(l.next)
-            .is_some_and(|op| op.round <= round)
-            .then_some(l.inflight.len())
-    });
-    let recvs = active.recv.iter().map(|&i| i as usize).filter_map(|i| {
-        let l = &recv[i];
-        schedule.recv[i]
-            .get(l.next)
-            .is_some_and(|op| op.round <= round)
-            .then_some(l.inflight.len())
-    });
+    let sends = active
+        .send
+        .iter()
+        .map(|&i| i as usize)
+        .filter_map(|i| (!done_for_now(&schedule.send[i], send[i].next, round)).then_some(send[i].inflight.len()));
+    let recvs = active
+        .recv
+        .iter()
+        .map(|&i| i as usize)
+        .filter_map(|i| (!done_for_now(&schedule.recv[i], recv[i].next, round)).then_some(recv[i].inflight.len()));
     sends.chain(recvs).min()
 }
 
@@ -217,35 +213,7 @@ fn drive(
         // self-send is; on the host they run on the copy threads while this loop keeps driving
         // the network, on the GPU they are one asynchronous copy.
         let mut progressed = pump_local(ctx, &mut local, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
-        // Only the active lanes (outcome::Active); a lane leaves once it holds nothing and has
-        // nothing left in this round, and its round's opening brings it back.
-        let mut at = 0;
-        while let Some(&i) = state.active.recv.get(at) {
-            let (lane, ops) = (&mut recv[i as usize], &ctx.schedule.recv[i as usize]);
-            progressed |= retire_landed(lane, ops, state, completed, &mut clock)?;
-            progressed |= pump_recv(ctx, lane, ops, state, round, gpu.as_deref_mut(), &mut clock)?;
-            if lane.inflight.is_empty()
-                && lane.landing.is_empty()
-                && !ops.get(lane.next).is_some_and(|op| op.round <= round)
-            {
-                state.active.drop_recv(at);
-            } else {
-                at += 1;
-            }
-        }
-        let mut at = 0;
-        while let Some(&i) = state.active.send.get(at) {
-            let (lane, ops) = (&mut send[i as usize], &ctx.schedule.send[i as usize]);
-            progressed |= pump_send(ctx, lane, ops, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
-            if lane.inflight.is_empty()
-                && lane.staged.is_empty()
-                && !ops.get(lane.next).is_some_and(|op| op.round <= round)
-            {
-                state.active.drop_send(at);
-            } else {
-                at += 1;
-            }
-        }
+        progressed |= pump_lanes(ctx, send, recv, state, round, gpu.as_deref_mut(), completed, &mut clock)?;
         if let Some(g) = gpu.as_deref_mut() {
             g.end_pass()?;
         }
@@ -316,6 +284,50 @@ impl Clock {
         self.last = Instant::now();
         self.completions += 1;
     }
+}
+
+/// One pass over the active lanes (outcome::Active): receives first, then sends. A lane leaves
+/// the list once it holds nothing and has nothing left in this round; its round's opening
+/// brings it back.
+#[allow(clippy::too_many_arguments)]
+fn pump_lanes(
+    ctx: &LoopContext<'_>,
+    send: &mut [SendLane],
+    recv: &mut [RecvLane],
+    state: &mut IterationState,
+    round: u32,
+    mut gpu: Option<&mut GpuState>,
+    completed: u64,
+    clock: &mut Clock,
+) -> Result<bool, IterationError> {
+    let mut progressed = false;
+    let mut at = 0;
+    while let Some(&i) = state.active.recv.get(at) {
+        let (lane, ops) = (&mut recv[i as usize], &ctx.schedule.recv[i as usize]);
+        progressed |= retire_landed(lane, ops, state, completed, clock)?;
+        progressed |= pump_recv(ctx, lane, ops, state, round, gpu.as_deref_mut(), clock)?;
+        if lane.inflight.is_empty() && lane.landing.is_empty() && done_for_now(ops, lane.next, round) {
+            state.active.drop_recv(at);
+        } else {
+            at += 1;
+        }
+    }
+    let mut at = 0;
+    while let Some(&i) = state.active.send.get(at) {
+        let (lane, ops) = (&mut send[i as usize], &ctx.schedule.send[i as usize]);
+        progressed |= pump_send(ctx, lane, ops, state, round, gpu.as_deref_mut(), completed, clock)?;
+        if lane.inflight.is_empty() && lane.staged.is_empty() && done_for_now(ops, lane.next, round) {
+            state.active.drop_send(at);
+        } else {
+            at += 1;
+        }
+    }
+    Ok(progressed)
+}
+
+/// A lane whose next op (at `next`) is past the current round, or that has none left.
+fn done_for_now<Op: schedule::HasRound>(ops: &[Op], next: usize, round: u32) -> bool {
+    ops.get(next).is_none_or(|op| op.round() > round)
 }
 
 /// Position in the endpoint's local copies.

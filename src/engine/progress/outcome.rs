@@ -331,3 +331,82 @@ impl IterationState {
             .unwrap_or(self.round_left.len()) as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::schedule::{RecvOp, SendOp};
+
+    fn send(round: u32) -> SendOp {
+        SendOp {
+            off: 0,
+            len: 1,
+            reg: 0,
+            dep: None,
+            flow: 0,
+            round,
+        }
+    }
+
+    fn recv(round: u32) -> RecvOp {
+        RecvOp {
+            off: 0,
+            len: 1,
+            reg: 0,
+            slot: 0,
+            flow: 0,
+            round,
+        }
+    }
+
+    /// Four send lanes over three rounds (lane 3 in rounds 0 and 2) and two receive lanes: a
+    /// round's opening adds each of its lanes once, a dropped lane comes back with its next
+    /// round, and a new iteration starts from round 0 again.
+    #[test]
+    fn lanes_join_with_their_round_and_once() {
+        let schedule = Schedule {
+            send: vec![vec![send(0)], vec![send(1)], vec![send(2)], vec![send(0), send(2)]],
+            recv: vec![vec![recv(0)], vec![recv(2), recv(2)]],
+            ops_per_round: vec![3, 1, 4],
+            ..Schedule::default()
+        };
+        let mut a = Active::new(&schedule);
+        a.open_through(0);
+        assert_eq!((a.send.clone(), a.recv.clone()), (vec![0, 3], vec![0]));
+        a.open_through(0);
+        assert_eq!(a.send, [0, 3], "opening a round twice adds nothing");
+        // Lane 3 is done with round 0 and waits for round 2: it leaves; lane 0 takes its place.
+        a.drop_send(1);
+        a.drop_send(0);
+        assert!(a.send.is_empty());
+        a.open_through(2);
+        assert_eq!(
+            a.send,
+            [1, 2, 3],
+            "rounds 1 and 2 at once (a round can end in the same pass)"
+        );
+        assert_eq!(a.recv, [0, 1]);
+        a.reset();
+        assert!(a.send.is_empty() && a.recv.is_empty());
+        a.open_through(0);
+        assert_eq!(a.send, [0, 3], "the next iteration starts over");
+    }
+
+    #[test]
+    fn the_fastest_stretch_of_each_round_is_kept() {
+        let schedule = Schedule {
+            ops_per_round: vec![1, 1],
+            ..Schedule::default()
+        };
+        let mut s = IterationState::new(&schedule, 0, 0, 0);
+        let ms = Duration::from_millis;
+        s.stretches = vec![Some(ms(5)), Some(ms(9))];
+        s.keep_fastest();
+        s.reset(&schedule);
+        assert_eq!(s.stretches, [None, None]);
+        s.stretches = vec![Some(ms(7)), Some(ms(3))];
+        s.keep_fastest();
+        assert_eq!(s.fastest, [Some(ms(5)), Some(ms(3))]);
+        // A failed iteration keeps nothing: `keep_fastest` is called only after a success.
+    }
+}
