@@ -19,6 +19,24 @@ pub const STANDS_OUT: f64 = 1.5;
 /// The job counts as slower than that NIC explains past this many times its bound.
 pub const SLOWER: f64 = 1.5;
 
+/// The busiest NIC's load at size `r`: its bytes per iteration (interface counters) over its
+/// rate, over the iteration's mean time; None where no NIC's rate is known.
+pub fn busiest_nic_load(rows: &[Row], r: &SizeResult) -> Option<f64> {
+    let iters = r.iters.max(1) as f64;
+    let seconds = r.time_us * 1e-6;
+    if seconds <= 0.0 {
+        return None;
+    }
+    r.bytes
+        .wire
+        .iter()
+        .filter_map(|w| {
+            let rate = crate::link_check::egress_rate(rows, &w.host, &w.iface)?;
+            Some(w.tx_bytes as f64 / iters / rate / seconds)
+        })
+        .reduce(f64::max)
+}
+
 /// The finding, or None (no NIC stands out, no rate known, or the job kept pace with it).
 pub fn finding(rows: &[Row], results: &[SizeResult]) -> Option<NodeFinding> {
     let r = results.iter().max_by_key(|r| r.size_bytes)?;
@@ -106,6 +124,15 @@ mod tests {
             };
         }
         rows
+    }
+
+    #[test]
+    fn the_busiest_nic_load_is_its_bytes_time_over_the_iteration() {
+        // node2 eth1: 10 MB at 2.5 MB/s = 4 s of an 8 s iteration; the others 1 s.
+        let r = &run(8e6, 10_000_000, None)[0];
+        let load = busiest_nic_load(&rows(), r).expect("rates known");
+        assert!((load - 0.5).abs() < 1e-9, "{load}");
+        assert_eq!(busiest_nic_load(&[], r), None, "no rate known");
     }
 
     #[test]

@@ -17,7 +17,9 @@
 //!   sleep is at most 1/[`PRECISION`] of the round's stretch so far (a measured time is at most
 //!   1.6% long, 0.8% on average when the last completion falls at random), except before a
 //!   quarter of the same round's fastest stretch in earlier iterations of the size, when no
-//!   completion can be near: there the loop sleeps half the distance to that point. Lanes that
+//!   completion can be near: there the loop sleeps half the distance to that point. (A receive
+//!   whose control message comes during a sleep is matched after it too, in the tail as before
+//!   rounds had tails of their own; the bound is on seeing completions.) Lanes that
 //!   wait for a later round count here, not as lanes with nothing in flight: those asked for a
 //!   wake-up every 64th of the quiet time, a near-spin through every round of a 16 x 8 x 4
 //!   fullmesh (docs/runs/h200x4-20261128-issue43).
@@ -52,12 +54,12 @@ impl std::fmt::Display for PollMode {
 /// After progress, test back to back this long before the first sleep: completions come in
 /// bursts (a window's worth of requests finishing together), and the next post often follows.
 pub const SPIN_FOR: Duration = Duration::from_micros(20);
-/// The first sleep.
+/// The shortest sleep (the first after progress is a quarter of the bound, [`next_sleep`]).
 pub const MIN_SLEEP: Duration = Duration::from_micros(2);
 /// The longest sleep: an endpoint waiting for a long time wakes 100 times a second (and notices
 /// an abort or a stall within 10 ms).
 pub const MAX_SLEEP: Duration = Duration::from_millis(10);
-/// In the tail, a sleep is at most this fraction of the iteration's elapsed time.
+/// In a round's tail, a sleep is at most this fraction of the round's stretch so far.
 pub const PRECISION: u32 = 64;
 /// Spin mode: empty passes between yields (and between abort/deadline checks in both modes).
 pub const CHECK_EVERY: u32 = 64;

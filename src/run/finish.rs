@@ -254,9 +254,13 @@ fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: cra
         lines.push_str(&line);
         lines.push('\n');
     }
+    let loads: Vec<Option<f64>> = results
+        .iter()
+        .map(|r| crate::cost::busiest_nic_load(&info.placement.rows, r))
+        .collect();
     let slow = info.slow_nics.iter().map(crate::slow_nic::SlowNic::finding);
     let measured: Vec<_> = slow
-        .chain(crate::incast::finding(results, !info.slow_nics.is_empty()))
+        .chain(crate::incast::finding(results, !info.slow_nics.is_empty(), &loads))
         .chain(crate::cost::finding(&info.placement.rows, results))
         .collect();
     for f in measured {

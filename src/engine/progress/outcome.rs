@@ -277,14 +277,15 @@ impl Active {
         self.rounds_on = self.rounds_on.max(upto);
     }
 
-    /// Takes send lane `at` (a position in `send`) off the list; the last one takes its place.
+    /// Takes send lane `at` (a position in `send`) off the list, keeping the others' order (the
+    /// order the loop posts and tests in).
     pub(super) fn drop_send(&mut self, at: usize) {
-        let l = self.send.swap_remove(at);
+        let l = self.send.remove(at);
         self.send_on[l as usize] = false;
     }
 
     pub(super) fn drop_recv(&mut self, at: usize) {
-        let l = self.recv.swap_remove(at);
+        let l = self.recv.remove(at);
         self.recv_on[l as usize] = false;
     }
 }
@@ -375,8 +376,9 @@ mod tests {
         assert_eq!((a.send.clone(), a.recv.clone()), (vec![0, 3], vec![0]));
         a.open_through(0);
         assert_eq!(a.send, [0, 3], "opening a round twice adds nothing");
-        // Lane 3 is done with round 0 and waits for round 2: it leaves; lane 0 takes its place.
+        // Lane 3 is done with round 0 and waits for round 2: it leaves; then lane 0.
         a.drop_send(1);
+        assert_eq!(a.send, [0]);
         a.drop_send(0);
         assert!(a.send.is_empty());
         a.open_through(2);

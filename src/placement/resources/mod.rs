@@ -14,7 +14,7 @@
 //!
 //! Calibrated against `/proc` peaks (docs/a3-high.md, `--plan`): a rank's fds are its comms'
 //! sockets, its listeners (kept until setup ends: engine/setup.rs) and [`FDS_BASE`]; its threads
-//! are [`PROCESS_THREADS`], its endpoints, tcpx-emu's acceptor, and the larger of setup
+//! are [`PROCESS_THREADS`], its endpoints, tcpx-emu's acceptor and ctrl watcher, and the larger of setup
 //! ([`SETUP_POOL_THREADS`] per endpoint, the plugin's threads of the connects under way) and sweep (helpers of the
 //! comms that carry data, copiers); CUDA's share where the process loads its driver.
 
@@ -356,12 +356,13 @@ impl<'a> Model<'a> {
         // Setup: the pools and the plugin's setup threads with every accept and each endpoint's
         // `connects_in_flight` connects under way at once. Sweep: the helpers (both plugins start them at a comm's first transfer:
         // tcpx-emu `threads.rs`, plugin-abi.md §3.4) and the copiers. tcpx-emu's acceptor
-        // lives from the first listen to the end.
-        let acceptor = p.resident_threads(need.listens);
-        let setup = pools + p.setup_threads(connects, need.listens) - acceptor;
+        // (one of its setup threads) lives from the first listen to the end, its ctrl watcher
+        // from the first accept: both are resident, counted once.
+        let resident = p.resident_threads(need.listens);
+        let setup = pools + p.setup_threads(connects, need.listens).saturating_sub(resident);
         let sweep = copiers + need.helper_threads;
         let runtime = PROCESS_THREADS + if job.cuda_runtime { CUDA_THREADS } else { 0 };
-        need.threads = runtime + need.endpoints + acceptor + setup.max(sweep);
+        need.threads = runtime + need.endpoints + resident + setup.max(sweep);
         let host_buffers = if job.memory == Memory::Host {
             job.buffer_len.saturating_mul(need.endpoints as u64)
         } else {

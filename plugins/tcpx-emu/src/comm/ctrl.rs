@@ -9,6 +9,9 @@ use crate::error::NetError;
 use crate::fault::{Fault, FaultKind};
 use crate::worker::{Job, MAX_REQUESTS};
 
+/// Tests of an unmatched receive without the watcher's word after which `test` reads anyway.
+pub const READ_ANYWAY: u32 = 64;
+
 impl Comm {
     /// Receive side: reads the control messages that have arrived (never blocking, and only
     /// when the ctrl watcher saw bytes arrive: [`crate::ctrl_watch`]) and schedules the receives
@@ -33,7 +36,7 @@ impl Comm {
                 return;
             }
             if !took {
-                if !self.ctrl_ready() {
+                if !self.ctrl_ready(c) {
                     return;
                 }
                 took = true;
@@ -84,8 +87,19 @@ impl Comm {
 
     /// Whether the ctrl socket may have bytes (lowering the watcher's flag: read until `recv`
     /// has nothing more, or [`Comm::raise_ctrl`]).
-    fn ctrl_ready(&self) -> bool {
-        self.watch.as_ref().is_none_or(crate::ctrl_watch::Watch::take)
+    fn ctrl_ready(&self, c: &mut Caller) -> bool {
+        if self.watch.as_ref().is_none_or(crate::ctrl_watch::Watch::take) {
+            c.ctrl_skips = 0;
+            return true;
+        }
+        // Every READ_ANYWAY-th skipped test reads all the same: a watcher that waits for a core
+        // on a crowded host delays a match by at most that many of the caller's tests.
+        c.ctrl_skips += 1;
+        if c.ctrl_skips >= READ_ANYWAY {
+            c.ctrl_skips = 0;
+            return true;
+        }
+        false
     }
 
     fn raise_ctrl(&self) {

@@ -41,6 +41,7 @@ use crate::worker::{evloop, send_all, Dir, Job, Shared, MAX_REQUESTS};
 use tcpx_gpu::unpack::Rng;
 
 mod ctrl;
+pub use ctrl::READ_ANYWAY;
 mod serve;
 mod stats;
 
@@ -159,6 +160,8 @@ struct Caller {
     ctrl_have: usize,
     /// `recv` calls on the ctrl socket (receive comms).
     ctrl_reads: u64,
+    /// Tests since the last read that found the watcher's flag down ([`READ_ANYWAY`]).
+    ctrl_skips: u32,
     /// The peer closed the ctrl socket.
     peer_closed: bool,
     close_fault_fired: bool,
@@ -242,6 +245,7 @@ impl Comm {
                 ctrl_start: 0,
                 ctrl_have: 0,
                 ctrl_reads: 0,
+                ctrl_skips: 0,
                 peer_closed: false,
                 close_fault_fired: false,
                 rng: Rng::new(seed),

@@ -472,7 +472,9 @@ fn unmatched_receives_are_tested_without_reading_the_ctrl_socket() {
         crate::ctrl_watch::running(),
         "the first receive comm starts the watcher"
     );
-    assert!(r.ctrl_reads() <= 2, "{} reads for 1000 tests", r.ctrl_reads());
+    // The first test reads (the flag starts up), then one in every READ_ANYWAY skips.
+    let most = 2 + 1000 / u64::from(crate::comm::READ_ANYWAY);
+    assert!(r.ctrl_reads() <= most, "{} reads for 1000 tests", r.ctrl_reads());
     let sq = unsafe { s.isend(sbuf.as_ptr(), sbuf.len()) }.expect("isend");
     let (sent, got) = wait_both(&s, sq, &r, rq);
     assert_eq!((sent.expect("send"), got.expect("receive")), (4096, 4096));
