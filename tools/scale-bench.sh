@@ -167,5 +167,5 @@ with open(sys.argv[1], "w") as log, open(sys.argv[2], "w") as ts:
     quarter=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+)([kmg]?)bit','$slow_rate'); print(f'{int(m.group(1))*{\"\":1,\"k\":1e3,\"m\":1e6,\"g\":1e9}[m.group(2)]/4/1e6:.0f}mbit')")
     run_shape "$SLOW_SHAPE" host "$quarter"
   fi
-  [ -n "$CUDA_SHAPE" ] && run_shape "$CUDA_SHAPE" cuda ""
+  if [ -n "$CUDA_SHAPE" ]; then run_shape "$CUDA_SHAPE" cuda ""; fi
 } 2>&1 | tee "$OUT/summary.txt"
