@@ -19,39 +19,31 @@ pub const STANDS_OUT: f64 = 1.5;
 /// The job counts as slower than that NIC explains past this many times its bound.
 pub const SLOWER: f64 = 1.5;
 
-/// The busiest NIC's load at size `r`: its bytes per iteration (interface counters) over its
-/// rate, over the iteration's mean time; None where no NIC's rate is known.
-pub fn busiest_nic_load(rows: &[Row], r: &SizeResult) -> Option<f64> {
+/// Per NIC of size `r` with a known rate and bytes sent: (seconds per iteration its bytes take
+/// at its rate, host, NIC, bytes per iteration, bytes per second).
+fn nic_bounds<'a>(rows: &'a [Row], r: &'a SizeResult) -> impl Iterator<Item = (f64, &'a str, &'a str, f64, f64)> + 'a {
     let iters = r.iters.max(1) as f64;
+    r.bytes.wire.iter().filter_map(move |w| {
+        let rate = crate::link_check::egress_rate(rows, &w.host, &w.iface)?;
+        let bytes = w.tx_bytes as f64 / iters;
+        (bytes > 0.0).then_some((bytes / rate, w.host.as_str(), w.iface.as_str(), bytes, rate))
+    })
+}
+
+/// The busiest NIC's load at size `r`: its bytes per iteration (interface counters) over its
+/// rate, over the iteration's mean time; None where no NIC with bytes has a known rate.
+pub fn busiest_nic_load(rows: &[Row], r: &SizeResult) -> Option<f64> {
     let seconds = r.time_us * 1e-6;
     if seconds <= 0.0 {
         return None;
     }
-    r.bytes
-        .wire
-        .iter()
-        .filter_map(|w| {
-            let rate = crate::link_check::egress_rate(rows, &w.host, &w.iface)?;
-            Some(w.tx_bytes as f64 / iters / rate / seconds)
-        })
-        .reduce(f64::max)
+    nic_bounds(rows, r).map(|n| n.0 / seconds).reduce(f64::max)
 }
 
 /// The finding, or None (no NIC stands out, no rate known, or the job kept pace with it).
 pub fn finding(rows: &[Row], results: &[SizeResult]) -> Option<NodeFinding> {
     let r = results.iter().max_by_key(|r| r.size_bytes)?;
-    let iters = r.iters.max(1) as f64;
-    // (seconds per iteration at its rate, host, NIC, bytes per iteration, bytes per second).
-    let mut nics: Vec<(f64, &str, &str, f64, f64)> = r
-        .bytes
-        .wire
-        .iter()
-        .filter_map(|w| {
-            let rate = crate::link_check::egress_rate(rows, &w.host, &w.iface)?;
-            let bytes = w.tx_bytes as f64 / iters;
-            (bytes > 0.0).then_some((bytes / rate, w.host.as_str(), w.iface.as_str(), bytes, rate))
-        })
-        .collect();
+    let mut nics: Vec<(f64, &str, &str, f64, f64)> = nic_bounds(rows, r).collect();
     if nics.len() < 2 {
         return None;
     }
