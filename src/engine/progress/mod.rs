@@ -165,11 +165,13 @@ fn refill_depth(
 ) -> Option<usize> {
     let sends = active
         .send
+        .lanes
         .iter()
         .map(|&i| i as usize)
         .filter_map(|i| (!done_for_now(&schedule.send[i], send[i].next, round)).then_some(send[i].inflight.len()));
     let recvs = active
         .recv
+        .lanes
         .iter()
         .map(|&i| i as usize)
         .filter_map(|i| (!done_for_now(&schedule.recv[i], recv[i].next, round)).then_some(recv[i].inflight.len()));
@@ -199,9 +201,7 @@ fn drive(
     loop {
         let round = state.current_round();
         if round != stretch_round {
-            if let Some(s) = state.stretches.get_mut(stretch_round as usize) {
-                *s = Some(clock.last.saturating_duration_since(stretch_start));
-            }
+            state.close_stretch(stretch_round, clock.last.saturating_duration_since(stretch_start));
             (stretch_round, stretch_start) = (round, clock.last);
             state.active.open_through(round);
         }
@@ -217,14 +217,8 @@ fn drive(
         if let Some(g) = gpu.as_deref_mut() {
             g.end_pass()?;
         }
-        if local.is_done(ctx.schedule)
-            && state.active.send.is_empty()
-            && state.active.recv.is_empty()
-            && finished(ctx.schedule, send, recv)
-        {
-            if let Some(s) = state.stretches.get_mut(stretch_round as usize) {
-                *s = Some(clock.last.saturating_duration_since(stretch_start));
-            }
+        if local.is_done(ctx.schedule) && state.active.is_empty() && finished(ctx.schedule, send, recv) {
+            state.close_stretch(stretch_round, clock.last.saturating_duration_since(stretch_start));
             break;
         }
         if progressed {
@@ -302,22 +296,22 @@ fn pump_lanes(
 ) -> Result<bool, IterationError> {
     let mut progressed = false;
     let mut at = 0;
-    while let Some(&i) = state.active.recv.get(at) {
+    while let Some(&i) = state.active.recv.lanes.get(at) {
         let (lane, ops) = (&mut recv[i as usize], &ctx.schedule.recv[i as usize]);
         progressed |= retire_landed(lane, ops, state, completed, clock)?;
         progressed |= pump_recv(ctx, lane, ops, state, round, gpu.as_deref_mut(), clock)?;
         if lane.inflight.is_empty() && lane.landing.is_empty() && done_for_now(ops, lane.next, round) {
-            state.active.drop_recv(at);
+            state.active.recv.drop(at);
         } else {
             at += 1;
         }
     }
     let mut at = 0;
-    while let Some(&i) = state.active.send.get(at) {
+    while let Some(&i) = state.active.send.lanes.get(at) {
         let (lane, ops) = (&mut send[i as usize], &ctx.schedule.send[i as usize]);
         progressed |= pump_send(ctx, lane, ops, state, round, gpu.as_deref_mut(), completed, clock)?;
         if lane.inflight.is_empty() && lane.staged.is_empty() && done_for_now(ops, lane.next, round) {
-            state.active.drop_send(at);
+            state.active.send.drop(at);
         } else {
             at += 1;
         }

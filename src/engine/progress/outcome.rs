@@ -204,49 +204,72 @@ pub struct IterationState {
 /// pass over all of them took most of the endpoint threads' user time
 /// (docs/runs/h200x4-20261128-issue43).
 pub struct Active {
-    pub(super) send: Vec<u32>,
-    pub(super) recv: Vec<u32>,
-    send_on: Vec<bool>,
-    recv_on: Vec<bool>,
-    /// Per round, the lanes with a request in it.
-    send_of_round: Vec<Vec<u32>>,
-    recv_of_round: Vec<Vec<u32>>,
+    pub(super) send: LaneSet,
+    pub(super) recv: LaneSet,
     /// Rounds activated so far this iteration.
     rounds_on: usize,
+}
+
+/// One direction's active lanes.
+pub struct LaneSet {
+    /// The lanes a pass visits, in the order they joined.
+    pub(super) lanes: Vec<u32>,
+    /// Per lane, whether it is in `lanes`.
+    on: Vec<bool>,
+    /// Per round, the lanes with a request in it.
+    of_round: Vec<Vec<u32>>,
+}
+
+impl LaneSet {
+    /// From each lane's ops' rounds (`rounds` rounds in all).
+    fn new(lane_rounds: impl ExactSizeIterator<Item = Vec<u32>>, rounds: usize) -> Self {
+        let mut of_round = vec![Vec::new(); rounds];
+        let lanes = lane_rounds.len();
+        for (lane, rs) in lane_rounds.enumerate() {
+            for r in rs {
+                let list: &mut Vec<u32> = &mut of_round[r as usize];
+                if list.last() != Some(&(lane as u32)) {
+                    list.push(lane as u32);
+                }
+            }
+        }
+        LaneSet {
+            lanes: Vec::with_capacity(lanes),
+            on: vec![false; lanes],
+            of_round,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.lanes.clear();
+        self.on.fill(false);
+    }
+
+    /// Adds the lanes of round `r` not in the set.
+    fn open(&mut self, r: usize) {
+        for &l in &self.of_round[r] {
+            if !std::mem::replace(&mut self.on[l as usize], true) {
+                self.lanes.push(l);
+            }
+        }
+    }
+
+    /// Takes the lane at position `at` off the list, keeping the others' order (the order the
+    /// loop posts and tests in).
+    pub(super) fn drop(&mut self, at: usize) {
+        let l = self.lanes.remove(at);
+        self.on[l as usize] = false;
+    }
 }
 
 impl Active {
     fn new(schedule: &Schedule) -> Self {
         let rounds = schedule.ops_per_round.len();
-        let of_round = |lanes: Vec<Vec<u32>>| -> Vec<Vec<u32>> {
-            let mut by = vec![Vec::new(); rounds];
-            for (lane, rs) in lanes.into_iter().enumerate() {
-                for r in rs {
-                    let list: &mut Vec<u32> = &mut by[r as usize];
-                    if list.last() != Some(&(lane as u32)) {
-                        list.push(lane as u32);
-                    }
-                }
-            }
-            by
-        };
-        let send_rounds = schedule
-            .send
-            .iter()
-            .map(|ops| ops.iter().map(|o| o.round).collect())
-            .collect();
-        let recv_rounds = schedule
-            .recv
-            .iter()
-            .map(|ops| ops.iter().map(|o| o.round).collect())
-            .collect();
+        let send = schedule.send.iter().map(|ops| ops.iter().map(|o| o.round).collect());
+        let recv = schedule.recv.iter().map(|ops| ops.iter().map(|o| o.round).collect());
         Active {
-            send: Vec::with_capacity(schedule.send.len()),
-            recv: Vec::with_capacity(schedule.recv.len()),
-            send_on: vec![false; schedule.send.len()],
-            recv_on: vec![false; schedule.recv.len()],
-            send_of_round: of_round(send_rounds),
-            recv_of_round: of_round(recv_rounds),
+            send: LaneSet::new(send, rounds),
+            recv: LaneSet::new(recv, rounds),
             rounds_on: 0,
         }
     }
@@ -254,39 +277,22 @@ impl Active {
     fn reset(&mut self) {
         self.send.clear();
         self.recv.clear();
-        self.send_on.fill(false);
-        self.recv_on.fill(false);
         self.rounds_on = 0;
     }
 
     /// Adds the lanes of every round up to `round` not added yet this iteration.
     pub(super) fn open_through(&mut self, round: u32) {
-        let upto = (round as usize + 1).min(self.send_of_round.len());
+        let upto = (round as usize + 1).min(self.send.of_round.len());
         for r in self.rounds_on..upto {
-            for &l in &self.send_of_round[r] {
-                if !std::mem::replace(&mut self.send_on[l as usize], true) {
-                    self.send.push(l);
-                }
-            }
-            for &l in &self.recv_of_round[r] {
-                if !std::mem::replace(&mut self.recv_on[l as usize], true) {
-                    self.recv.push(l);
-                }
-            }
+            self.send.open(r);
+            self.recv.open(r);
         }
         self.rounds_on = self.rounds_on.max(upto);
     }
 
-    /// Takes send lane `at` (a position in `send`) off the list, keeping the others' order (the
-    /// order the loop posts and tests in).
-    pub(super) fn drop_send(&mut self, at: usize) {
-        let l = self.send.remove(at);
-        self.send_on[l as usize] = false;
-    }
-
-    pub(super) fn drop_recv(&mut self, at: usize) {
-        let l = self.recv.remove(at);
-        self.recv_on[l as usize] = false;
+    /// No lane of either direction has work in hand or in the rounds opened.
+    pub(super) fn is_empty(&self) -> bool {
+        self.send.lanes.is_empty() && self.recv.lanes.is_empty()
     }
 }
 
@@ -314,6 +320,13 @@ impl IterationState {
         self.recv_peers.reset();
         self.stretches.fill(None);
         self.active.reset();
+    }
+
+    /// Round `round`'s stretch this iteration: it lasted `took`.
+    pub(super) fn close_stretch(&mut self, round: u32, took: Duration) {
+        if let Some(s) = self.stretches.get_mut(round as usize) {
+            *s = Some(took);
+        }
     }
 
     /// Keeps the faster of each round's stretch (after an iteration that succeeded).
@@ -373,25 +386,25 @@ mod tests {
         };
         let mut a = Active::new(&schedule);
         a.open_through(0);
-        assert_eq!((a.send.clone(), a.recv.clone()), (vec![0, 3], vec![0]));
+        assert_eq!((a.send.lanes.clone(), a.recv.lanes.clone()), (vec![0, 3], vec![0]));
         a.open_through(0);
-        assert_eq!(a.send, [0, 3], "opening a round twice adds nothing");
+        assert_eq!(a.send.lanes, [0, 3], "opening a round twice adds nothing");
         // Lane 3 is done with round 0 and waits for round 2: it leaves; then lane 0.
-        a.drop_send(1);
-        assert_eq!(a.send, [0]);
-        a.drop_send(0);
-        assert!(a.send.is_empty());
+        a.send.drop(1);
+        assert_eq!(a.send.lanes, [0]);
+        a.send.drop(0);
+        assert!(a.send.lanes.is_empty());
         a.open_through(2);
         assert_eq!(
-            a.send,
+            a.send.lanes,
             [1, 2, 3],
             "rounds 1 and 2 at once (a round can end in the same pass)"
         );
-        assert_eq!(a.recv, [0, 1]);
+        assert_eq!(a.recv.lanes, [0, 1]);
         a.reset();
-        assert!(a.send.is_empty() && a.recv.is_empty());
+        assert!(a.send.lanes.is_empty() && a.recv.lanes.is_empty());
         a.open_through(0);
-        assert_eq!(a.send, [0, 3], "the next iteration starts over");
+        assert_eq!(a.send.lanes, [0, 3], "the next iteration starts over");
     }
 
     #[test]
