@@ -167,7 +167,12 @@ pub struct Collapse {
 /// The sizes that collapsed with retransmissions and many peers per receiver (the module's
 /// second rule), in the order given.
 pub fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
-    collapses(sizes, true)
+    collapses(sizes, false).into_iter().filter(|c| c.incast).collect()
+}
+
+/// The deepest of `found`.
+fn deepest(found: &[Collapse]) -> Option<&Collapse> {
+    found.iter().min_by(|a, b| a.share.total_cmp(&b.share))
 }
 
 /// The second rule's collapses and, unless a slow NIC was named (`slow_nic`: the third rule
@@ -205,13 +210,12 @@ pub fn collapses(sizes: &[SizeLoss], slow_nic: bool) -> Vec<Collapse> {
 /// The retransmission rule's warning (incast only, as [`lossy_collapses`]): the deepest
 /// collapse's counts in one line, and what to try.
 pub fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<NodeFinding> {
-    collapse_finding(sizes, true, hosts)
+    collapse_finding(sizes, &lossy_collapses(sizes), hosts)
 }
 
-/// [`lossy_collapse_finding`] with the third rule (see [`collapses`]).
-fn collapse_finding(sizes: &[SizeLoss], slow_nic: bool, hosts: Vec<String>) -> Option<NodeFinding> {
-    let found = collapses(sizes, slow_nic);
-    let worst = found.iter().min_by(|a, b| a.share.total_cmp(&b.share))?;
+/// The warning for the deepest of `found` (collapses of `sizes`: [`collapses`]).
+fn collapse_finding(sizes: &[SizeLoss], found: &[Collapse], hosts: Vec<String>) -> Option<NodeFinding> {
+    let worst = deepest(found)?;
     let s = &sizes[worst.at];
     let (retrans, timeouts) = s.tcp?;
     let of = if found.len() > 1 {
@@ -252,15 +256,13 @@ pub fn finding(results: &[SizeResult], slow_nic: bool, loads: &[Option<f64>]) ->
         for (s, l) in sizes.iter_mut().zip(loads) {
             s.link_load = *l;
         }
-        let worst = collapses(&sizes, slow_nic)
-            .into_iter()
-            .min_by(|a, b| a.share.total_cmp(&b.share))?;
-        let hosts = results[worst.at]
+        let found = collapses(&sizes, slow_nic);
+        let hosts = results[deepest(&found)?.at]
             .tcp
             .as_ref()
             .map(retransmitting_hosts)
             .unwrap_or_default();
-        collapse_finding(&sizes, slow_nic, hosts)
+        collapse_finding(&sizes, &found, hosts)
     })
 }
 
@@ -507,7 +509,7 @@ mod retransmission_tests {
             s.spread = Some((4, 4));
             s.link_load = Some(1.0);
         }
-        let f = collapse_finding(&sizes, false, vec![]).expect("a queue named");
+        let f = collapse_finding(&sizes, &collapses(&sizes, false), vec![]).expect("a queue named");
         assert_eq!(
             f.text,
             "a queue overflowed at 8 MiB: busbw 0.49 of 4 MiB's, 343 retransmits (0.7 per MB), 0 timeouts, 6 peers per receiver; check the NICs' queues and drops (tc -s qdisc, ethtool -S)"
