@@ -346,7 +346,8 @@ impl<'a> Model<'a> {
             }
         }
         need.sockets = need.comms * (p.data_sockets + 1);
-        need.files = fds_needed(need.sockets, need.listens * p.listen_sockets(), job.cuda_runtime);
+        need.files = fds_needed(need.sockets, need.listens * p.listen_sockets(), job.cuda_runtime)
+            + p.resident_fds(need.listens);
         need.helper_threads = p.helpers_started(need.comms, active, job.memory == Memory::Cuda);
         let copiers = if job.memory == Memory::Host && job.local_copies {
             COPIER_THREADS * need.endpoints

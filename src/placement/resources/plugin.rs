@@ -191,6 +191,13 @@ impl PluginModel {
         }
     }
 
+    /// Descriptors besides the sockets that outlive setup: tcpx-emu's ctrl watcher's epoll set,
+    /// from the first accept to the end (its acceptor's are in [`super::FDS_BASE`], measured
+    /// before the watcher existed).
+    pub fn resident_fds(&self, listens: usize) -> u64 {
+        u64::from(self.kind == Kind::TcpxEmu && listens > 0)
+    }
+
     /// Threads that outlive setup: tcpx-emu's acceptor, from the first listen to the end, and
     /// its ctrl watcher, from the first receive comm (a listen's accept) to the end (seen in
     /// `/proc` through the sweep); TCPX's detached threads end with their call.
