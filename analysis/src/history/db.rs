@@ -157,8 +157,27 @@ impl Db {
         if create {
             db.migrate()?;
         } else {
-            let v = db.schema_version()?;
-            check_version(&mut db.conn.borrow_mut(), &db.name, v, false)?;
+            // The version and the tables in one snapshot: between two separate reads a first
+            // `history add` can commit its tables, and a history being made looked like another
+            // program's database (history_postgres's concurrent gate, once).
+            let v = {
+                let mut c = db.conn.borrow_mut();
+                c.begin_read().map_err(|e| db.fail(e))?;
+                let checked = c
+                    .schema_version()
+                    .map_err(|e| db.fail(e))
+                    .and_then(|v| check_version(&mut c, &db.name, v, false).map(|()| v));
+                match checked {
+                    Ok(v) => {
+                        c.commit().map_err(|e| db.fail(e))?;
+                        v
+                    }
+                    Err(e) => {
+                        c.rollback();
+                        return Err(e);
+                    }
+                }
+            };
             if v < SCHEMA_VERSION {
                 return Err(Failure::Input(format!(
                     "{}: schema version {v} is older than this tcpx-analyze's ({SCHEMA_VERSION}); `history add --db {} RUN...` migrates it",
