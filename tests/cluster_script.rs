@@ -181,6 +181,31 @@ fn down_removes_only_what_the_rig_made() {
     assert!(!rig.state_dir.exists(), "down removes the state directory it made");
 }
 
+/// A test run killed while its rig was up (a CI job cancelled, a hung test killed) never drops
+/// its `Rig`: the next run's `Rig::up` of that id finds the state where the killed run kept it
+/// and removes what it made, instead of refusing the rig's names as someone else's (a
+/// per-process state directory once left a bridge cx9m that failed every later run's rig 9).
+#[test]
+fn a_rig_a_killed_test_run_left_is_cleared_by_the_next_up() {
+    let Some(alone) = rigs_possible(10) else {
+        return;
+    };
+    // The killed run: its `up`, in the tests' state directory for rig 10, and no `down`.
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(["up", "--nodes", "2", "--nics", "1"])
+        .env("CLUSTER_RIG", "10")
+        .env("CLUSTER_STATE_DIR", common::rig_state_dir(10));
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh up");
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(exists("link", "cx10m") && exists("netns", "r10-node1"));
+    drop(alone);
+    let rig = Rig::up(10, "--nodes 3 --nics 2").expect("a rig was possible a moment ago");
+    assert!(exists("netns", "r10-node2"), "the new rig is up");
+    drop(rig);
+    assert_eq!(leftovers(10, &common::rig_state_dir(10)), Vec::<String>::new());
+}
+
 /// The rig's veths queue every packet on the sending CPU's backlog (net.core.netdev_max_backlog):
 /// `up` deepens it (a 16 x 8 x 4 job's keepalive probes overflowed the default 1000 and the kernels
 /// aborted idle connections on the GPU host), and `down` puts the old value back unless someone

@@ -384,7 +384,7 @@ fn planned(shape: &str, flags: &str) -> (usize, usize) {
 fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
     const RIG: &str = "14";
     let _alone = measured_alone();
-    let state = std::env::temp_dir().join(format!("tcpx-perf-plan-rig-{}", std::process::id()));
+    let state = common::rig_state_dir(RIG.parse().unwrap());
     let rig = |args: &str| {
         let mut c = Command::new("bash");
         c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/launch/cluster.sh"))

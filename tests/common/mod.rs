@@ -73,6 +73,15 @@ pub fn csv_rows(dir: &Path, file: &str) -> Vec<HashMap<String, String>> {
 }
 
 /// A child's exit status and everything it printed, for assertion messages.
+/// Where the tests keep rig `id`'s state (`CLUSTER_STATE_DIR`): one place per rig id, not per
+/// test process, so that a test run killed while its rig was up (or while `down` ran) leaves the
+/// record of what it made where the next run's first `down` finds it and removes just that. A
+/// per-process directory left the rig's names behind for good, and every later `up` of that
+/// id refused them as someone else's.
+pub fn rig_state_dir(id: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tcpx-perf-test-rig{id}"))
+}
+
 pub fn show(o: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",

@@ -3,7 +3,7 @@
 // Each test binary uses some of these.
 #![allow(dead_code)]
 
-use super::common::{output_within, show};
+use super::common::{output_within, rig_state_dir, show};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -26,7 +26,7 @@ pub static ONE_RIG_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl Rig {
     /// `up`s a rig, or None (with a line on stderr) where this machine cannot have one.
     pub fn up(id: u32, args: &str) -> Option<Rig> {
-        let state_dir = std::env::temp_dir().join(format!("tcpx-perf-cluster-{}-{id}", std::process::id()));
+        let state_dir = rig_state_dir(id);
         let alone = ONE_RIG_AT_A_TIME
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
