@@ -635,6 +635,13 @@ impl Comm {
         }
     }
 
+    /// Bytes this comm moved in all, and those of them moved inline by the publishing thread
+    /// (the shared model; 0 on per-socket threads).
+    pub fn moved_bytes(&self) -> (u64, u64) {
+        let t = &self.shared.timing;
+        (t.bytes.load(Ordering::Relaxed), t.inline_bytes.load(Ordering::Relaxed))
+    }
+
     /// Whether `test` should write `*sizes` (`TCPXEMU_REPORT_SIZES`).
     pub fn report_sizes(&self) -> bool {
         self.report_sizes
@@ -715,8 +722,9 @@ impl Drop for Comm {
             self.peer(),
             if model == Some(Model::Shared) {
                 format!(
-                    "{} bytes moved by the shared event loops",
-                    self.shared.timing.bytes.load(Ordering::Relaxed)
+                    "{} bytes moved on the shared model, {} of them inline by test",
+                    self.shared.timing.bytes.load(Ordering::Relaxed),
+                    self.shared.timing.inline_bytes.load(Ordering::Relaxed)
                 )
             } else {
                 self.shared.timing.summary(threads)

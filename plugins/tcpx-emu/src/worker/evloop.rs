@@ -15,6 +15,15 @@
 //! the comm's sockets; [`detach`] (the comm's drop) waits for that confirmation, with a deadline,
 //! so a closed comm's buffers are never touched again.
 //!
+//! Inline moves: a publication first tries to move the new chunks on the publishing thread
+//! (the caller's `test`, where TCPX moves data too), with the same non-blocking calls, up to
+//! [`TURN_BYTES`] per socket; only a socket left with work (the kernel would block, the turn
+//! ran out, or its loop held its cursor at that moment) kicks its loop. A small message then
+//! costs its `send` or `recv` and nothing else: no eventfd write, no loop wake-up, no
+//! `epoll_wait`, no `epoll_ctl` (at 16 x 8 x 4 a 1 MiB fullmesh moves 8 KiB messages, and the
+//! kick and the loop's turn cost more CPU than the bytes). Each socket's [`Cursor`] sits behind
+//! its own mutex for that: the loop takes it for a turn, a publication only tries it.
+//!
 //! Only host-memory chunks come here: CUDA and zero-copy comms, and the `stall`/`slow` faults,
 //! stay on per-socket threads.
 
@@ -43,6 +52,36 @@ struct Done {
     cv: Condvar,
 }
 
+/// What a data socket's mover keeps between turns, whoever moves (its loop or an inline
+/// publication): the cursor over the comm's chunks and the chunk in progress.
+pub(super) struct Cursor {
+    chunks: Chunks,
+    /// The socket's cursor into the comm's job ring.
+    next: u64,
+    /// The chunk in progress and the bytes of it moved so far.
+    cur: Option<(Chunk, usize)>,
+    /// Failed: the comm's error is set, the socket moves nothing more.
+    dead: bool,
+}
+
+/// How a turn of moving bytes ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Nothing left to move (idle until the next publication).
+    Idle,
+    /// Work left: the kernel would block, or the turn's bytes ran out.
+    Left,
+    /// The socket failed (reported; the cursor is dead).
+    Failed,
+}
+
+/// Who takes a socket's turn: its loop, or the thread that published (inline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mover {
+    Loop,
+    Publisher,
+}
+
 enum Cmd {
     Add { sh: Arc<Shared>, idx: usize, comm: u64 },
     Kick(u64),
@@ -61,13 +100,33 @@ pub struct Looped {
     id: u64,
     /// The loops serving at least one of its sockets.
     loops: Vec<Arc<EventLoop>>,
+    /// Per data socket, its mover's state.
+    cursors: Vec<Mutex<Cursor>>,
 }
 
 impl Looped {
-    /// The comm published jobs: its loops let its idle sockets fetch them.
-    pub(super) fn kick(&self) {
-        for l in &self.loops {
-            l.send(Cmd::Kick(self.id));
+    /// The comm published jobs: each socket moves what it can at once on this thread; the
+    /// loops are kicked only when a socket is left with work.
+    pub(super) fn published(&self, sh: &Shared) {
+        let mut left = false;
+        for (idx, cursor) in self.cursors.iter().enumerate() {
+            let mut c = match cursor.try_lock() {
+                Ok(c) => c,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                // Its loop is moving it: the kick makes it look again after its turn.
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    left = true;
+                    continue;
+                }
+            };
+            if turn(sh, idx, &mut c, Mover::Publisher) == Turn::Left {
+                left = true;
+            }
+        }
+        if left {
+            for l in &self.loops {
+                l.send(Cmd::Kick(self.id));
+            }
         }
     }
 }
@@ -168,6 +227,16 @@ pub fn attach(sh: &Arc<Shared>, nthreads: usize) -> NetResult<()> {
     let looped = Looped {
         id,
         loops: mine.iter().map(|&k| Arc::clone(&all[k])).collect(),
+        cursors: (0..sh.socks.len())
+            .map(|idx| {
+                Mutex::new(Cursor {
+                    chunks: Chunks::new(idx, sh.socks.len(), sh.chunk_size),
+                    next: 0,
+                    cur: None,
+                    dead: false,
+                })
+            })
+            .collect(),
     };
     if sh.looped.set(looped).is_err() {
         return Err(NetError::internal("comm attached to the event loops twice"));
@@ -227,16 +296,9 @@ struct Sock {
     slot: usize,
     idx: usize,
     fd: i32,
-    chunks: Chunks,
-    /// The socket's cursor into the comm's job ring.
-    next: u64,
-    /// The chunk in progress and the bytes of it moved so far.
-    cur: Option<(Chunk, usize)>,
     /// In the epoll set (with `armed`: waiting for an event).
     registered: bool,
     armed: bool,
-    /// Failed: the comm's error is set, the socket is out of the epoll set for good.
-    dead: bool,
 }
 
 /// The loop thread's own state.
@@ -282,7 +344,6 @@ impl Socks {
         match cmd {
             Cmd::Add { sh, idx, comm } => {
                 let fd = sh.socks[idx].as_raw_fd();
-                let chunks = Chunks::new(idx, sh.socks.len(), sh.chunk_size);
                 let slot = self.free.pop().unwrap_or_else(|| {
                     self.slots.push(None);
                     self.slots.len() - 1
@@ -294,12 +355,8 @@ impl Socks {
                     slot,
                     idx,
                     fd,
-                    chunks,
-                    next: 0,
-                    cur: None,
                     registered: false,
                     armed: false,
-                    dead: false,
                 });
                 // Jobs may have been published before the socket arrived.
                 pump(l, s);
@@ -335,10 +392,9 @@ impl Socks {
     }
 }
 
-impl Sock {
+impl Cursor {
     /// The socket's next chunk, if one is published (never blocks).
-    fn fetch(&mut self) -> Option<Chunk> {
-        let sh = &*self.sh;
+    fn fetch(&mut self, sh: &Shared) -> Option<Chunk> {
         let next = &mut self.next;
         let mut fetch = |block: bool| sh.fetch_job(next, block);
         match self.chunks.next(&mut fetch, false, &|_| false) {
@@ -349,77 +405,94 @@ impl Sock {
     }
 }
 
-/// Moves the socket's chunks until the kernel would block (then arms the socket), the socket has
-/// nothing to move (idle: not armed), its turn is over (armed again: level-triggered, it comes
-/// back at once if still ready), or it failed.
-fn pump(l: &EventLoop, s: &mut Sock) {
-    if s.dead {
-        return;
+/// Moves data socket `idx`'s chunks with non-blocking calls until the kernel would block, the
+/// socket has nothing to move, [`TURN_BYTES`] moved (with work left), or it failed (reported).
+fn turn(sh: &Shared, idx: usize, cursor: &mut Cursor, mover: Mover) -> Turn {
+    if cursor.dead {
+        return Turn::Failed;
     }
-    let mut turn = 0usize;
+    let fd = sh.socks[idx].as_raw_fd();
+    let mut moved_now = 0usize;
     loop {
-        let (c, done) = match s.cur {
+        let (c, done) = match cursor.cur {
             Some(cur) => cur,
-            None => match s.fetch() {
+            None => match cursor.fetch(sh) {
                 Some(c) => (c, 0),
-                // Idle until the next kick.
-                None => return,
+                None => return Turn::Idle,
             },
         };
         let left = c.len - done;
         let at = c.job.ptr + c.off + done;
         // SAFETY: the job's buffer stays valid until its request completes or the comm closes
-        // (the caller's contract; a closing comm waits for this loop to let go, `detach`), and
-        // `off + len <= job.len`.
+        // (the caller's contract; a closing comm waits for this loop to let go, `detach`, and
+        // publications come from the comm's own caller), and `off + len <= job.len`.
         let ret = unsafe {
-            match s.sh.dir {
+            match sh.dir {
                 Dir::Send => libc::send(
-                    s.fd,
+                    fd,
                     at as *const libc::c_void,
                     left,
                     libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
                 ),
-                Dir::Recv => libc::recv(s.fd, at as *mut libc::c_void, left, libc::MSG_DONTWAIT),
+                Dir::Recv => libc::recv(fd, at as *mut libc::c_void, left, libc::MSG_DONTWAIT),
             }
         };
-        let zero = match s.sh.dir {
+        let zero = match sh.dir {
             Dir::Send => write_zero,
             Dir::Recv => peer_closed,
         };
         match moved(ret, zero) {
             Ok(Some(n)) => {
-                turn += n;
+                moved_now += n;
                 if done + n == c.len {
-                    credit(&s.sh, &c);
-                    s.sh.timing.bytes.fetch_add(c.len as u64, Ordering::Relaxed);
-                    s.cur = None;
+                    credit(sh, &c);
+                    sh.timing.bytes.fetch_add(c.len as u64, Ordering::Relaxed);
+                    if mover == Mover::Publisher {
+                        sh.timing.inline_bytes.fetch_add(c.len as u64, Ordering::Relaxed);
+                    }
+                    cursor.cur = None;
                 } else {
-                    s.cur = Some((c, done + n));
+                    cursor.cur = Some((c, done + n));
                 }
-                if turn >= TURN_BYTES {
-                    // Turn over: armed only with work left (a ready socket's event comes back
-                    // at the next epoll_wait, after the other ready sockets').
-                    if s.cur.is_none() {
-                        s.cur = s.fetch().map(|c| (c, 0));
+                if moved_now >= TURN_BYTES {
+                    if cursor.cur.is_none() {
+                        cursor.cur = cursor.fetch(sh).map(|c| (c, 0));
                     }
-                    if s.cur.is_some() {
-                        arm(l, s);
-                    }
-                    return;
+                    return if cursor.cur.is_some() { Turn::Left } else { Turn::Idle };
                 }
             }
-            Ok(None) => s.cur = Some((c, done)),
+            Ok(None) => cursor.cur = Some((c, done)),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                s.cur = Some((c, done));
-                arm(l, s);
-                return;
+                cursor.cur = Some((c, done));
+                return Turn::Left;
             }
             Err(e) => {
-                s.cur = None;
-                fail(l, s, (e, c));
-                return;
+                cursor.cur = None;
+                cursor.dead = true;
+                report(sh, idx, (e, c));
+                return Turn::Failed;
             }
         }
+    }
+}
+
+/// The loop's turn for a socket: moves what it can ([`turn`]), then arms the socket where work
+/// is left (level-triggered readiness: a socket whose turn ran out comes back at the next
+/// `epoll_wait`, after the other ready sockets'), or takes a failed one out of the set.
+fn pump(l: &EventLoop, s: &mut Sock) {
+    let Some(looped) = s.sh.looped.get() else {
+        return;
+    };
+    let t = {
+        let mut c = looped.cursors[s.idx]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        turn(&s.sh, s.idx, &mut c, Mover::Loop)
+    };
+    match t {
+        Turn::Idle => {}
+        Turn::Left => arm(l, s),
+        Turn::Failed => unregister(l, s),
     }
 }
 
@@ -441,19 +514,29 @@ fn arm(l: &EventLoop, s: &mut Sock) {
     // SAFETY: our epoll set and the comm's open descriptor; `ev` is valid.
     if unsafe { libc::epoll_ctl(l.epfd.as_raw_fd(), op, s.fd, &raw mut ev) } != 0 {
         let e = std::io::Error::last_os_error();
-        if let Some((c, _)) = s.cur.take() {
-            fail(l, s, (std::io::Error::new(e.kind(), format!("epoll_ctl: {e}")), c));
+        let failed = s.sh.looped.get().and_then(|looped| {
+            let mut c = looped.cursors[s.idx]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            c.dead = true;
+            c.cur.take()
+        });
+        if let Some((c, _)) = failed {
+            report(
+                &s.sh,
+                s.idx,
+                (std::io::Error::new(e.kind(), format!("epoll_ctl: {e}")), c),
+            );
         }
+        unregister(l, s);
         return;
     }
     s.registered = true;
     s.armed = true;
 }
 
-/// The socket failed: the comm's error (unless it is closing), and the socket leaves the set.
-fn fail(l: &EventLoop, s: &mut Sock, err: super::ChunkError) {
-    report(&s.sh, s.idx, err);
-    s.dead = true;
+/// The socket failed (its error reported): it leaves the set for good.
+fn unregister(l: &EventLoop, s: &mut Sock) {
     if s.registered {
         // SAFETY: as in the removal.
         unsafe { libc::epoll_ctl(l.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, s.fd, std::ptr::null_mut()) };
@@ -477,6 +560,7 @@ mod tests {
         let looped = Looped {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             loops: vec![silent],
+            cursors: Vec::new(),
         };
         assert!(sh.looped.set(looped).is_ok());
         let start = Instant::now();

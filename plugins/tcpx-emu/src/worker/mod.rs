@@ -105,6 +105,9 @@ pub struct Timing {
     /// Part of `busy_ns` spent waiting for a staging copy's event.
     pub copy_wait_ns: AtomicU64,
     pub bytes: AtomicU64,
+    /// Part of `bytes` moved by the publishing thread itself (the shared model's inline moves:
+    /// whole chunks that needed no event loop).
+    pub inline_bytes: AtomicU64,
     /// Chunks handed to the socket by reference (zero-copy sends).
     pub spliced: AtomicU64,
 }

@@ -60,7 +60,8 @@ pub struct Shared {
     error: Mutex<Option<NetError>>,
     pub timing: Timing,
     /// Set when the comm's sockets went to the shared event loops (`TCPXEMU_THREADS`): then
-    /// publishing kicks the loops instead of waking helper threads.
+    /// publishing moves what it can inline and kicks the loops for the rest, instead of waking
+    /// helper threads.
     pub looped: OnceLock<Looped>,
 }
 
@@ -137,7 +138,7 @@ impl Shared {
             self.cv.notify_all();
         }
         if let Some(l) = self.looped.get() {
-            l.kick();
+            l.published(self);
         }
     }
 
