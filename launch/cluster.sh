@@ -3,7 +3,7 @@
 # rail-aligned as on A3-high (NIC i of every node on one L2 segment), so tcpx-perf can rehearse
 # a multi-node, multi-NIC run, with slow or dead NICs injected on purpose. docs/cluster.md.
 #
-#   launch/cluster.sh up --nodes N --nics K [--rate RATE] [--mtu M]
+#   launch/cluster.sh up --nodes N --nics K [--rate RATE] [--mtu M] [--tcp linux|a3]
 #   launch/cluster.sh shape NODE NIC RATE|off     egress limit of one NIC (tbf)
 #   launch/cluster.sh link NODE NIC down|up       pull or plug one NIC's cable
 #   launch/cluster.sh mtu NODE NIC M              one NIC's MTU (a mismatch on its rail)
@@ -34,7 +34,8 @@
 # rig's state file lives (default /run/tcpx-cluster; `up` makes it, `down` removes it when it is
 # empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
 # host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none),
-# CLUSTER_QUEUE_MS=Q (up, shape) each shaped NIC's egress queue in ms at its rate (default 20).
+# CLUSTER_QUEUE_MS=Q (up, shape) each shaped NIC's egress queue in ms at its rate (default 20),
+# CLUSTER_TCP=linux|a3 (up) the default of --tcp (linux: the kernel's defaults; a3: see a3_tcp).
 # Each setting is checked by the verbs that use it, before they act: a bad one is one line and
 # exit 1 there, and never blocks another verb (`down` ignores both).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
@@ -67,7 +68,7 @@ esac
 # "netns NAME INODE", "link NAME IFINDEX", "qdisc NAMESPACE DEV", "sysctl KEY OLD:NEW", in the
 # order they were made; MAKING the "netns NAME" and "link NAME" that `up` was about to make (a
 # "making" line is written before the object, its "made" line after it).
-NODES=0 NICS=0 RATE=off MTU=1500
+NODES=0 NICS=0 RATE=off MTU=1500 TCP=linux
 MADE=()
 MAKING=()
 # Where iproute2 keeps named namespaces (its NETNS_RUN_DIR).
@@ -118,6 +119,7 @@ read_state() {
       NICS=*) NICS=${line#NICS=} ;;
       RATE=*) RATE=${line#RATE=} ;;
       MTU=*) MTU=${line#MTU=} ;;
+      TCP=*) TCP=${line#TCP=} ;;
       "made "*) MADE+=("${line#made }") ;;
       "making "*) MAKING+=("${line#making }") ;;
     esac
@@ -370,17 +372,41 @@ raise_sysctl() {
   fi
 }
 
+# The TCP settings GPUDirect-TCPX's receive daemon (RxDM) gives an A3 node before a job
+# (google/tcpgpudmarxd, scripts/a3-tuning-scripts/setup.sh; GKE and Slurm start it with
+# `--setup_param "--verbose 128 2 0"`: initcwnd 128, rto_min 2 ms, no quickack), applied in node
+# namespace $1 for its $2 rails: no slow start after idle (a comm that waited a round keeps its
+# window), A3's socket buffer limits, no cached metrics, no MTU probing, and the rails' routes
+# with A3's initial window and minimum RTO. All of these are per namespace; RxDM's one global
+# setting (tcp_cubic's hystart_detect, a module parameter) is left alone.
+a3_tcp() {
+  local ns=$1 nics=$2 r
+  "$IP" netns exec "$ns" sh -c 'cd /proc/sys/net/ipv4 && echo 0 >tcp_slow_start_after_idle && echo 0 >tcp_mtu_probing &&
+    echo "4096 1048576 15728640" >tcp_rmem && echo "4096 1048576 67108864" >tcp_wmem && echo 1 >tcp_no_metrics_save' \
+    || die "up: --tcp a3: cannot set node $ns's TCP settings (/proc/sys/net/ipv4 in its namespace)"
+  for r in $(seq 1 "$nics"); do
+    "$IP" -n "$ns" route replace "$(rail_net "$r").0/24" dev "eth$r" proto kernel scope link \
+      src "$(rail_net "$r").$((${ns##*node} + 1))" initcwnd 128 rto_min 2ms \
+      || die "up: --tcp a3: cannot set the initial window and minimum RTO of $ns's eth$r route"
+  done
+}
+
 cmd_up() {
-  local nodes=2 nics=2 rate=off mtu=1500
+  local nodes=2 nics=2 rate=off mtu=1500 tcp=${CLUSTER_TCP:-linux}
   while [ $# -gt 0 ]; do
     case $1 in
       --nodes) nodes=${2:?}; shift 2 ;;
       --nics) nics=${2:?}; shift 2 ;;
       --rate) rate=${2:?}; shift 2 ;;
       --mtu) mtu=${2:?}; shift 2 ;;
-      *) die "up: unknown argument '$1' (up --nodes N --nics K [--rate RATE] [--mtu M])" ;;
+      --tcp) tcp=${2:?}; shift 2 ;;
+      *) die "up: unknown argument '$1' (up --nodes N --nics K [--rate RATE] [--mtu M] [--tcp linux|a3])" ;;
     esac
   done
+  case $tcp in
+    linux | a3) ;;
+    *) die "--tcp $tcp: give linux (the kernel's TCP defaults) or a3 (what TCPX's RxDM sets on A3 nodes); CLUSTER_TCP sets the default" ;;
+  esac
   check_queue_ms
   in_range "$nodes" 1 64 || die "--nodes $nodes: give 1 to 64"
   in_range "$nics" 1 15 || die "--nics $nics: give 1 to 15"
@@ -404,7 +430,7 @@ cmd_up() {
   fi
   # Written first, then a "making" line before each object and a "made" line after it: a crash
   # (kill -9) anywhere leaves a state that `down` cleans up from completely.
-  printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\n' "$nodes" "$nics" "$rate" "$mtu" >"$state"
+  printf 'NODES=%s\nNICS=%s\nRATE=%s\nMTU=%s\nTCP=%s\n' "$nodes" "$nics" "$rate" "$mtu" "$tcp" >"$state"
   local probe="${tag}probe$$"
   about_to_make netns "$probe"
   if ! "$IP" netns add "$probe" 2>/dev/null; then
@@ -442,9 +468,10 @@ cmd_up() {
       "$IP" -n "$ns" link set "eth$r" up
       shape_nic "$ns" "eth$r" "$rate"
     done
+    [ "$tcp" = linux ] || a3_tcp "$ns" "$nics"
   done
   trap - EXIT
-  echo "cluster.sh: rig $RIG up: $nodes node(s) x $nics NIC(s), rate ${rate}, MTU $mtu; nodes $(ns_of 0)..$(ns_of $((nodes - 1))), PMIx on $mgmt_bridge ($mgmt_net.254)"
+  echo "cluster.sh: rig $RIG up: $nodes node(s) x $nics NIC(s), rate ${rate}, MTU $mtu, TCP $tcp; nodes $(ns_of 0)..$(ns_of $((nodes - 1))), PMIx on $mgmt_bridge ($mgmt_net.254)"
 }
 
 cmd_down() {
@@ -520,7 +547,7 @@ cmd_status() {
     return 0
   fi
   load_state
-  echo "rig $RIG: $NODES node(s) x $NICS NIC(s), rate $RATE, MTU $MTU"
+  echo "rig $RIG: $NODES node(s) x $NICS NIC(s), rate $RATE, MTU $MTU, TCP $TCP"
   local n r ns
   for n in $(seq 0 $((NODES - 1))); do
     ns=$(ns_of "$n")

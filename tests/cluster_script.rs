@@ -252,6 +252,82 @@ fn a_state_that_records_nothing_removes_nothing() {
     let _ = std::fs::remove_dir_all(&state_dir);
 }
 
+/// `up --tcp a3` gives every node the TCP settings TCPX's receive daemon sets on A3 nodes (no
+/// slow start after idle, its buffer limits, initcwnd 128 and rto_min 2 ms on the rails'
+/// routes), in the node's namespace only: the host's own settings stay; `--tcp linux` (the
+/// default) leaves the kernel's; an unknown value is refused before anything is made.
+#[test]
+fn up_with_tcp_a3_sets_what_rxdm_sets_on_each_node() {
+    let sysctl = |ns: Option<&str>, key: &str| {
+        let path = format!("/proc/sys/net/ipv4/{key}");
+        let o = match ns {
+            Some(ns) => Command::new("ip").args(["netns", "exec", ns, "cat", &path]).output(),
+            None => Command::new("cat").arg(&path).output(),
+        }
+        .expect("read a sysctl");
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let host_idle = sysctl(None, "tcp_slow_start_after_idle");
+    let Some(rig) = Rig::up(10, "--nodes 2 --nics 2 --tcp a3") else {
+        return;
+    };
+    for ns in ["r10-node0", "r10-node1"] {
+        assert_eq!(sysctl(Some(ns), "tcp_slow_start_after_idle"), "0");
+        assert_eq!(sysctl(Some(ns), "tcp_wmem"), "4096 1048576 67108864");
+        assert_eq!(sysctl(Some(ns), "tcp_no_metrics_save"), "1");
+        let routes = Command::new("ip").args(["-n", ns, "route"]).output().expect("ip route");
+        let routes = String::from_utf8_lossy(&routes.stdout).into_owned();
+        for rail in ["eth1", "eth2"] {
+            let line = routes
+                .lines()
+                .find(|l| l.contains(&format!("dev {rail} ")))
+                .unwrap_or("");
+            assert!(
+                line.contains("initcwnd 128") && line.contains("2ms"),
+                "{ns} {rail}: {routes}"
+            );
+        }
+    }
+    assert_eq!(
+        sysctl(None, "tcp_slow_start_after_idle"),
+        host_idle,
+        "the host's own stays"
+    );
+    assert!(rig
+        .cmd("status")
+        .stdout
+        .starts_with(b"rig 10: 2 node(s) x 2 NIC(s), rate off, MTU 1500, TCP a3"));
+    drop(rig);
+    let Some(rig) = Rig::up(10, "--nodes 1 --nics 1") else {
+        return;
+    };
+    let routes = Command::new("ip")
+        .args(["-n", "r10-node0", "route"])
+        .output()
+        .expect("ip route");
+    assert!(
+        !String::from_utf8_lossy(&routes.stdout).contains("initcwnd"),
+        "linux: the kernel's routes"
+    );
+    drop(rig);
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(["up", "--nodes", "1", "--nics", "1", "--tcp", "bbr"])
+        .env("CLUSTER_RIG", "10")
+        .env("CLUSTER_STATE_DIR", scratch("tcp-refused"));
+    let o = output_within(&mut c, Duration::from_secs(60), "cluster.sh up");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--tcp bbr: give linux"),
+        "{}",
+        show(&o)
+    );
+    assert!(!exists("netns", "r10-node0"), "a refused up made nothing");
+}
+
 /// A rejected command changes nothing: `shape node1 eth2 banana` (and a NIC the rig lacks)
 /// leaves node1's eth2 at the 100mbit it was shaped to; `shape ... off` removes the qdisc.
 #[test]

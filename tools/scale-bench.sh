@@ -159,7 +159,7 @@ with open(sys.argv[1], "w") as log, open(sys.argv[2], "w") as ts:
 
 {
   echo "# tools/scale-bench.sh on $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs, kernel $(uname -r), pid_max $(cat /proc/sys/kernel/pid_max)"
-  echo "# rate $RATE per NIC (unless a shape says @RATE), egress queue ${CLUSTER_QUEUE_MS:-20} ms at the rate, tcpx-perf ${ARGS[*]}, $(date -u +%FT%TZ)"
+  echo "# rate $RATE per NIC (unless a shape says @RATE), egress queue ${CLUSTER_QUEUE_MS:-20} ms at the rate, TCP ${CLUSTER_TCP:-linux}, tcpx-perf ${ARGS[*]}, $(date -u +%FT%TZ)"
   for shape in $SHAPES; do run_shape "$shape" host ""; done
   if [ -n "$SLOW_SHAPE" ]; then
     slow_rate=$RATE
