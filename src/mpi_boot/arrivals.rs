@@ -344,15 +344,29 @@ impl Arrivals {
     }
 }
 
+/// How long a wait only yields between polls.
+const YIELD_FOR: Duration = Duration::from_millis(1);
+/// The longest sleep between polls of a long wait.
+const MAX_PAUSE: Duration = Duration::from_millis(1);
+
 /// Between polls of a wait: yield the core at first (as Open MPI does when oversubscribed), so
-/// that a barrier's exit skew stays an iteration's start skew; a long wait means a slow or
-/// missing rank, then sleep between polls.
+/// that a short barrier's exit skew stays an iteration's start skew; past [`YIELD_FOR`] sleep a
+/// 64th of the time waited so far (at most [`MAX_PAUSE`]), so a rank leaves the barrier at most
+/// a 64th of its wait late: the clock's own precision (tcpx-perf times an iteration to a 64th),
+/// for a few hundred wake-ups where yielding took one per scheduler pass. At 16 x 8 x 4 the
+/// ranks that finished an 8 MiB iteration first yielded for up to 50 ms, then slept 100 us at a
+/// time, while waiting for the slowest: 3.2 CPU-s per GB moved, 40% of the job's CPU
+/// (docs/cpu.md).
 fn pause(waited: Duration) {
-    if waited < Duration::from_millis(50) {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(100));
+    match sleep_between_polls(waited) {
+        None => std::thread::yield_now(),
+        Some(d) => std::thread::sleep(d),
     }
+}
+
+/// [`pause`]'s rule: None to yield, else how long to sleep.
+fn sleep_between_polls(waited: Duration) -> Option<Duration> {
+    (waited >= YIELD_FOR).then(|| (waited / 64).min(MAX_PAUSE))
 }
 
 impl Drop for Arrivals {
@@ -362,5 +376,29 @@ impl Drop for Arrivals {
         for request in self.sends.get_mut().drain(..) {
             std::mem::forget(request);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short wait yields; a longer one sleeps a 64th of it, never more than 1 ms; and a wait of
+    /// a second polls a few hundred times, not the tens of thousands a yield loop made.
+    #[test]
+    fn a_wait_yields_then_sleeps_a_64th_of_its_length() {
+        let ms = Duration::from_millis;
+        assert_eq!(sleep_between_polls(Duration::ZERO), None);
+        assert_eq!(sleep_between_polls(Duration::from_micros(999)), None);
+        assert_eq!(sleep_between_polls(ms(1)), Some(ms(1) / 64));
+        assert_eq!(sleep_between_polls(ms(32)), Some(ms(1) / 2));
+        assert_eq!(sleep_between_polls(ms(64)), Some(ms(1)));
+        assert_eq!(sleep_between_polls(ms(5000)), Some(ms(1)));
+        let (mut waited, mut polls) = (YIELD_FOR, 0);
+        while waited < Duration::from_secs(1) {
+            waited += sleep_between_polls(waited).unwrap_or_default();
+            polls += 1;
+        }
+        assert!((300..1300).contains(&polls), "{polls} polls in a second");
     }
 }
