@@ -4,11 +4,12 @@
 //!
 //! Each socket keeps what its helper thread would keep: its own [`Chunks`] cursor and job cursor
 //! over the comm's ring (`Shared::fetch_job` without blocking), so striping, the `pending`
-//! counters, `credit` and `report` are the same code as the per-socket path. A socket is in
-//! the epoll set only while it has a chunk in progress that the kernel could not take or give
-//! at once (one-shot: re-armed after every event), so idle sockets cost nothing, and a dead peer
-//! of an idle socket wakes nobody. A socket moves at most [`TURN_BYTES`] per turn before the
-//! loop serves the others.
+//! counters, `credit` and `report` are the same code as the per-socket path. A socket is armed
+//! in the epoll set only after its loop found work the kernel could not take or give at once
+//! (one-shot: re-armed after every event; an inline move may finish that work first, and the
+//! event then finds nothing to do), so idle sockets cost nothing, and a dead peer of an idle
+//! socket wakes nobody. A socket moves at most [`TURN_BYTES`] per turn before the loop serves
+//! the others.
 //!
 //! Commands reach a loop through its inbox and an eventfd: a new socket, a kick (a comm published
 //! jobs: its idle sockets fetch them), and a removal, which the loop confirms once it dropped
@@ -18,11 +19,13 @@
 //! Inline moves: a publication first tries to move the new chunks on the publishing thread
 //! (the caller's `test`, where TCPX moves data too), with the same non-blocking calls, up to
 //! [`TURN_BYTES`] per socket; only a socket left with work (the kernel would block, the turn
-//! ran out, or its loop held its cursor at that moment) kicks its loop. A small message then
+//! ran out, or its loop held its cursor at that moment) kicks its loop, unless the loop already
+//! armed that socket (its event will come). A small message then
 //! costs its `send` or `recv` and nothing else: no eventfd write, no loop wake-up, no
 //! `epoll_wait`, no `epoll_ctl` (at 16 x 8 x 4 a 1 MiB fullmesh moves 8 KiB messages, and the
 //! kick and the loop's turn cost more CPU than the bytes). Each socket's [`Cursor`] sits behind
-//! its own mutex for that: the loop takes it for a turn, a publication only tries it.
+//! its own mutex for that: the loop takes it for a turn, a publication only tries it (and
+//! kicks the loop when it finds it held).
 //!
 //! Only host-memory chunks come here: CUDA and zero-copy comms, and the `stall`/`slow` faults,
 //! stay on per-socket threads.
@@ -62,6 +65,9 @@ pub(super) struct Cursor {
     cur: Option<(Chunk, usize)>,
     /// Failed: the comm's error is set, the socket moves nothing more.
     dead: bool,
+    /// The loop left work and armed the socket (set under this lock before it arms, cleared
+    /// when it takes the next turn): its event will come, so a publication need not kick.
+    armed: bool,
 }
 
 /// How a turn of moving bytes ended.
@@ -119,7 +125,7 @@ impl Looped {
                     continue;
                 }
             };
-            if turn(sh, idx, &mut c, Mover::Publisher) == Turn::Left {
+            if turn(sh, idx, &mut c, Mover::Publisher) == Turn::Left && !c.armed {
                 left = true;
             }
         }
@@ -234,6 +240,7 @@ pub fn attach(sh: &Arc<Shared>, nthreads: usize) -> NetResult<()> {
                     next: 0,
                     cur: None,
                     dead: false,
+                    armed: false,
                 })
             })
             .collect(),
@@ -445,11 +452,12 @@ fn turn(sh: &Shared, idx: usize, cursor: &mut Cursor, mover: Mover) -> Turn {
             Ok(Some(n)) => {
                 moved_now += n;
                 if done + n == c.len {
-                    credit(sh, &c);
+                    // Counted before the credit, which lets `test` complete the request.
                     sh.timing.bytes.fetch_add(c.len as u64, Ordering::Relaxed);
                     if mover == Mover::Publisher {
                         sh.timing.inline_bytes.fetch_add(c.len as u64, Ordering::Relaxed);
                     }
+                    credit(sh, &c);
                     cursor.cur = None;
                 } else {
                     cursor.cur = Some((c, done + n));
@@ -484,10 +492,16 @@ fn pump(l: &EventLoop, s: &mut Sock) {
         return;
     };
     let t = {
+        // Blocking: an event consumed here must be served by this turn (a publication that
+        // finds the socket armed leaves its work to that event). A publication holds the lock
+        // for at most one turn.
         let mut c = looped.cursors[s.idx]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        turn(&s.sh, s.idx, &mut c, Mover::Loop)
+        c.armed = false;
+        let t = turn(&s.sh, s.idx, &mut c, Mover::Loop);
+        c.armed = t == Turn::Left;
+        t
     };
     match t {
         Turn::Idle => {}

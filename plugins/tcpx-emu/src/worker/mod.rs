@@ -105,8 +105,8 @@ pub struct Timing {
     /// Part of `busy_ns` spent waiting for a staging copy's event.
     pub copy_wait_ns: AtomicU64,
     pub bytes: AtomicU64,
-    /// Part of `bytes` moved by the publishing thread itself (the shared model's inline moves:
-    /// whole chunks that needed no event loop).
+    /// Part of `bytes`: chunks whose last byte the publishing thread moved itself (the shared
+    /// model's inline moves).
     pub inline_bytes: AtomicU64,
     /// Chunks handed to the socket by reference (zero-copy sends).
     pub spliced: AtomicU64,
