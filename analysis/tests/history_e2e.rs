@@ -26,9 +26,19 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// One real run; `slow` arms the plugin's slow fault.
+/// One real run; `slow` arms the plugin's slow fault. 128 KiB chunks for every run: the fault
+/// sleeps 1 ms per chunk, so a slowed run is 4-8x slower and mostly asleep, a step far above the
+/// 2-core host's run-to-run spread. With 512 KiB chunks the step was -30% to -55% and the slowed
+/// runs as noisy as the host: one run in four found a second change among them, or a step under
+/// the asserted third (issue 43's second session, main and its successor alike).
 fn run_tcpx_perf(out: &Path, slow: bool) {
-    real_run(out, &[("TCPXEMU_FAULT", if slow { "slow" } else { "" })]);
+    real_run(
+        out,
+        &[
+            ("TCPXEMU_FAULT", if slow { "slow" } else { "" }),
+            ("NCCL_DYNAMIC_CHUNK_SIZE", "131072"),
+        ],
+    );
 }
 
 /// Debian's chromium (or chromium-browser), if installed.
@@ -198,24 +208,31 @@ fn thirty_runs_on(b: &Backend, dir: &Path, runs: &Path) {
     let d: serde_json::Value = serde_json::from_str(&json).unwrap();
     let series = d["series"].as_array().unwrap();
     assert_eq!(series.len(), 3, "4 MiB, 8 MiB and their mean");
-    // The mean over sizes must show the step; a single size may miss it on a loaded host (this
-    // one runs other jobs' compilers beside the ranks). The host's own steps before the fault
-    // (its load changing: the detector is right to see them) may add a change, but none after
-    // it: the step is the last change, and the newest segment is the slow one.
+    // The planted fault is a step down by about 80% at run 12 (the slowed runs sleep 1 ms per
+    // 128 KiB chunk). The 2-core host's own load steps are real too, and the detector is right
+    // to see them, before the fault or after it (a quarter up through the slowed runs, seen in
+    // CI); they are told from the fault by size. Every series keeps at most 3 changes; the mean
+    // over sizes has the fault (a change within a run of #12, down by more than half, its
+    // interval below 0); any other change from #11 on moves busbw by less than a third; a series
+    // whose last change is the fault ends in a regression.
     for s in series {
         let all = s["changes"].as_array().unwrap();
         let what = format!("size {}: {all:?}", s["size"]);
-        let ch: Vec<_> = all.iter().filter(|c| c["index"].as_u64().unwrap() >= 11).collect();
-        assert!(ch.len() <= 1, "{what}");
-        assert!(all.len() <= 2, "{what}");
+        let index = |c: &serde_json::Value| c["index"].as_u64().unwrap();
+        let rel = |c: &serde_json::Value| c["relative_change"].as_f64().unwrap();
+        assert!(all.len() <= 3, "{what}");
+        let step = all.iter().position(|c| index(c).abs_diff(12) <= 1 && rel(c) < -0.5);
         if s["size"].is_null() {
-            assert_eq!(ch.len(), 1, "{what}");
+            assert!(step.is_some(), "{what}");
         }
-        if let Some(c) = ch.first() {
-            assert!(c["index"].as_u64().unwrap().abs_diff(12) <= 1, "{what}");
-            // The slow fault costs well over a third of the bandwidth at these sizes.
-            assert!(c["relative_change"].as_f64().unwrap() < -0.3, "{what}");
-            assert!(c["ci_high"].as_f64().unwrap() < 0.0, "{what}");
+        for (k, c) in all.iter().enumerate() {
+            if Some(k) == step {
+                assert!(c["ci_high"].as_f64().unwrap() < 0.0, "{what}");
+            } else if index(c) >= 11 {
+                assert!(rel(c).abs() < 1.0 / 3.0, "a drift, not the fault: {what}");
+            }
+        }
+        if step.is_some_and(|k| k + 1 == all.len()) {
             assert_eq!(s["regression"], true, "{what}");
         }
     }
@@ -251,8 +268,9 @@ fn thirty_runs_on(b: &Backend, dir: &Path, runs: &Path) {
     let n = check_report(&page, b, dbs, false);
     println!("report ({}): {n} plotted values equal the database's", b.name());
 
-    // gate --history: the newest runs against the rest of their stable segment pass (or are
-    // inconclusive on this noisy host), never a regression ...
+    // gate --history: the newest runs against the rest of their stable segment pass, are
+    // inconclusive, or show the host's drift through the slowed runs (13% down once here):
+    // never a step of the fault's size ...
     let newest: Vec<String> = (27..30)
         .map(|i| runs.join(format!("run{i}")).display().to_string())
         .collect();
@@ -260,13 +278,24 @@ fn thirty_runs_on(b: &Backend, dir: &Path, runs: &Path) {
     args.extend(newest.iter().map(String::as_str));
     let (code, out) = run_analyze(&args);
     println!("{out}");
-    assert!(code == 0 || code == 2, "slow vs slow segment: {out}");
-    assert!(
-        out.contains("last stable segment = runs #12..#26 of 27")
-            || out.contains("last stable segment = runs #11..#26 of 27")
-            || out.contains("last stable segment = runs #13..#26 of 27"),
-        "{out}"
-    );
+    assert!((0..=2).contains(&code), "slow vs slow segment: {out}");
+    if code == 1 {
+        // The verdict row: `| sendrecv | 4 MiB..8 MiB (...) | busbw | 3 / N | 0.869 (-13.1%) |`.
+        let row = out.lines().find(|l| l.contains("geometric mean")).unwrap_or("");
+        let ratio: f64 = row
+            .split('|')
+            .nth(5)
+            .and_then(|f| f.split_whitespace().next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0.0);
+        assert!(ratio > 0.75, "slow vs slow segment, a drift at most: {out}");
+    }
+    let first = out
+        .split("last stable segment = runs #")
+        .nth(1)
+        .and_then(|t| t.split_once("..#26 of 27"))
+        .and_then(|(n, _)| n.parse::<u32>().ok());
+    assert!(first.is_some_and(|n| (11..=24).contains(&n)), "{out}");
     // ... and against a history of the fast runs only, the slowed runs are a regression.
     let fast = b.fresh(dir, "e2e-fast");
     let fast_runs: Vec<String> = (0..12)
