@@ -164,12 +164,6 @@ pub struct Collapse {
     pub incast: bool,
 }
 
-/// The sizes that collapsed with retransmissions and many peers per receiver (the module's
-/// second rule), in the order given.
-pub fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
-    collapses(sizes, false).into_iter().filter(|c| c.incast).collect()
-}
-
 /// The deepest of `found`.
 fn deepest(found: &[Collapse]) -> Option<&Collapse> {
     found.iter().min_by(|a, b| a.share.total_cmp(&b.share))
@@ -205,12 +199,6 @@ pub fn collapses(sizes: &[SizeLoss], slow_nic: bool) -> Vec<Collapse> {
         }
     }
     found
-}
-
-/// The retransmission rule's warning (incast only, as [`lossy_collapses`]): the deepest
-/// collapse's counts in one line, and what to try.
-pub fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<NodeFinding> {
-    collapse_finding(sizes, &lossy_collapses(sizes), hosts)
 }
 
 /// The warning for the deepest of `found` (collapses of `sizes`: [`collapses`]).
@@ -392,6 +380,16 @@ mod tests {
 #[cfg(test)]
 mod retransmission_tests {
     use super::*;
+
+    /// The second rule's collapses alone (many peers per receiver), in the order given.
+    fn lossy_collapses(sizes: &[SizeLoss]) -> Vec<Collapse> {
+        collapses(sizes, false).into_iter().filter(|c| c.incast).collect()
+    }
+
+    /// The second rule's warning: the deepest incast collapse's counts in one line.
+    fn lossy_collapse_finding(sizes: &[SizeLoss], hosts: Vec<String>) -> Option<NodeFinding> {
+        collapse_finding(sizes, &lossy_collapses(sizes), hosts)
+    }
 
     const MIB: u64 = 1 << 20;
 

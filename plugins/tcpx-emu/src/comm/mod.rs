@@ -721,11 +721,8 @@ impl Drop for Comm {
             if self.dir == Dir::Recv { "from" } else { "to" },
             self.peer(),
             if model == Some(Model::Shared) {
-                format!(
-                    "{} bytes moved on the shared model, {} of them inline by test",
-                    self.shared.timing.bytes.load(Ordering::Relaxed),
-                    self.shared.timing.inline_bytes.load(Ordering::Relaxed)
-                )
+                let (bytes, inline) = self.moved_bytes();
+                format!("{bytes} bytes moved on the shared model, {inline} of them inline by test")
             } else {
                 self.shared.timing.summary(threads)
             }
