@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tcpx_perf::baseline::{self, NcclBaseline};
 use tcpx_perf::cli::Cli;
 use tcpx_perf::collectives::Collectives;
-use tcpx_perf::plan::{Direction, Fill, Flow, Iterations, Pattern, Plan, Scope};
+use tcpx_perf::plan::{Direction, Fill, Flow, Holder, Iterations, Pattern, Plan, Scope, Totals};
 use tcpx_perf::topology::Topology;
 
 /// The launcher of a one-process job: every collective is the identity.
@@ -36,6 +36,9 @@ impl Collectives for Solo {
     fn sum_f64(&self, _: &mut [f64]) {}
     fn gather_f64(&self, local: &[f64]) -> Vec<f64> {
         local.to_vec()
+    }
+    fn gather_f64_to_root(&self, local: &[f64]) -> Option<Vec<Vec<f64>>> {
+        Some(vec![local.to_vec()])
     }
     fn exchange(&self, _: &[(usize, Vec<u8>)], _: &[(usize, usize)]) -> Vec<Vec<u8>> {
         Vec::new()
@@ -69,6 +72,12 @@ fn self_plan(pattern: Pattern, size: u64) -> Plan {
             forwards: false,
             round: 0,
         }],
+        holder: Holder::Job,
+        // The flow is a copy to itself: nothing crosses a network.
+        totals: Totals {
+            rounds: 1,
+            ..Totals::default()
+        },
     }
 }
 

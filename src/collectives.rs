@@ -19,6 +19,9 @@ pub trait Collectives {
     fn sum_f64(&self, buf: &mut [f64]);
     /// Every rank's `local` (all the same length), concatenated in rank order.
     fn gather_f64(&self, local: &[f64]) -> Vec<f64>;
+    /// Every rank's `local` (any length) on rank 0, in rank order; `None` on the other ranks.
+    /// What only rank 0 reads goes here, not to every rank: a size's link halves.
+    fn gather_f64_to_root(&self, local: &[f64]) -> Option<Vec<Vec<f64>>>;
     /// Point-to-point exchange with the listed ranks only: `sends` (rank, bytes) go out, and one
     /// message of the given length comes in from each rank of `recvs`, returned in that order.
     fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>>;

@@ -26,6 +26,7 @@ use crate::tcp_stats::{self, TcpActivity, TcpCounters};
 use crate::topology::Topology;
 use crate::wire::{self, IfaceCounters};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Which hosts read which interfaces, decided once per run.
 pub struct WireProbe {
@@ -126,6 +127,14 @@ impl ByteCheck {
     }
 }
 
+/// What [`WireProbe::exchange`] gathered from every rank.
+pub struct Exchanged {
+    pub wire: Vec<WireBytes>,
+    pub tcp: Option<TcpActivity>,
+    /// Per host, the payload that had to arrive there per iteration.
+    pub arriving: BTreeMap<String, Arriving>,
+}
+
 /// A snapshot of this host's interfaces and its namespace's TCP loss counters (empty on
 /// non-leaders).
 pub struct Snapshot {
@@ -171,20 +180,25 @@ impl WireProbe {
 
     /// Exchanges every host's counter deltas, summed over the `(before, after)` intervals, in
     /// one collective (every rank calls it): the interfaces' bytes as [`WireBytes`], one per
-    /// host and readable interface, and the TCP loss counters of each network namespace once
-    /// (`None` when no host could read them). Several intervals: a size run round by round
+    /// host and readable interface, the TCP loss counters of each network namespace once
+    /// (`None` when no host could read them), and what had to arrive at each host (every rank's
+    /// `arriving` summed by host). Several intervals: a size run round by round
     /// (`--connect rounds`) counts its timed traffic only, never the connects between rounds.
     pub fn exchange(
         &self,
         coll: &dyn Collectives,
         topo: &Topology,
         intervals: &[(Snapshot, Snapshot)],
-    ) -> (Vec<WireBytes>, Option<TcpActivity>) {
+        arriving: Arriving,
+    ) -> Exchanged {
         // Per interface: rx, tx, devmem (-1 = none); -1 rx = no reading. Then the namespace key,
-        // retransmitted segments and timeouts (-1 key = no reading). f64 is exact below 2^53.
+        // retransmitted segments and timeouts (-1 key = no reading), then this rank's arriving
+        // bytes. f64 is exact below 2^53.
         let n = self.ifaces.len();
-        let stride = 3 * n + 3;
+        let stride = 3 * n + 5;
         let mut mine = vec![-1.0; stride];
+        mine[3 * n + 3] = arriving.from_others as f64;
+        mine[3 * n + 4] = arriving.from_itself as f64;
         if self.leader && !intervals.is_empty() {
             for i in 0..n {
                 // Summed over the intervals; no reading in any of them is no reading.
@@ -213,7 +227,7 @@ impl WireProbe {
         if let Some(tcp) = tcp.filter(|t| !t.is_empty() && t.iter().all(|(k, _)| *k == t[0].0)) {
             let retrans: u64 = tcp.iter().map(|(_, d)| d.retrans_segs).sum();
             let timeouts: u64 = tcp.iter().map(|(_, d)| d.timeouts).sum();
-            mine[3 * n..].copy_from_slice(&[tcp[0].0 as f64, retrans as f64, timeouts as f64]);
+            mine[3 * n..3 * n + 3].copy_from_slice(&[tcp[0].0 as f64, retrans as f64, timeouts as f64]);
         }
         let all = coll.gather_f64(&mine);
         let rows = || all.chunks(stride).enumerate().take(topo.ranks());
@@ -244,30 +258,59 @@ impl WireProbe {
                 },
             )
         }));
-        (wire, tcp)
+        let mut arriving: BTreeMap<String, Arriving> = BTreeMap::new();
+        for (rank, row) in rows() {
+            let a = arriving.entry(topo.hostnames[rank].clone()).or_default();
+            a.from_others += row[3 * n + 3] as u64;
+            a.from_itself += row[3 * n + 4] as u64;
+        }
+        Exchanged { wire, tcp, arriving }
     }
 }
 
-/// Payload bytes per iteration that must arrive at `host` through the counted interfaces: every
-/// network flow into the host from another host, and with a loopback interface counted, the
-/// host's own flows too (the kernel routes them over `lo`).
-fn payload_into(plan: &Plan, topo: &Topology, host: &str, loopback: bool) -> u64 {
+/// Payload bytes per iteration that must arrive at a host: from other hosts, and from the host
+/// itself (the kernel routes those over `lo`, so they count where a loopback interface is
+/// counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Arriving {
+    pub from_others: u64,
+    pub from_itself: u64,
+}
+
+impl Arriving {
+    /// What the counted interfaces must show: with a loopback interface among them, the host's
+    /// own flows too.
+    fn owed(&self, loopback: bool) -> u64 {
+        self.from_others + if loopback { self.from_itself } else { 0 }
+    }
+}
+
+/// What `rank`'s endpoints receive per iteration over the network, by where it comes from:
+/// every network flow of `plan` (a held plan holds them all) into one of them.
+pub fn arriving(plan: &Plan, topo: &Topology, rank: usize) -> Arriving {
     let host_of = |endpoint: usize| topo.hostnames[topo.endpoints[endpoint].rank].as_str();
-    plan.flows
-        .iter()
-        .filter(|f| !f.is_local() && host_of(f.dst) == host && (loopback || host_of(f.src) != host))
-        .map(|f| f.len)
-        .sum()
+    let mine = topo.endpoints_of(rank);
+    let host = topo.hostnames[rank].as_str();
+    let mut a = Arriving::default();
+    for f in plan.flows.iter().filter(|f| !f.is_local() && mine.contains(&f.dst)) {
+        if host_of(f.src) == host {
+            a.from_itself += f.len;
+        } else {
+            a.from_others += f.len;
+        }
+    }
+    a
 }
 
 /// Checks one size: `delivered` summed over all ranks and timed iterations, `wire` from
-/// [`WireProbe::exchange`]. An error names the numbers of the first shortfall found.
+/// [`WireProbe::exchange`] and what had to arrive at each host (its ranks' [`arriving`],
+/// summed by the same exchange). An error names the numbers of the first shortfall found.
 pub fn check(
     plan: &Plan,
-    topo: &Topology,
     iters: u64,
     delivered: &Delivered,
     wire: Vec<WireBytes>,
+    arriving: &BTreeMap<String, Arriving>,
 ) -> Result<ByteCheck, String> {
     let planned = plan.network_bytes() * iters;
     if delivered.planned != planned {
@@ -298,7 +341,7 @@ pub fn check(
     for host in &hosts {
         let counted: Vec<&WireBytes> = wire.iter().filter(|w| w.host == *host).collect();
         let loopback = counted.iter().any(|w| wire::is_loopback(&w.iface));
-        let payload = payload_into(plan, topo, host, loopback) * iters;
+        let payload = arriving.get(*host).map_or(0, |a| a.owed(loopback)) * iters;
         let rx: u64 = counted.iter().map(|w| w.rx_bytes).sum();
         if rx < payload {
             let names: Vec<&str> = counted.iter().map(|w| w.iface.as_str()).collect();
@@ -337,6 +380,19 @@ mod tests {
         (p, t)
     }
 
+    /// What had to arrive at each host: every rank's [`arriving`] summed, as the exchange sums
+    /// them.
+    fn owed(p: &Plan, t: &Topology) -> BTreeMap<String, Arriving> {
+        let mut by_host: BTreeMap<String, Arriving> = BTreeMap::new();
+        for rank in 0..t.ranks() {
+            let a = arriving(p, t, rank);
+            let h = by_host.entry(t.hostnames[rank].clone()).or_default();
+            h.from_others += a.from_others;
+            h.from_itself += a.from_itself;
+        }
+        by_host
+    }
+
     fn delivered(p: &Plan, iters: u64) -> Delivered {
         Delivered {
             receives: 4,
@@ -361,14 +417,14 @@ mod tests {
     fn loopback_counts_must_cover_the_payload() {
         let (p, t) = setup(2, 1);
         let payload = p.network_bytes() * 3;
-        let ok = check(&p, &t, 3, &delivered(&p, 3), vec![lo("h0", payload + 100)]).unwrap();
+        let ok = check(&p, 3, &delivered(&p, 3), vec![lo("h0", payload + 100)], &owed(&p, &t)).unwrap();
         assert_eq!(ok.sources, vec![SOURCE_WIRE]);
         assert_eq!(
             ok.measured, None,
             "wire bytes bound the payload; they do not measure it"
         );
         assert!(ok.wire_ratio().unwrap() >= 1.0);
-        let err = check(&p, &t, 3, &delivered(&p, 3), vec![lo("h0", payload / 2)]).unwrap_err();
+        let err = check(&p, 3, &delivered(&p, 3), vec![lo("h0", payload / 2)], &owed(&p, &t)).unwrap_err();
         assert!(
             err.contains("did not put the data on the wire") && err.contains(&(payload / 2).to_string()),
             "{err}"
@@ -379,17 +435,15 @@ mod tests {
     fn a_nic_only_owes_the_bytes_from_other_hosts() {
         // 4 ranks on 2 hosts; sendrecv's ring shift: 0->1 and 2->3 stay on their host.
         let (p, t) = setup(4, 2);
-        let from_other_hosts = payload_into(&p, &t, "h0", false);
-        assert!(from_other_hosts < payload_into(&p, &t, "h0", true));
+        let owed = owed(&p, &t);
+        let from_other_hosts = owed["h0"].from_others;
+        assert!(from_other_hosts > 0 && owed["h0"].from_itself > 0);
         let eth = |host: &str, rx| WireBytes {
             iface: "eth1".into(),
             ..lo(host, rx)
         };
-        let wire = vec![
-            eth("h0", from_other_hosts),
-            eth("h1", payload_into(&p, &t, "h1", false)),
-        ];
-        assert!(check(&p, &t, 1, &delivered(&p, 1), wire).is_ok());
+        let wire = vec![eth("h0", from_other_hosts), eth("h1", owed["h1"].from_others)];
+        assert!(check(&p, 1, &delivered(&p, 1), wire, &owed).is_ok());
     }
 
     #[test]
@@ -400,25 +454,25 @@ mod tests {
             devmem_pkts: devmem,
             ..lo("h0", 4_300_000_000)
         };
-        let c = check(&p, &t, 1, &delivered(&p, 1), vec![nic(Some(0))]).unwrap();
+        let c = check(&p, 1, &delivered(&p, 1), vec![nic(Some(0))], &owed(&p, &t)).unwrap();
         let errors = c.devmem_errors();
         assert_eq!(errors.len(), 1);
         assert!(
             errors[0].starts_with("h0:eth2: 0 devmem packets for 4.3 GB"),
             "{errors:?}"
         );
-        let c = check(&p, &t, 1, &delivered(&p, 1), vec![nic(Some(1_000_000))]).unwrap();
+        let c = check(&p, 1, &delivered(&p, 1), vec![nic(Some(1_000_000))], &owed(&p, &t)).unwrap();
         assert!(c.devmem_errors().is_empty());
     }
 
     #[test]
     fn nothing_seen_is_unverified_and_completions_must_match_the_plan() {
         let (p, t) = setup(2, 1);
-        let none = check(&p, &t, 2, &delivered(&p, 2), Vec::new()).unwrap();
+        let none = check(&p, 2, &delivered(&p, 2), Vec::new(), &owed(&p, &t)).unwrap();
         assert!(none.sources.is_empty() && none.measured.is_none() && none.wire_rx_bytes.is_none());
         let mut short = delivered(&p, 2);
         short.planned -= 1;
-        assert!(check(&p, &t, 2, &short, Vec::new())
+        assert!(check(&p, 2, &short, Vec::new(), &owed(&p, &t))
             .unwrap_err()
             .contains("the result is invalid"));
         let reported = Delivered {
@@ -426,7 +480,7 @@ mod tests {
             reported_missed: 0,
             ..delivered(&p, 2)
         };
-        let mut c = check(&p, &t, 2, &reported, Vec::new()).unwrap();
+        let mut c = check(&p, 2, &reported, Vec::new(), &owed(&p, &t)).unwrap();
         assert_eq!(
             (c.sources.clone(), c.claimed, c.measured),
             (vec![SOURCE_PLUGIN], Some(p.network_bytes()), None),

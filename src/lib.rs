@@ -17,7 +17,8 @@
 //! - [`engine`]: workers, connections, the progress loop and the timed iterations.
 //! - [`delivery`]: the byte check of every size (plugin sizes, unpack descriptors, NIC counters).
 //! - [`cli`]: the flags and their values (the door; only [`run`] reads it).
-//! - [`report`]: the result model every output is written from; [`slow_nic`] and [`incast`]: the
+//! - [`report`]: the result model every output is written from; [`matrix`]: the link matrix,
+//!   each link's figure joined at rank 0 from the halves its two ends measured; [`slow_nic`] and [`incast`]: the
 //!   findings the measurements make (a slow NIC; TCP timeouts that stalled a size); [`verdict`]:
 //!   a verdict per node (healthy, suspect, bad) from them and the findings that name a node.
 //! - [`baseline`]: `--baseline nccl`, NCCL itself measured beside tcpx-perf in the same job.
@@ -44,6 +45,7 @@ pub mod engine;
 pub mod export;
 pub mod incast;
 pub mod link_check;
+pub mod matrix;
 pub mod mpi_boot;
 pub mod placement;
 pub mod plan;

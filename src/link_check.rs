@@ -12,6 +12,7 @@
 
 use crate::placement::dry_run::Row;
 use crate::report::{PairResult, SizeResult};
+use std::collections::HashMap;
 
 /// Rates within this factor of the link pass: tbf's rate tables round by about 1%.
 const SLACK: f64 = 1.02;
@@ -29,6 +30,11 @@ fn egress(rows: &[Row], host: &str, nic: &str) -> Option<Rail> {
     let row = rows
         .iter()
         .find(|r| r.host == host && r.nic.split('+').any(|n| n == nic))?;
+    egress_of(row, nic)
+}
+
+/// What `row`'s NIC `nic` carries out.
+fn egress_of(row: &Row, nic: &str) -> Option<Rail> {
     let line = (row.speed_gbps > 0.0).then_some(row.speed_gbps * 1e9 / 8.0);
     let shaped = row.shapers.iter().find(|s| s.nic == nic).map(|s| s.shaper);
     match (line, shaped) {
@@ -51,29 +57,82 @@ pub fn egress_rate(rows: &[Row], host: &str, nic: &str) -> Option<f64> {
     egress(rows, host, nic).map(|r| r.rate)
 }
 
-/// The path of pair `p`: its rails summed, or None when any is unknown.
-fn path(rows: &[Row], p: &PairResult) -> Option<Rail> {
-    let dst = rows.iter().find(|r| r.rank == p.dst_rank && r.gpu == p.dst_gpu)?;
-    let mut sum = Rail { rate: 0.0, burst: 0.0 };
-    for nic in dst.nic.split('+') {
-        let out = egress(rows, &p.src_host, nic)?;
-        // The receiving NIC's link speed bounds the rail too (a shaper is egress only).
-        let into = (dst.speed_gbps > 0.0).then_some(dst.speed_gbps * 1e9 / 8.0);
-        sum.rate += into.map_or(out.rate, |i| i.min(out.rate));
-        sum.burst += out.burst;
+/// The placement rows indexed once, so that a size's links are checked in time proportional to
+/// them (a 64 x 8 x 4 job has 512 rows and 16128 NIC links a size).
+struct Paths<'a> {
+    /// (rank, GPU) -> the endpoint's row.
+    endpoint: HashMap<(usize, usize), &'a Row>,
+    /// (host, NIC) -> the first row of that host using the NIC (its egress).
+    nic: HashMap<(&'a str, &'a str), &'a Row>,
+    /// Host -> its NICs, each with the link speed of the first row using it (ingress).
+    host_nics: HashMap<&'a str, Vec<(&'a str, f64)>>,
+}
+
+impl<'a> Paths<'a> {
+    fn new(rows: &'a [Row]) -> Paths<'a> {
+        let mut p = Paths {
+            endpoint: HashMap::new(),
+            nic: HashMap::new(),
+            host_nics: HashMap::new(),
+        };
+        for r in rows {
+            p.endpoint.insert((r.rank, r.gpu), r);
+            for nic in r.nic.split('+') {
+                p.nic.entry((r.host.as_str(), nic)).or_insert(r);
+                let nics = p.host_nics.entry(r.host.as_str()).or_default();
+                if !nics.iter().any(|(n, _)| *n == nic) {
+                    nics.push((nic, r.speed_gbps));
+                }
+            }
+        }
+        p
     }
-    Some(sum)
+
+    /// The rail `nic` from `src_host` into a receiver NIC of link speed `into_gbps`.
+    fn rail(&self, src_host: &str, nic: &str, into_gbps: f64) -> Option<Rail> {
+        let out = egress_of(self.nic.get(&(src_host, nic))?, nic)?;
+        // The receiving NIC's link speed bounds the rail too (a shaper is egress only).
+        let into = (into_gbps > 0.0).then_some(into_gbps * 1e9 / 8.0);
+        Some(Rail {
+            rate: into.map_or(out.rate, |i| i.min(out.rate)),
+            burst: out.burst,
+        })
+    }
+
+    /// The path of link `p`: its rails summed (an endpoint spread over NICs: each of them; a
+    /// node pair: every NIC of the receiving node), or None when any is unknown.
+    fn of(&self, p: &PairResult) -> Option<Rail> {
+        let nics: Vec<(&str, f64)> = match (p.dst_rank.zip(p.dst_gpu), &p.rail) {
+            (Some(end), _) => {
+                let dst = self.endpoint.get(&end)?;
+                dst.nic.split('+').map(|n| (n, dst.speed_gbps)).collect()
+            }
+            (None, Some(rail)) => {
+                let nics = self.host_nics.get(p.dst_host.as_str())?;
+                vec![*nics.iter().find(|(n, _)| n == rail)?]
+            }
+            (None, None) => self.host_nics.get(p.dst_host.as_str())?.clone(),
+        };
+        let mut sum = Rail { rate: 0.0, burst: 0.0 };
+        for (nic, speed) in nics {
+            let rail = self.rail(&p.src_host, nic, speed)?;
+            sum.rate += rail.rate;
+            sum.burst += rail.burst;
+        }
+        Some(sum)
+    }
 }
 
 /// Marks every pair of `result` above its path's rate (`above_link`) and those faster than even
 /// the rate and the shaper's bucket allow (`impossible`), and sets each pair's `link_gbps`
 /// where the path is known. Pairs within one host (loopback) are not checked.
 pub fn mark(rows: &[Row], result: &mut SizeResult) {
+    let paths = Paths::new(rows);
     for p in &mut result.pairs {
         if p.src_host == p.dst_host {
             continue;
         }
-        let Some(rail) = path(rows, p) else { continue };
+        let Some(rail) = paths.of(p) else { continue };
         p.link_gbps = Some(rail.rate / 1e9);
         let seconds = p.time_us * 1e-6 * SLACK;
         p.above_link = seconds < p.bytes as f64 / rail.rate;

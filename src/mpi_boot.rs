@@ -335,6 +335,48 @@ impl Collectives for Mpi {
         all
     }
 
+    fn gather_f64_to_root(&self, local: &[f64]) -> Option<Vec<Vec<f64>>> {
+        let root = self.world.process_at_rank(0);
+        let len = local.len() as mpi::Count;
+        if self.world.rank() != 0 {
+            mpi::request::scope(|scope| {
+                self.arrivals.wait(root.immediate_gather_into(scope, &len));
+            });
+            mpi::request::scope(|scope| {
+                self.arrivals.wait(root.immediate_gather_varcount_into(scope, local));
+            });
+            return None;
+        }
+        let mut counts = vec![0 as mpi::Count; self.world.size() as usize];
+        mpi::request::scope(|scope| {
+            self.arrivals
+                .wait(root.immediate_gather_into_root(scope, &len, &mut counts[..]));
+        });
+        let displs: Vec<mpi::Count> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0.0f64; counts.iter().map(|&c| c as usize).sum()];
+        {
+            let mut partition = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            mpi::request::scope(|scope| {
+                self.arrivals
+                    .wait(root.immediate_gather_varcount_into_root(scope, local, &mut partition));
+            });
+        }
+        Some(
+            displs
+                .iter()
+                .zip(&counts)
+                .map(|(&d, &c)| all[d as usize..(d + c) as usize].to_vec())
+                .collect(),
+        )
+    }
+
     fn exchange(&self, sends: &[(usize, Vec<u8>)], recvs: &[(usize, usize)]) -> Vec<Vec<u8>> {
         let mut inbox: Vec<Vec<u8>> = recvs.iter().map(|&(_, len)| vec![0u8; len]).collect();
         mpi::request::scope(|scope| {

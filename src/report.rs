@@ -273,21 +273,28 @@ impl SizeResult {
     }
 }
 
-/// What one directed endpoint pair moved in one size.
+/// What one link of the matrix moved in one size: a directed endpoint pair, or in a job past
+/// 65536 endpoint pairs a NIC's or a node pair's link ([`Level`]: ranks and GPUs are then
+/// `None`; the matrix module decides).
 #[derive(Debug, Clone, Serialize)]
 pub struct PairResult {
     /// Sender rank.
-    pub src_rank: usize,
-    /// Sender local GPU index.
-    pub src_gpu: usize,
+    pub src_rank: Option<usize>,
+    /// Sender GPU index on its node.
+    pub src_gpu: Option<usize>,
     /// Sender hostname.
     pub src_host: String,
     /// Receiver rank.
-    pub dst_rank: usize,
-    /// Receiver local GPU index.
-    pub dst_gpu: usize,
+    pub dst_rank: Option<usize>,
+    /// Receiver GPU index on its node.
+    pub dst_gpu: Option<usize>,
     /// Receiver hostname.
     pub dst_host: String,
+    /// The receiver's NIC, the rail every byte of the link crosses (`None` for a node pair, or
+    /// where placement did not name it).
+    pub rail: Option<String>,
+    /// Directed endpoint pairs the link carries (1 for an endpoint pair).
+    pub endpoint_pairs: u64,
     /// Bytes per iteration.
     pub bytes: u64,
     /// Mean time from the sender's first post of the pair's bytes to the receiver's last byte in
@@ -305,6 +312,41 @@ pub struct PairResult {
     /// Faster than even the rate plus the shaper's bucket allow: an error of measurement.
     #[serde(skip)]
     pub impossible: bool,
+}
+
+/// What one link of the link matrix is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// A directed endpoint pair.
+    Endpoint,
+    /// Sender node to receiver node on one rail (the receiver's NIC).
+    Nic,
+    /// Sender node to receiver node.
+    Node,
+}
+
+impl Level {
+    /// As pairs.csv's `level` column writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Endpoint => "endpoint",
+            Level::Nic => "nic",
+            Level::Node => "node",
+        }
+    }
+}
+
+impl PairResult {
+    /// What kind of link this is: an endpoint pair (ranks known), a NIC's link (a rail, no
+    /// ranks) or a node pair.
+    pub fn level(&self) -> Level {
+        match (self.src_rank, &self.rail) {
+            (Some(_), _) => Level::Endpoint,
+            (None, Some(_)) => Level::Nic,
+            (None, None) => Level::Node,
+        }
+    }
 }
 
 /// Whether an environment variable may be recorded. An allow-list, never the whole
@@ -584,8 +626,13 @@ pub struct SlowNic {
     /// Sizes at which it was slow, of those judged.
     pub slow_sizes: usize,
     pub judged_sizes: usize,
-    /// The flows through it at `size`: `[src rank, src gpu, dst rank, dst gpu]` each.
+    /// The flows through it at `size`: `[src rank, src gpu, dst rank, dst gpu]` each (a job
+    /// judged by endpoint pairs).
     pub flows: Vec<(usize, usize, usize, usize)>,
+    /// A job judged by NIC links (past 65536 endpoint pairs): the links through it at `size`,
+    /// `[sender host, receiver host]` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<(String, String)>,
     /// Bytes its counters saw per timed iteration at `size`, where they were read.
     pub wire_bytes: Option<u64>,
     /// The other side of the same flows, when it is slow too and explains nothing more.

@@ -8,7 +8,7 @@ mod common;
 
 use common::{csv_rows, mpirun_command, output_within, show, summary};
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcpx-perf");
@@ -902,4 +902,83 @@ fn a_pool_whose_calls_do_not_block_stays_small() {
         "an endpoint's pool grew to {threads} setup threads though no call blocked\n{}",
         show(&o)
     );
+}
+
+/// Whether `line` of a run's console (stdout and stderr in one stream) is whole: a trace line of
+/// rank 0, a `#` line, a table row, a `tcpx-perf` line, Open MPI's `[host:pid]` lines, or empty.
+fn whole_line(line: &str) -> bool {
+    if let Some(rest) = line.strip_prefix("trace ") {
+        let f: Vec<&str> = rest.splitn(3, ' ').collect();
+        return f.len() == 3 && f[0].parse::<u32>().is_ok() && f[1].parse::<f64>().is_ok() && !f[2].contains("trace ");
+    }
+    let row = line.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok());
+    !line.contains("trace ")
+        && (line.is_empty() || line.starts_with('#') || row || line.starts_with("tcpx-perf") || line.starts_with('['))
+}
+
+/// `TCPX_PERF_TRACE=1` (issue 51): rank 0's trace lines come on its stdout, in order among its
+/// header and rows (each after what it marks), and no other rank's on any stream; so that with
+/// stdout and stderr in one file (`> log 2>&1`, how traced runs are kept) every line is whole,
+/// 4 runs of 16 ranks out of 16. Before, the trace was on every rank's stderr, and mpirun
+/// forwards a rank's pty stdout 4096 bytes at a time: a placement row was cut by rank 0's own
+/// `trace 0 0.910 header printed` on the 2-core VM, and by other ranks' lines at 512 ranks.
+#[test]
+fn trace_lines_are_rank_0s_in_order_on_stdout_and_every_line_is_whole() {
+    let flags =
+        "--pattern fullmesh -b 1M -e 2M -n 1 -w 0 --ranks-per-node 2 --probe-rounds 0 --no-out --progress never";
+    let o = mpirun(
+        &[(8, args(flags))],
+        &[("TCPX_PERF_TRACE", "1")],
+        Duration::from_secs(120),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!err.contains("trace "), "no trace line on stderr: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |what: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with("trace 0 ") && l.ends_with(what))
+            .unwrap_or_else(|| panic!("no `trace 0 ... {what}` on stdout:\n{out}"))
+    };
+    assert!(lines
+        .iter()
+        .filter(|l| l.starts_with("trace "))
+        .all(|l| l.starts_with("trace 0 ")));
+    // The header ends with the table's column lines, then its trace.
+    let columns = lines
+        .iter()
+        .position(|l| l.starts_with("#       size"))
+        .expect("the table's header");
+    assert_eq!(at("header printed"), columns + 2, "{out}");
+    for size in [1048576u64, 2097152] {
+        let row = lines
+            .iter()
+            .position(|l| l.split_whitespace().next() == Some(&size.to_string()))
+            .unwrap_or_else(|| panic!("no row of {size}:\n{out}"));
+        assert!(
+            at(&format!("size {size} done")) > row,
+            "the trace of a size follows its row:\n{out}"
+        );
+    }
+    // One stream for both, as `> log 2>&1`.
+    for run in 0..4 {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg("exec \"$@\" 2>&1").arg("bash").arg("mpirun");
+        let mpi = mpirun_command();
+        cmd.args(mpi.get_args());
+        cmd.args(["-np", "16", BIN]).args(args(flags));
+        cmd.env("TCPX_PERF_TRACE", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        let o = {
+            let _shared = LOOPBACK.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            output_within(&mut cmd, Duration::from_secs(180), "mpirun 2>&1")
+        };
+        assert_eq!(o.status.code(), Some(0), "run {run}: {}", show(&o));
+        let console = String::from_utf8_lossy(&o.stdout);
+        let cut: Vec<&str> = console.lines().filter(|l| !whole_line(l)).collect();
+        assert!(cut.is_empty(), "run {run}: lines cut or mixed: {cut:#?}");
+        assert!(console.contains("size 2097152 done"), "run {run}: {console}");
+    }
 }

@@ -479,7 +479,9 @@ fn whole_console_line(line: &str) -> bool {
         let (rank, secs, what) = (f.next(), f.next(), f.next().unwrap_or(""));
         return rank.is_some_and(|r| r.parse::<u32>().is_ok())
             && secs.is_some_and(|s| s.parse::<f64>().is_ok())
-            && (events.contains(&what) || (what.starts_with("size ") && what.ends_with(" done")));
+            && (events.contains(&what)
+                || (what.starts_with("size ") && what.ends_with(" done"))
+                || (what.starts_with("memory after ") && what.ends_with(" MB")));
     }
     if line.contains("trace ") {
         return false;

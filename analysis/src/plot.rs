@@ -177,7 +177,10 @@ pub fn select_pairs(runs: &[Run], size: Option<u64>, pattern: Option<&str>) -> R
         .filter(|p| pattern.is_none_or(|x| p.pattern == x))
         .collect();
     if all.is_empty() {
-        return Err("no pairs.csv data in the input(s) (for the selected pattern)".into());
+        return Err(
+            "no endpoint pairs in pairs.csv of the input(s) (for the selected pattern; a job past 65536 endpoint pairs writes NIC links or node pairs instead, which its own links.svg draws)"
+                .into(),
+        );
     }
     let pats: std::collections::BTreeSet<&str> = all.iter().map(|p| p.pattern.as_str()).collect();
     if pats.len() > 1 {

@@ -66,6 +66,7 @@ complete -c tcpx-perf -l nccl-lib -d 'libnccl.so.2 for --baseline nccl (default:
 complete -c tcpx-perf -l spread-channels -d 'With --channels > 1: spread each endpoint\'s channels over the devices as close to its GPU as its own (round robin, starting from its own)'
 complete -c tcpx-perf -l dry-run -d 'Stop before moving data: MPI, plugin, placement, CPU bindings and preflight checks on every node, then a per-node table and one line per finding; exit 0 if no error'
 complete -c tcpx-perf -l force -d 'Run even though preflight found errors (ranks with different TCPX settings, a NIC whose link is down, ...); recorded in the header and summary.json. Without it such a run exits 1 before any data moves'
+complete -c tcpx-perf -l simulate -d 'With --plan: rehearse the job\'s bookkeeping here, without MPI or sockets'
 complete -c tcpx-perf -l no-out -d 'Write no result files (stdout only)'
 complete -c tcpx-perf -s v -l verbose -d 'More of the plugin\'s log: -v at least info, -vv trace (raises --plugin-log, never lowers it)'
 complete -c tcpx-perf -l warmup-once -d 'Warm up as nccl-tests does: -w untimed iterations of every size once, before the first timed iteration, and none between sizes'

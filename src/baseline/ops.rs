@@ -107,15 +107,8 @@ pub fn ring_hops(plan: &Plan, topo: &Topology) -> Option<(RingHops, RingHops)> {
     if plan.pattern != Pattern::Ring {
         return None;
     }
-    // The plan's ring: each endpoint's one receiver.
-    let mut next = vec![None; topo.len()];
-    for f in &plan.flows {
-        next[f.src] = Some(f.dst);
-    }
-    let mut order = vec![0];
-    while let Some(e) = next[*order.last()?].filter(|&e| e != 0 && order.len() < topo.len()) {
-        order.push(e);
-    }
+    // The plan's ring is the topology's order (a rank holds only its own hops of it).
+    let order = topo.order(plan.scope == crate::plan::Scope::InterNode).ok()?;
     let nccl: Vec<usize> = topo.order(false).ok()?;
     Some((RingHops::of(&order, topo), RingHops::of(&nccl, topo)))
 }

@@ -83,8 +83,10 @@ ENVIRONMENT:
                             cannot say (placement without a GPU)
   TCPX_GPU_NVRTC, CUDA_HOME, CUDA_PATH
                             where libnvrtc is found for the GPU kernels
-  TCPX_PERF_TRACE           set: each rank prints `trace RANK SECONDS EVENT` on stderr at its
-                            start-up milestones (seconds since its process started)
+  TCPX_PERF_TRACE           set: rank 0 prints `trace 0 SECONDS EVENT` on stdout, in order
+                            with its header and rows, at its milestones (seconds since its
+                            process started; its memory after the plans, the first connect and
+                            each size); `all`: every other rank's too, on stderr
 
 EXIT STATUS:
   0 every size measured, every byte checked right (with -c 0: measured but unchecked, the footer
@@ -310,6 +312,17 @@ pub struct Cli {
     /// With --plan: also write the plan (needs, limits, verdicts) as JSON to FILE
     #[arg(long = "plan-json", value_name = "FILE")]
     pub plan_json: Option<PathBuf>,
+
+    /// With --plan: rehearse the job's bookkeeping here, without MPI or sockets
+    ///
+    /// Builds rank 0's plans and schedules for the shape, makes every rank's halves of the link
+    /// matrix from synthetic times (one NIC slowed to a quarter), and runs rank 0's work of every
+    /// size over them: the matrix, pairs.csv, the files after each size, links.svg, a synthetic
+    /// probe and the node verdicts. Prints each phase's seconds and the process's peak memory
+    /// (in --plan-json under `simulation`); the files go to --out, else a temporary directory.
+    /// Exit 0 when the verdicts name the slowed NIC, 1 when they do not
+    #[arg(long)]
+    pub simulate: bool,
 
     /// Result directory; default: results/<UTC timestamp>-<pattern>
     #[arg(long, conflicts_with = "no_out")]
@@ -581,6 +594,9 @@ impl Cli {
                 "--dir uni applies only to --pattern pairs: drop --dir or use --pattern pairs (got {})",
                 self.pattern
             ));
+        }
+        if self.simulate && self.plan.is_none() {
+            return Err("--simulate only applies with --plan: add --plan NODESxGPUSxNICS or drop --simulate".into());
         }
         if self.plan_json.is_some() && self.plan.is_none() {
             return Err("--plan-json only applies with --plan: add --plan NODESxGPUSxNICS or drop --plan-json".into());

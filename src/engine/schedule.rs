@@ -13,6 +13,7 @@
 //! global), so they still agree on every cut.
 
 use crate::plan::{Lanes, Plan};
+use std::collections::HashMap;
 
 /// One `isend` of a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +110,8 @@ fn pieces(len: u64, chunk: u64, segment: u64, src_off: u64, dst_off: u64) -> Vec
 
 impl Schedule {
     /// `segment`: the registration size (a page multiple; `u64::MAX` for one registration).
+    /// Time and memory in proportion to the plan's flows of `endpoint` (a held plan's: the
+    /// rank's own), never to its peers times its flows.
     pub fn build(plan: &Plan, endpoint: usize, lanes: &Lanes, chunk: u64, segment: u64) -> Schedule {
         let channels = lanes.channels;
         let mut s = Schedule {
@@ -116,22 +119,32 @@ impl Schedule {
             recv: vec![Vec::new(); lanes.recv_peers.len() * channels],
             ..Schedule::default()
         };
-        let rounds = plan.flows.iter().map(|f| f.round).max().map_or(1, |r| r as usize + 1);
-        s.ops_per_round = vec![0; rounds];
+        s.ops_per_round = vec![0; plan.rounds()];
+        // This endpoint's network flows by peer, each list in plan order (the order both ends
+        // walk a pair's flows in).
+        let mut incoming: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut outgoing: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (fi, f) in plan.flows.iter().enumerate().filter(|(_, f)| !f.is_local()) {
+            if f.dst == endpoint {
+                incoming.entry(f.src).or_default().push(fi);
+            }
+            if f.src == endpoint {
+                outgoing.entry(f.dst).or_default().push(fi);
+            }
+        }
 
         // Receives first: they assign the slots that forwarded sends wait on.
-        let mut first_slot_of_flow = vec![None; plan.flows.len()];
-        for &peer in &lanes.recv_peers {
+        let mut first_slot_of_flow: HashMap<usize, u32> = HashMap::new();
+        // Where each received range lands: (offset, length) -> flow (ring forwarding's feeders).
+        let mut landing: HashMap<(u64, u64), usize> = HashMap::new();
+        for (p, peer) in lanes.recv_peers.iter().enumerate() {
             let mut j = 0usize;
-            for (fi, f) in plan
-                .flows
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.src == peer && f.dst == endpoint)
-            {
-                first_slot_of_flow[fi] = Some(s.recv_slots as u32);
+            for &fi in incoming.get(peer).map_or(&[][..], Vec::as_slice) {
+                let f = &plan.flows[fi];
+                first_slot_of_flow.insert(fi, s.recv_slots as u32);
+                landing.entry((f.dst_off, f.len)).or_insert(fi);
                 for (off, len) in pieces(f.len, chunk, segment, f.src_off, f.dst_off) {
-                    let lane = lanes.recv_lane(peer, j % channels);
+                    let lane = p * channels + j % channels;
                     let op = RecvOp {
                         off: f.dst_off + off,
                         len,
@@ -148,29 +161,23 @@ impl Schedule {
                 }
             }
         }
-        for &peer in &lanes.send_peers {
+        for (p, peer) in lanes.send_peers.iter().enumerate() {
             let mut j = 0usize;
-            for (fi, f) in plan
-                .flows
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.src == endpoint && f.dst == peer)
-            {
+            for &fi in outgoing.get(peer).map_or(&[][..], Vec::as_slice) {
+                let f = &plan.flows[fi];
                 // Ring forwarding: the range was filled by an incoming flow of the same length,
                 // whose pieces may be cut elsewhere (segment boundaries of other offsets).
                 let feeder = f.forwards.then(|| {
-                    let g = plan
-                        .flows
-                        .iter()
-                        .position(|g| g.dst == endpoint && g.dst_off == f.src_off && g.len == f.len && !g.is_local())
+                    let g = *landing
+                        .get(&(f.src_off, f.len))
                         .expect("a forwarded range is filled by an incoming flow of the same length");
-                    let first = first_slot_of_flow[g].expect("the feeding flow is received here");
+                    let first = first_slot_of_flow[&g];
                     let g = &plan.flows[g];
                     (first, pieces(g.len, chunk, segment, g.src_off, g.dst_off))
                 });
                 let mut fed_at = 0usize;
                 for (off, len) in pieces(f.len, chunk, segment, f.src_off, f.dst_off) {
-                    let lane = lanes.send_lane(peer, j % channels);
+                    let lane = p * channels + j % channels;
                     // The fed pieces overlapping [off, off + len): both lists are in offset order.
                     let dep = feeder.as_ref().map(|(first, fed)| {
                         while fed_at + 1 < fed.len() && fed[fed_at].0 + fed[fed_at].1 <= off {

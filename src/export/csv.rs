@@ -184,8 +184,43 @@ fn write_rank_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
     write_rows(&dir.join(RANK_SAMPLES_CSV), rows)
 }
 
+/// The most rows pairs.csv holds: the largest sizes' links, down to the size that would cross
+/// it (the largest always). At a 64 x 8 x 4 fullmesh's 16128 NIC links a size, 32 sizes; at a
+/// 512-node one's 261632 node pairs, the two largest (about 40 MB). Small sizes, where a link's
+/// figure is latency more than rate, go first; the file is rewritten after every size, so its
+/// cost per size stays bounded too.
+pub const PAIRS_ROWS_MAX: usize = 1 << 19;
+
+/// The sizes (indices into `results`) whose links pairs.csv holds: from the largest down while
+/// within [`PAIRS_ROWS_MAX`] rows, in the results' order.
+pub fn pairs_sizes(results: &[SizeResult]) -> Vec<usize> {
+    let mut by_size: Vec<usize> = (0..results.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(results[i].size_bytes));
+    let mut rows = 0;
+    let mut kept: Vec<usize> = Vec::new();
+    for i in by_size {
+        let n = results[i].pairs.len();
+        if !kept.is_empty() && rows + n > PAIRS_ROWS_MAX {
+            break;
+        }
+        rows += n;
+        kept.push(i);
+    }
+    kept.sort_unstable();
+    kept
+}
+
+/// `v` to `digits` significant digits (a figure written at its precision, not at f64's).
+fn significant(v: f64, digits: i32) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let scale = 10f64.powi(digits - 1 - v.abs().log10().floor() as i32);
+    (v * scale).round() / scale
+}
+
 fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
-    let rows = results.iter().flat_map(|r| {
+    let rows = pairs_sizes(results).into_iter().map(|i| &results[i]).flat_map(|r| {
         r.pairs.iter().map(move |p| PairRow {
             schema_version: SCHEMA_VERSION,
             pattern: &info.settings.pattern,
@@ -197,10 +232,14 @@ fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Re
             dst_gpu: p.dst_gpu,
             dst_host: &p.dst_host,
             bytes: p.bytes,
-            time_us: p.time_us,
-            gbps: (!p.above_link).then_some(p.gbps),
-            link_gbps: p.link_gbps,
+            // The clocks read nanoseconds; a rate is known to 6 digits at most.
+            time_us: (p.time_us * 1e3).round() / 1e3,
+            gbps: (!p.above_link).then_some(significant(p.gbps, 6)),
+            link_gbps: p.link_gbps.map(|g| significant(g, 6)),
             above_link: p.above_link,
+            level: p.level().name(),
+            rail: p.rail.as_deref().unwrap_or(""),
+            endpoint_pairs: p.endpoint_pairs,
         })
     });
     write_rows(&dir.join(PAIRS_CSV), rows)

@@ -54,15 +54,7 @@ pub fn footer(verdicts: &[NodeVerdict], shares: Thresholds, none_why: Option<&st
     s
 }
 
-/// The first `max` items joined, and how many more.
-pub fn shorten(items: &[String], max: usize) -> String {
-    let shown = items.iter().take(max).cloned().collect::<Vec<_>>().join(", ");
-    if items.len() > max {
-        format!("{shown} and {} more", items.len() - max)
-    } else {
-        shown
-    }
-}
+pub use tcpx_units::shorten;
 
 /// The first line of every `--healthy-hostfile`, which marks it as tcpx-perf's.
 const HOSTFILE_HEAD: &str = "# tcpx-perf: ";

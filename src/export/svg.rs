@@ -6,7 +6,9 @@ use std::path::Path;
 
 use tcpx_plot::{BandwidthChart, Cell, Heatmap, Line, Point, Scale};
 
+use crate::matrix::Level;
 use crate::report::{RunInfo, SizeResult};
+use std::collections::HashMap;
 
 /// File names inside a result directory.
 pub const BANDWIDTH_SVG: &str = "bandwidth.svg";
@@ -88,7 +90,8 @@ fn lines(results: &[SizeResult]) -> Vec<Line> {
 /// median pair on a fixed scale (0 to 1.5: an outlier cannot wash out the rest, and a slow
 /// row or column shows whether or not a rule fired), endpoints grouped by node and, within a
 /// node, by NIC (placement's), each node's first labelled (one node: numbered in order); pairs
-/// above their link (no rate) grey.
+/// above their link (no rate) grey. A job judged by NIC links or node pairs (past
+/// [`crate::matrix::LINKS_MAX`] endpoint pairs) is drawn node by node.
 fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), String> {
     let Some(last) = results
         .iter()
@@ -97,48 +100,28 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
     else {
         return Err("no per-pair data".into());
     };
-    // `src_gpu` is the GPU index on the node (`local_rank * g + i`): `i` is its remainder.
-    let g = info.settings.gpus_per_rank.max(1);
-    let endpoint = |rank: usize, gpu: usize| rank * g + gpu % g;
-    let (ends, groups) = display_order(info, last, &endpoint);
-    let grouped = !groups.is_empty();
-    let index = |e: usize| ends.iter().position(|&x| x == e).unwrap_or(0) as u32;
-    let rated: Vec<f64> = last.pairs.iter().filter(|p| !p.above_link).map(|p| p.gbps).collect();
+    let matrix = if last.pairs.iter().all(|p| p.level() == Level::Endpoint) {
+        endpoint_matrix(info, last)
+    } else {
+        node_matrix(info, last)
+    };
+    let rated: Vec<f64> = matrix.cells.iter().filter(|c| !c.2).map(|c| c.1).collect();
     let median = if rated.is_empty() {
         0.0
     } else {
         tcpx_units::median(&rated)
     };
-    let cells: Vec<Cell> = last
-        .pairs
+    let cells: Vec<Cell> = matrix
+        .cells
         .iter()
-        .map(|p| Cell {
-            src: index(endpoint(p.src_rank, p.src_gpu)),
-            dst: index(endpoint(p.dst_rank, p.dst_gpu)),
-            gbps: if median > 0.0 { p.gbps / median } else { 0.0 },
+        .map(|&((src, dst), gbps, _)| Cell {
+            src,
+            dst,
+            gbps: if median > 0.0 { gbps / median } else { 0.0 },
         })
         .collect();
-    let unrated: Vec<(u32, u32)> = last
-        .pairs
-        .iter()
-        .filter(|p| p.above_link)
-        .map(|p| {
-            (
-                index(endpoint(p.src_rank, p.src_gpu)),
-                index(endpoint(p.dst_rank, p.dst_gpu)),
-            )
-        })
-        .collect();
-    // The flows of the slow NICs the run's findings name, where judged at this size.
+    let unrated: Vec<(u32, u32)> = matrix.cells.iter().filter(|c| c.2).map(|c| c.0).collect();
     let slow: Vec<_> = info.slow_nics.iter().filter(|s| s.size == last.size_bytes).collect();
-    let flagged: Vec<(u32, u32)> = slow
-        .iter()
-        .flat_map(|s| {
-            s.flows
-                .iter()
-                .map(|&(sr, sg, dr, dg)| (index(endpoint(sr, sg)), index(endpoint(dr, dg))))
-        })
-        .collect();
     let flag_rule = (!slow.is_empty()).then(|| {
         let named: Vec<String> = slow
             .iter()
@@ -150,24 +133,130 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
         path,
         &Heatmap {
             title: format!(
-                "{}: per-pair rate at {}, share of the median pair ({})",
+                "{}: per-{} rate at {}, share of the median {} ({})",
                 info.settings.pattern,
+                matrix.unit,
                 tcpx_plot::fmt_size(last.size_bytes),
+                matrix.unit,
                 tcpx_units::format_rate(median)
             ),
-            axis: if grouped {
-                "endpoint (by node, then NIC)"
-            } else {
-                "endpoint"
-            },
+            axis: matrix.axis,
             cells: &cells,
-            flagged: &flagged,
+            flagged: &matrix.flagged,
             flag_rule,
             scale: Scale::ShareOfMedian,
-            groups,
+            groups: matrix.groups,
             unrated: &unrated,
         },
     )
+}
+
+/// A matrix ready to draw: cells ((row, column), GB/s, no rate), the slow NICs' cells, groups.
+struct Drawn {
+    cells: Vec<((u32, u32), f64, bool)>,
+    flagged: Vec<(u32, u32)>,
+    groups: Vec<(u32, String)>,
+    axis: &'static str,
+    /// What one cell is, for the title.
+    unit: &'static str,
+}
+
+/// Endpoint pairs: endpoints grouped by node, then NIC.
+fn endpoint_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
+    // `src_gpu` is the GPU index on the node (`local_rank * g + i`): `i` is its remainder.
+    let g = info.settings.gpus_per_rank.max(1);
+    let endpoint = |rank: usize, gpu: usize| rank * g + gpu % g;
+    let end = |rank: Option<usize>, gpu: Option<usize>| endpoint(rank.unwrap_or(0), gpu.unwrap_or(0));
+    let (ends, groups) = display_order(info, last, &endpoint);
+    let at: HashMap<usize, u32> = ends.iter().enumerate().map(|(i, &e)| (e, i as u32)).collect();
+    let index = |e: usize| at.get(&e).copied().unwrap_or(0);
+    let cells = last
+        .pairs
+        .iter()
+        .map(|p| {
+            (
+                (index(end(p.src_rank, p.src_gpu)), index(end(p.dst_rank, p.dst_gpu))),
+                p.gbps,
+                p.above_link,
+            )
+        })
+        .collect();
+    // The flows of the slow NICs the run's findings name, where judged at this size.
+    let flagged = info
+        .slow_nics
+        .iter()
+        .filter(|s| s.size == last.size_bytes)
+        .flat_map(|s| {
+            s.flows
+                .iter()
+                .map(|&(sr, sg, dr, dg)| (index(endpoint(sr, sg)), index(endpoint(dr, dg))))
+        })
+        .collect();
+    Drawn {
+        cells,
+        flagged,
+        axis: if groups.is_empty() {
+            "endpoint"
+        } else {
+            "endpoint (by node, then NIC)"
+        },
+        groups,
+        unit: "pair",
+    }
+}
+
+/// NIC links or node pairs, drawn node by node: a cell is every byte from one node to another
+/// over the time the slowest of its links took (a slow NIC's links make their node pairs slow).
+fn node_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
+    let mut nodes: Vec<&str> = info.hosts.iter().map(|h| h.hostname.as_str()).collect();
+    let mut seen = std::collections::HashSet::new();
+    nodes.retain(|h| seen.insert(*h));
+    for p in &last.pairs {
+        for h in [p.src_host.as_str(), p.dst_host.as_str()] {
+            if seen.insert(h) {
+                nodes.push(h);
+            }
+        }
+    }
+    let at: HashMap<&str, u32> = nodes.iter().enumerate().map(|(i, &h)| (h, i as u32)).collect();
+    // (bytes, slowest time, any link without a rate) per node pair.
+    let mut pairs: HashMap<(u32, u32), (u64, f64, bool)> = HashMap::new();
+    for p in &last.pairs {
+        let e = pairs
+            .entry((at[p.src_host.as_str()], at[p.dst_host.as_str()]))
+            .or_insert((0, 0.0, false));
+        e.0 += p.bytes;
+        e.1 = e.1.max(p.time_us);
+        e.2 |= p.above_link;
+    }
+    let mut cells: Vec<((u32, u32), f64, bool)> = pairs
+        .into_iter()
+        .map(|(k, (bytes, time, unrated))| (k, tcpx_units::gbps(bytes, time), unrated))
+        .collect();
+    cells.sort_unstable_by_key(|c| c.0);
+    let flagged = info
+        .slow_nics
+        .iter()
+        .filter(|s| s.size == last.size_bytes)
+        .flat_map(|s| s.links.iter())
+        .filter_map(|(a, b)| Some((*at.get(a.as_str())?, *at.get(b.as_str())?)))
+        .collect();
+    let groups = if nodes.len() <= 64 {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (i as u32, (*h).to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Drawn {
+        cells,
+        flagged,
+        groups,
+        axis: "node (in rank order)",
+        unit: "node pair",
+    }
 }
 
 /// The matrix's endpoints in display order, and its groups (first index, node) where there are
@@ -178,6 +267,12 @@ fn display_order(
     last: &SizeResult,
     endpoint: &dyn Fn(usize, usize) -> usize,
 ) -> (Vec<usize>, Vec<(u32, String)>) {
+    let nic_of: HashMap<(usize, usize), &str> = info
+        .placement
+        .rows
+        .iter()
+        .map(|r| ((r.rank, r.gpu), r.nic.as_str()))
+        .collect();
     let mut ends: Vec<(usize, &str, &str)> = last
         .pairs
         .iter()
@@ -187,27 +282,22 @@ fn display_order(
                 (p.dst_rank, p.dst_gpu, &p.dst_host),
             ]
         })
-        .map(|(rank, gpu, host)| {
-            let nic = info
-                .placement
-                .rows
-                .iter()
-                .find(|r| r.rank == rank && r.gpu == gpu)
-                .map_or("", |r| r.nic.as_str());
-            (endpoint(rank, gpu), host.as_str(), nic)
+        .filter_map(|(rank, gpu, host)| {
+            let (rank, gpu) = (rank?, gpu?);
+            let nic = nic_of.get(&(rank, gpu)).copied().unwrap_or("");
+            Some((endpoint(rank, gpu), host.as_str(), nic))
         })
         .collect();
     ends.sort_unstable();
     ends.dedup_by_key(|e| e.0);
-    let mut nodes: Vec<&str> = Vec::new();
+    let mut nodes: HashMap<&str, usize> = HashMap::new();
     for e in &ends {
-        if !nodes.contains(&e.1) {
-            nodes.push(e.1);
-        }
+        let next = nodes.len();
+        nodes.entry(e.1).or_insert(next);
     }
     let mut groups: Vec<(u32, String)> = Vec::new();
     if nodes.len() > 1 {
-        ends.sort_by_key(|e| (nodes.iter().position(|h| *h == e.1), e.2, e.0));
+        ends.sort_by_key(|e| (nodes[e.1], e.2, e.0));
         for (i, e) in ends.iter().enumerate() {
             if groups.last().is_none_or(|g| ends[g.0 as usize].1 != e.1) {
                 groups.push((i as u32, e.1.to_string()));

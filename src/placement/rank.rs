@@ -36,8 +36,9 @@ pub struct RankInput<'a> {
     pub buffer_len: u64,
     /// The plan copies blocks locally (host memory then starts copy threads).
     pub local_copies: bool,
-    /// `--connect rounds`: every network flow's (src, dst, round); None, every comm at once.
-    pub rounds: Option<&'a [(usize, usize, u32)]>,
+    /// Every endpoint's peers in each phase (every comm at once, or with `--connect rounds`
+    /// one round's), the job's: a rank's node sums need its node's other ranks'.
+    pub peers: &'a resources::Counted,
     /// Connects each endpoint has under way at once (the engine's).
     pub connects_in_flight: usize,
     /// The nodes on this rank's kernel, its own included (the rig's namespaces share one).
@@ -167,15 +168,10 @@ fn resource_findings(
 ) -> Vec<Finding> {
     let topo = input.topo;
     let nic_of = |e: usize| nic_of_gpu(topo.endpoints[e].gpu);
-    // Every comm open at once (`--connect all`), or one round's (`--connect rounds`).
-    let peers = match input.rounds {
-        None => resources::Counted::all(topo.len(), input.connections),
-        Some(flows) => resources::Counted::by_round(topo.len(), flows.iter().copied()),
-    };
     let limits = Limits::read();
     let job = JobShape {
         layout: topo,
-        peers: &peers,
+        peers: input.peers,
         channels: input.channels,
         active_channels: input.channels,
         buffer_len: input.buffer_len,
@@ -269,9 +265,11 @@ mod tests {
         let topo = Topology::with_ranks_per_node(4, per_node, 1, hosts.iter().map(|h| (*h).into()).collect());
         let flows = Plan::build(Pattern::Fullmesh, Scope::All, Direction::Bi, &topo, 4096, None).unwrap();
         let props = [super::super::tests::props("lo", None)];
+        let peers = resources::Counted::all(topo.len(), &flows.connections());
         let input = RankInput {
             topo: &topo,
             rank,
+            peers: &peers,
             connections: &flows.connections(),
             channels: 2,
             spread_channels: false,
@@ -283,7 +281,6 @@ mod tests {
             memory: Memory::Host,
             buffer_len: 8192,
             local_copies: true,
-            rounds: None,
             connects_in_flight: usize::MAX,
             kernel_nodes,
         };

@@ -23,6 +23,8 @@ pub(super) struct Connected {
     pub links: Links,
     /// The first connect's figures, completed by [`Links::complete`].
     pub setup: SetupReport,
+    /// The link matrix's layout (placement's NICs, the ranks' kernels).
+    pub matrix: crate::matrix::Matrix,
 }
 
 /// Starts the engine and connects the first comms; records the setup in `info.placement.setup`.
@@ -33,7 +35,11 @@ pub(super) fn connect(
     resources: Resources,
     placed: Ready,
 ) -> Result<(Connected, RunInfo), Fatal> {
-    let Ready { mut info, endpoints } = placed;
+    let Ready {
+        mut info,
+        endpoints,
+        matrix,
+    } = placed;
     let tr = &settings.transport;
     let config = EngineConfig {
         mem: resources.mem,
@@ -95,6 +101,7 @@ pub(super) fn connect(
             nccl,
             links,
             setup: setup_report,
+            matrix,
         },
         info,
     ))

@@ -136,11 +136,17 @@ pub(super) fn finish(
         if let Some(dir) = record.finish(&info, &status).map_err(Fatal::Here)? {
             println!("# Results written to {}", dir.display());
         }
-        if !write_node_lists(settings, &info) {
-            return Ok(super::EXIT_ERROR);
-        }
     }
-    Ok(exit_status(&status, &info))
+    // Rank 0 alone holds the link matrix, and with it the node verdicts: its exit status is
+    // every rank's.
+    let mine = match rank {
+        0 if !write_node_lists(settings, &info) => super::EXIT_ERROR,
+        0 => exit_status(&status, &info),
+        _ => 0,
+    };
+    let mut code = [mine as u64];
+    mpi.sum_u64(&mut code);
+    Ok(code[0] as i32)
 }
 
 /// Why a run of several nodes judged none: the probe's reason (one node, `--probe-rounds 0`,
@@ -221,7 +227,11 @@ fn write_nccl_json(settings: &Settings, info: &RunInfo, results: &[SizeResult], 
 /// in each size's `tcp`; their footer lines, one short line each. The node verdicts
 /// ([`crate::verdict`]) are made first, from the flows and preflight's findings (the measured
 /// ones name no node's fault: the verdicts read the flows themselves).
-fn add_link_findings(info: &mut RunInfo, results: &[SizeResult], thresholds: crate::verdict::Thresholds) -> String {
+pub(super) fn add_link_findings(
+    info: &mut RunInfo,
+    results: &[SizeResult],
+    thresholds: crate::verdict::Thresholds,
+) -> String {
     info.node_verdicts = crate::verdict::of_run(info, results, None, thresholds);
     let mut lines = String::new();
     let mut slow = crate::slow_nic::find(&info.placement.rows, results);

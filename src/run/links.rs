@@ -43,6 +43,13 @@ pub(super) struct Links {
     on_connect: Option<OnConnect>,
 }
 
+/// Whether `mine` holds on every rank (every rank asks at the same point: a sum over the ranks).
+fn everyone(mpi: &Mpi, mine: bool) -> bool {
+    let mut not = [u64::from(!mine)];
+    mpi.sum_u64(&mut not);
+    not[0] == 0
+}
+
 /// What [`Links::on_connect`] installs.
 type OnConnect = Box<dyn Fn(&[RoundSetup])>;
 
@@ -100,9 +107,15 @@ impl Links {
     /// The order a size runs its parts in: the rounds in order, or backwards when the last
     /// round's comms are the ones open (the previous size ended with them), so that a size
     /// boundary costs no connect. A size's figures do not depend on the order of its rounds.
-    pub fn order(&self, plan: &Arc<Plan>) -> Vec<usize> {
+    /// Every rank calls it at the same point: each knows only its own comms, so all decide
+    /// together ([`everyone`]).
+    pub fn order(&self, plan: &Arc<Plan>, mpi: &Mpi) -> Vec<usize> {
         let parts = self.parts_of(plan);
-        let last_is_open = parts > 1 && self.open.as_deref() == Some(&self.part(plan, parts - 1).plan.connections());
+        let last_is_open = parts > 1
+            && everyone(
+                mpi,
+                self.open.as_deref() == Some(&self.part(plan, parts - 1).plan.connections()),
+            );
         if last_is_open {
             (0..parts).rev().collect()
         } else {
@@ -135,7 +148,9 @@ impl Links {
         round: usize,
         connections: Vec<(usize, usize)>,
     ) -> Result<Option<Connect>, Fatal> {
-        if self.open.as_deref() == Some(&connections) {
+        // The same comms open on every rank, or a connect on every rank: a rank whose own
+        // comms are the same in two rounds (none in either) still connects with the others.
+        if everyone(mpi, self.open.as_deref() == Some(&connections)) {
             return Ok(None);
         }
         let which = match self.mode {
@@ -164,7 +179,13 @@ impl Links {
         let timing = engine
             .connect(mpi, &connections, self.buffer_len)
             .map_err(|e| Fatal::Here(format!("{which}{e}")))?;
-        let comms = 2 * connections.len() * self.channels;
+        // This rank's comms: a send comm where it sends, a receive comm where it receives (a
+        // connection between two of its own endpoints is both); the job's are every rank's.
+        let mine = engine.shared().topology.endpoints_of(mpi.rank());
+        let ends: usize = connections
+            .iter()
+            .map(|(s, d)| usize::from(mine.contains(s)) + usize::from(mine.contains(d)))
+            .sum();
         self.open = Some(connections);
         let (threads, fds) = own_usage();
         self.after_setup = (self.after_setup.0.max(threads), self.after_setup.1.max(fds));
@@ -173,14 +194,16 @@ impl Links {
             start.elapsed().as_secs_f64(),
             timing.connect.as_secs_f64(),
             timing.threads as f64,
+            (ends * self.channels) as f64,
         ]);
-        let max = |i: usize| all.iter().skip(i).step_by(3).copied().fold(0.0, f64::max);
+        let max = |i: usize| all.iter().skip(i).step_by(4).copied().fold(0.0, f64::max);
         let connect = Connect {
             seconds: max(0),
             endpoint_seconds: max(1),
             setup_threads: max(2) as usize,
-            comms,
+            comms: all.iter().skip(3).step_by(4).sum::<f64>() as usize,
         };
+        let comms = connect.comms;
         if self.rounds.len() <= round {
             self.rounds.resize_with(round + 1, RoundSetup::default);
         }

@@ -10,6 +10,7 @@ use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::progress::Delivered;
 use crate::engine::{Engine, Instants};
+use crate::matrix::{FlowTimes, Halves, Matrix};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Iterations, Plan};
 use crate::report::{PairResult, SizeResult};
@@ -30,10 +31,9 @@ struct Sampled {
     /// The host's counters around each stretch of timed traffic (one per round).
     wire: Vec<(delivery::Snapshot, delivery::Snapshot)>,
     wrong: u64,
-    /// Per flow of the whole plan, this rank's sums over the timed iterations of the flows'
-    /// completions (first `flows` entries: the receiver's), then of their first posts (the
-    /// sender's), each on the clock both ends share ([`Clocks`]).
-    flow_sums: Vec<f64>,
+    /// Per held flow of the size's plan, this rank's sums over the timed iterations of its
+    /// first post (where it sends it) and its last byte (where it receives it), on both clocks.
+    flow_sums: Vec<FlowTimes>,
     /// When the first timed iteration started.
     first_timed: Option<Instant>,
 }
@@ -59,8 +59,10 @@ impl Sampled {
         if self.flow_sums.is_empty() {
             self.flow_sums = round.flow_sums;
         } else {
+            // Each flow runs in one round: the round that timed it says its times.
             for (s, r) in self.flow_sums.iter_mut().zip(&round.flow_sums) {
-                *s += r;
+                s.posted = s.posted.or(r.posted);
+                s.done = s.done.or(r.done);
             }
         }
         self.first_timed = self.first_timed.or(round.first_timed);
@@ -74,8 +76,8 @@ pub(super) struct Bench<'a> {
     pub topo: &'a Topology,
     pub probe: &'a WireProbe,
     pub progress: Option<&'a indicatif::ProgressBar>,
-    /// Which ranks share a kernel's monotonic clock.
-    pub clocks: &'a Clocks,
+    /// The link matrix's layout: where each endpoint is, which clock a flow's two ends share.
+    pub matrix: &'a Matrix,
 }
 
 /// Which ranks share one kernel (one boot id), and so one monotonic clock.
@@ -103,9 +105,9 @@ impl Clocks {
         Clocks { kernel }
     }
 
-    /// Whether ranks `a` and `b` read one monotonic clock.
-    pub fn same(&self, a: usize, b: usize) -> bool {
-        a == b || matches!((self.kernel.get(a), self.kernel.get(b)), (Some(Some(x)), Some(Some(y))) if x == y)
+    /// Per rank, its kernel's index (`None` where its boot id could not be read).
+    pub fn kernels(&self) -> &[Option<usize>] {
+        &self.kernel
     }
 }
 
@@ -121,6 +123,7 @@ pub(super) fn measure(
         bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
     let sampled = by_parts(it, bench, links, plan, pattern_iter).map_err(|f| f.at_size(plan.size))?;
+    crate::trace::trace(&format!("size {} iterations done", plan.size));
     reduce(it, bench, plan, sampled).map_err(|f| f.at_size(plan.size))
 }
 
@@ -148,7 +151,7 @@ fn by_parts(
 ) -> Result<Sampled, Fatal> {
     let engine = bench.engine;
     let mut total: Option<Sampled> = None;
-    for round in links.order(plan) {
+    for round in links.order(plan, bench.mpi) {
         let part = links.part(plan, round);
         links.open(engine, bench.mpi, round, part.plan.connections())?;
         engine.prepare(part.plan.clone()).map_err(Fatal::Here)?;
@@ -157,27 +160,15 @@ fn by_parts(
         if let Some(t) = s.first_timed {
             links.timed_start(t);
         }
-        let n = plan.flows.len();
-        s.flow_sums = vec![0.0; 2 * n];
-        // Both ends of a flow on one kernel: its monotonic clock; else each end's time since
-        // its own start of the iteration (one barrier apart).
-        let instant = |flow: usize, t: Instants| {
-            let f = &plan.flows[flow];
-            let rank = |e: usize| bench.topo.endpoints[e].rank;
-            if bench.clocks.same(rank(f.src), rank(f.dst)) {
-                t.monotonic
-            } else {
-                t.since_start
-            }
-        };
+        // Each held flow's sums over the timed iterations, where it is the whole plan's.
+        s.flow_sums = vec![FlowTimes::default(); plan.flows.len()];
+        let sums = |t: Instants| (t.monotonic, t.since_start);
         for totals in engine.totals().map_err(Fatal::Here)? {
             for (flow, t) in totals.flow_done {
-                let whole = part.whole_index[flow as usize] as usize;
-                s.flow_sums[whole] += instant(whole, t);
+                s.flow_sums[part.whole_index[flow as usize] as usize].done = Some(sums(t));
             }
             for (flow, t) in totals.flow_posted {
-                let whole = part.whole_index[flow as usize] as usize;
-                s.flow_sums[n + whole] += instant(whole, t);
+                s.flow_sums[part.whole_index[flow as usize] as usize].posted = Some(sums(t));
             }
         }
         match &mut total {
@@ -288,13 +279,14 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     mpi.sum_u64(&mut sums);
     let delivered = Delivered::from_array(sums);
     engine.phase("reductions: interface counters");
-    let (wire, tcp) = probe.exchange(mpi, topo, &s.wire);
-    let mut flow_sums = s.flow_sums;
-    engine.phase("reductions: pair times");
-    mpi.sum_f64(&mut flow_sums);
+    let arriving = delivery::arriving(plan, topo, mpi.rank());
+    let exchanged = probe.exchange(mpi, topo, &s.wire, arriving);
+    engine.phase("reductions: link halves to rank 0");
+    let pairs = link_matrix(bench.matrix, plan, &s.flow_sums, it.iters, mpi);
     engine.phase("reductions: the byte check");
 
-    let mut bytes = delivery::check(plan, topo, it.iters as u64, &delivered, wire).map_err(Fatal::Everywhere)?;
+    let mut bytes = delivery::check(plan, it.iters as u64, &delivered, exchanged.wire, &exchanged.arriving)
+        .map_err(Fatal::Everywhere)?;
     if it.check && wrong == 0 {
         bytes.witnessed_by_data_check(plan.network_bytes());
     }
@@ -326,54 +318,32 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
         peers_in_flight,
         cpu,
         rank_samples_us: all,
-        pairs: pair_results(plan, topo, &flow_sums, it.iters),
-        tcp,
+        pairs,
+        tcp: exchanged.tcp,
         nccl: None,
     })
 }
 
-/// The link matrix: per directed network pair, bytes per iteration and its mean time, from the
-/// sender's first post of the pair's first flow to the receiver's last byte of its last flow
-/// (`flow_sums`: the flows' summed completions, then their summed first posts, as
-/// [`Sampled::flow_sums`]). The time includes any wait in the receiver's queue; no byte crosses
-/// the link before it is posted, so it is never shorter than the link's time for the bytes
-/// (but for a clock error across kernels: the two ends' starts of an iteration are one barrier
-/// apart).
-pub(super) fn pair_results(plan: &Plan, topo: &Topology, flow_sums: &[f64], iters: usize) -> Vec<PairResult> {
-    let n = plan.flows.len();
-    // (pair, bytes, earliest post, latest completion), mean seconds on the pair's clock.
-    let mut pairs: Vec<((usize, usize), u64, f64, f64)> = Vec::new();
-    for (i, f) in plan.flows.iter().enumerate().filter(|(_, f)| !f.is_local()) {
-        let done = flow_sums[i] / iters as f64;
-        let posted = flow_sums[n + i] / iters as f64;
-        match pairs.iter_mut().find(|p| p.0 == (f.src, f.dst)) {
-            Some(p) => {
-                p.1 += f.len;
-                p.2 = p.2.min(posted);
-                p.3 = p.3.max(done);
-            }
-            None => pairs.push(((f.src, f.dst), f.len, posted, done)),
-        }
-    }
-    pairs
-        .into_iter()
-        .map(|((src, dst), bytes, posted, done)| {
-            let (s, d) = (&topo.endpoints[src], &topo.endpoints[dst]);
-            let time_us = (done - posted).max(0.0) * 1e6;
-            PairResult {
-                src_rank: s.rank,
-                src_gpu: s.gpu,
-                src_host: topo.hostnames[s.rank].clone(),
-                dst_rank: d.rank,
-                dst_gpu: d.gpu,
-                dst_host: topo.hostnames[d.rank].clone(),
-                bytes,
-                time_us,
-                gbps: tcpx_units::gbps(bytes, time_us),
-                link_gbps: None,
-                above_link: false,
-                impossible: false,
-            }
+/// The link matrix of one size (rank 0; empty elsewhere): this rank's halves of its links
+/// from its held flows' mean times, gathered to rank 0, which joins them once per link
+/// ([`Matrix::merge`]). A link's time runs from the sender's first post of its first flow to
+/// the receiver's last byte of its last flow, any wait in the receiver's queue included; no
+/// byte crosses the link before it is posted, so it is never shorter than the link's time for
+/// the bytes (but for a clock error across kernels: the two ends' starts of an iteration are one
+/// barrier apart).
+fn link_matrix(matrix: &Matrix, plan: &Plan, sums: &[FlowTimes], iters: usize, mpi: &Mpi) -> Vec<PairResult> {
+    let per_iteration = |t: (f64, f64)| (t.0 / iters as f64, t.1 / iters as f64);
+    let means: Vec<FlowTimes> = sums
+        .iter()
+        .map(|t| FlowTimes {
+            posted: t.posted.map(per_iteration),
+            done: t.done.map(per_iteration),
         })
-        .collect()
+        .collect();
+    let mine = matrix.halves(plan, &means).encode();
+    let Some(all) = mpi.gather_f64_to_root(&mine) else {
+        return Vec::new();
+    };
+    let halves: Vec<Halves> = all.iter().filter_map(|m| Halves::decode(m)).collect();
+    matrix.merge(&halves)
 }

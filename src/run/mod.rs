@@ -17,7 +17,7 @@ use crate::contracts;
 use crate::cputime::CpuTime;
 use crate::engine::watchdog::{self, Watchdog};
 use crate::mpi_boot::Mpi;
-use crate::plan::{Plan, Scope};
+use crate::plan::{Holder, Plan, Scope};
 use crate::report;
 use crate::topology::Topology;
 use std::cell::Cell;
@@ -35,6 +35,7 @@ mod record;
 /// The probe's rounds of node pairs ([`probe::matchings`]), for the verdicts' tests.
 pub use probe::matchings as probe_matchings;
 pub(crate) mod settings;
+mod simulate;
 mod stopped;
 mod sweep;
 mod vet;
@@ -224,11 +225,12 @@ const PHASES: [&str; 4] = ["setup", "connect", "sweep", "close"];
 struct Job {
     topo: Topology,
     scope: Scope,
-    /// Plans in size order (identical on every rank).
+    /// Plans in size order, each holding this rank's flows (and the job's totals).
     plans: Vec<Arc<Plan>>,
     /// Sizes smaller than one byte per endpoint, left out.
     skipped: Vec<u64>,
-    /// `(sender endpoint, receiver endpoint)` of every connection (the first plan's).
+    /// `(sender endpoint, receiver endpoint)` of every connection of this rank's endpoints
+    /// (the first plan's).
     connections: Vec<(usize, usize)>,
     /// The largest buffer any plan needs.
     buffer_len: u64,
@@ -255,6 +257,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
     let start_time = report::now_rfc3339();
     let job = plan_job(&settings, mpi)?;
     crate::trace::trace("job planned");
+    crate::trace::memory("the plans");
     let vetted = vet::vet_plugin(&settings, mpi, &job, &mut notes)?;
     crate::trace::trace("plugin vetted");
     let placed = match place::place(&settings, mpi, &job, &vetted, notes, start_time)? {
@@ -275,6 +278,7 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         record.set_info(&info);
         connected.links.on_connect(record.rounds_hook());
         crate::trace::trace("first comms connected");
+        crate::trace::memory("the first connect");
         phase.set(PHASES[2]);
         record.set_phase(PHASES[2]);
         let mut swept = sweep::sweep(&settings, mpi, &job, &probe, &mut connected, &mut |_, r| {
@@ -314,12 +318,14 @@ fn agree_on_flags(mpi: &Mpi) -> Result<(), Fatal> {
     }
 }
 
-/// The topology and the plan of every size (pure and identical on every rank).
+/// The topology and the plan of every size as this rank holds it: its endpoints' flows (its
+/// share of the job: memory and time in proportion to them), the job's totals alike on every rank.
 fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
     let topo = mpi
         .topology(settings.job.endpoints_per_rank, settings.job.ranks_per_node)
         .map_err(Fatal::Everywhere)?;
-    let (plans, skipped) = settings.sweep.plans(&topo).map_err(Fatal::Everywhere)?;
+    let holder = Holder::Endpoints(topo.endpoints_of(mpi.rank()));
+    let (plans, skipped) = settings.sweep.plans(&topo, &holder).map_err(Fatal::Everywhere)?;
     let connections = plans[0].connections();
     let buffer_len = plans
         .iter()

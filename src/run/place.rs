@@ -10,7 +10,7 @@ use crate::engine::MemKind;
 use crate::export::{self, json::RunStatus};
 use crate::mpi_boot::Mpi;
 use crate::placement::rank::EndpointPlace;
-use crate::placement::resources::Memory;
+use crate::placement::resources::{self, Memory};
 use crate::placement::{self, dry_run::PlacementReport, preflight::Finding, PlacementSettings};
 use crate::report::{self, RunInfo};
 use crate::topology::Topology;
@@ -27,6 +27,8 @@ pub(super) enum Placed {
 pub(super) struct Ready {
     pub info: RunInfo,
     pub endpoints: Vec<EndpointPlace>,
+    /// The link matrix's layout: every endpoint's NIC (gathered from every rank's placement).
+    pub matrix: crate::matrix::Matrix,
 }
 
 /// Places this rank's endpoints, checks that every rank runs exactly the same plan, and (without
@@ -40,6 +42,8 @@ pub(super) fn place(
     start_time: String,
 ) -> Result<Placed, Fatal> {
     let fields = agreement_fields(settings, job, vetted);
+    let inputs = resource_inputs(settings, job, vetted);
+    let peers = job_peers(mpi, job, &inputs);
     let rank_plan = agree(
         mpi,
         place_rank(
@@ -49,7 +53,8 @@ pub(super) fn place(
             &job.connections,
             &vetted.plugin,
             &vetted.sha256,
-            resource_inputs(settings, job, vetted),
+            inputs,
+            &peers,
         ),
     )?;
     notes.extend(rank_plan.notes.iter().cloned());
@@ -70,6 +75,28 @@ pub(super) fn place(
         return Ok(Placed::DryRun(code));
     }
     same_plan.map_err(Fatal::Everywhere)?;
+    // Every endpoint's NIC, on every rank: a sender names the rail of the links it sends on.
+    let nics = mpi.gather_strings(
+        &rank_plan
+            .report
+            .rows
+            .iter()
+            .map(|r| format!("{}={}", r.endpoint, r.nic))
+            .collect::<Vec<_>>()
+            .join("\u{1f}"),
+    );
+    let mut rails = vec![String::new(); job.topo.len()];
+    for (e, nic) in nics
+        .iter()
+        .flat_map(|n| n.split('\u{1f}'))
+        .filter_map(|x| x.split_once('='))
+    {
+        if let Some(slot) = e.parse::<usize>().ok().and_then(|e| rails.get_mut(e)) {
+            *slot = nic.to_string();
+        }
+    }
+    let links = job.plans.first().map_or(0, |p| p.totals.links);
+    let matrix = crate::matrix::Matrix::new(&job.topo, &rails, job.clocks.kernels(), links);
     let mut info = run_info(settings, mpi, job, vetted, start_time);
     info.notes = notes;
     info.placement = placement;
@@ -79,6 +106,7 @@ pub(super) fn place(
     Ok(Placed::Ready(Box::new(Ready {
         info,
         endpoints: rank_plan.endpoints,
+        matrix,
     })))
 }
 
@@ -146,6 +174,15 @@ fn agreement_fields(settings: &Settings, job: &Job, vetted: &Vetted) -> Vec<(&'s
         ("scope", job.scope.to_string()),
         ("dir", sweep.dir.to_string()),
         ("sizes", sizes.join(",")),
+        // The job's sums, which every rank computes alone from the shape.
+        (
+            "plan totals",
+            job.plans
+                .iter()
+                .map(|p| format!("{:?}", p.totals))
+                .collect::<Vec<_>>()
+                .join(";"),
+        ),
         ("iters", it.iters.to_string()),
         ("warmup", it.warmup.to_string()),
         ("check", u32::from(it.check).to_string()),
@@ -181,11 +218,15 @@ pub(super) struct ResourceInputs {
     memory: Memory,
     buffer_len: u64,
     local_copies: bool,
-    /// `--connect rounds`: every network flow's (src, dst, round), one round's comms open at once.
-    rounds: Option<Vec<(usize, usize, u32)>>,
+    /// `--connect rounds`: every held network flow's (src, dst, part), one part's comms open
+    /// at once; and the parts.
+    rounds: Option<(Vec<RoundFlow>, usize)>,
     connects_in_flight: usize,
     kernel_nodes: Vec<usize>,
 }
+
+/// A network flow's (sender, receiver, `--connect rounds` part).
+type RoundFlow = (usize, usize, u32);
 
 /// The job's memory, buffers, local copies and the comms open at once, as the engine will use them.
 pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -> ResourceInputs {
@@ -209,16 +250,36 @@ pub(super) fn resource_inputs(settings: &Settings, job: &Job, vetted: &Vetted) -
             .flatten()
             .map(|p| {
                 let per_part = settings.rounds_per_connect();
-                p.flows
+                let flows = p
+                    .flows
                     .iter()
                     .filter(|f| !f.is_local())
                     .map(|f| (f.src, f.dst, f.round / per_part as u32))
-                    .collect()
+                    .collect();
+                (flows, p.rounds().div_ceil(per_part))
             }),
     }
 }
 
+/// Every endpoint's peers, in every phase (every comm at once; with `--connect rounds`, each
+/// part's): each rank counts its own endpoints from its held plan, and a sum over the ranks
+/// gives every rank the job's, 2 numbers per endpoint and phase.
+fn job_peers(mpi: &Mpi, job: &Job, inputs: &ResourceInputs) -> resources::Counted {
+    let n = job.topo.len();
+    let (own, phases): (resources::Counted, Vec<resources::Phase>) = match &inputs.rounds {
+        None => (resources::Counted::all(n, &job.connections), vec![None]),
+        Some((flows, parts)) => (
+            resources::Counted::by_round(n, flows.iter().copied()),
+            (0..*parts as u32).map(Some).collect(),
+        ),
+    };
+    let mut table = own.to_table(&phases, job.topo.endpoints_of(mpi.rank()), n);
+    mpi.sum_u64(&mut table);
+    resources::Counted::from_table(&phases, n, &table)
+}
+
 /// This rank's placement: its endpoints' NICs and CPUs, and its preflight findings.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn place_rank(
     settings: &PlacementSettings,
     topo: &Topology,
@@ -227,6 +288,7 @@ pub(super) fn place_rank(
     plugin: &Plugin,
     sha: &str,
     inputs: ResourceInputs,
+    peers: &resources::Counted,
 ) -> Result<placement::rank::RankPlan, String> {
     let devices = plugin.device_count().map_err(|e| e.to_string())?;
     let props = (0..devices)
@@ -246,7 +308,7 @@ pub(super) fn place_rank(
         memory: inputs.memory,
         buffer_len: inputs.buffer_len,
         local_copies: inputs.local_copies,
-        rounds: inputs.rounds.as_deref(),
+        peers,
         connects_in_flight: inputs.connects_in_flight,
         kernel_nodes: &inputs.kernel_nodes,
     })

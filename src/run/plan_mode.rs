@@ -45,11 +45,14 @@ pub struct PlanReport {
     pub notes: Vec<String>,
     /// No verdict is an error.
     pub fits: bool,
+    /// `--simulate`: the job's bookkeeping rehearsed here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulation: Option<super::simulate::Simulation>,
 }
 
 /// Runs `--plan`; returns the exit status (0 fits, 1 crosses a limit, 64 bad usage).
 pub fn plan(cli: &Cli) -> i32 {
-    let report = match build(cli) {
+    let mut report = match build(cli) {
         Ok(r) => r,
         Err(msg) => {
             eprintln!("tcpx-perf: usage error: {msg}");
@@ -57,6 +60,28 @@ pub fn plan(cli: &Cli) -> i32 {
         }
     };
     print!("{}", table(&report));
+    if cli.simulate {
+        let simulated = Settings::from_cli(cli).and_then(|settings| {
+            let shape = report.shape;
+            super::simulate::simulate(
+                &settings,
+                shape.nodes,
+                report.ranks_per_node,
+                shape.nics,
+                cli.out.as_deref(),
+            )
+        });
+        match simulated {
+            Ok(s) => {
+                print!("{}", super::simulate::lines(&s));
+                report.simulation = Some(s);
+            }
+            Err(e) => {
+                eprintln!("tcpx-perf: error: --simulate: {e}");
+                return EXIT_ERROR;
+            }
+        }
+    }
     if let Some(path) = &cli.plan_json {
         let written = serde_json::to_string_pretty(&report)
             .map_err(|e| e.to_string())
@@ -70,7 +95,7 @@ pub fn plan(cli: &Cli) -> i32 {
             return EXIT_ERROR;
         }
     }
-    if report.fits {
+    if report.fits && report.simulation.as_ref().is_none_or(|s| s.named) {
         EXIT_OK
     } else {
         EXIT_ERROR
@@ -204,6 +229,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
         limits,
         verdicts,
         notes,
+        simulation: None,
     })
 }
 

@@ -93,14 +93,17 @@ pub(super) fn run(
         let rank = topo.endpoints.iter().find(|e| e.node == node).map_or(0, |e| e.rank);
         topo.hostnames[rank].clone()
     };
+    // A round holds one pair per endpoint: always within the matrix's bound.
+    let endpoint_pairs = connected.matrix.at(crate::matrix::Level::Endpoint);
     let bench = Bench {
         mpi,
         engine: &connected.engine,
         topo,
         probe,
-        clocks: &job.clocks,
+        matrix: &endpoint_pairs,
         progress: None,
     };
+    let holder = crate::plan::Holder::Endpoints(topo.endpoints_of(mpi.rank()));
     let started = Instant::now();
     let mut out = ProbeRun {
         size_bytes: size,
@@ -124,7 +127,7 @@ pub(super) fn run(
         // one host's cores: the rig), judged together.
         let mut round: Option<crate::report::SizeResult> = None;
         for group in pairs.chunks(at_once) {
-            let plan = Arc::new(Plan::node_pairs(topo, group, size));
+            let plan = Arc::new(Plan::node_pairs(topo, group, size, &holder));
             out.bytes += plan.network_bytes() * (it.iters + it.warmup) as u64;
             let mut part = connected
                 .links

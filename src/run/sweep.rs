@@ -41,7 +41,7 @@ pub(super) fn sweep(
         engine: &connected.engine,
         topo: &job.topo,
         probe,
-        clocks: &job.clocks,
+        matrix: &connected.matrix,
         progress: progress.as_ref(),
     };
     let links = &mut connected.links;
@@ -96,6 +96,7 @@ pub(super) fn sweep(
                     }
                 }
                 crate::trace::trace(&format!("size {} done", plan.size));
+                crate::trace::memory(&format!("size {}", plan.size));
                 let after = after_size(plan, &mut r);
                 results.push(r);
                 if let Err(e) = after {

@@ -22,7 +22,7 @@ use crate::placement::dry_run::{NodeFinding, Row};
 use crate::placement::preflight::Level;
 use crate::report::{PairResult, SizeResult};
 pub use crate::report::{Side, SlowNic};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Sizes below this are latency-bound on fast NICs and say little about a NIC's rate.
 pub const MIN_SIZE: u64 = 1 << 20;
@@ -54,17 +54,27 @@ impl SlowNic {
         let wire = self.wire_bytes.map_or(String::new(), |b| {
             format!(", counters {:.1} MB/iteration", b as f64 / 1e6)
         });
-        // The ranks on this side's host: senders of a sending side, receivers of a receiving one.
+        // The ranks on this side's host: senders of a sending side, receivers of a receiving one;
+        // judged by NIC links, the hosts at their other ends.
         let ranks: Vec<usize> = self
             .flows
             .iter()
             .map(|&(sr, _, dr, _)| if self.side.sending { sr } else { dr })
             .collect();
-        let n = self.flows.len();
+        let (n, what, whom) = if self.links.is_empty() {
+            (self.flows.len(), "flow", rank_ranges(&ranks))
+        } else {
+            let peers: Vec<String> = self
+                .links
+                .iter()
+                .map(|(s, d)| if self.side.sending { d.clone() } else { s.clone() })
+                .collect();
+            (self.links.len(), "NIC link", tcpx_units::shorten(&peers, 4))
+        };
         NodeFinding {
             level: Level::Warning,
             text: format!(
-                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({} vs {}), slow at {} of {} sizes; {n} flow{} {} {}{wire}{twin}",
+                "{} {} is slow {}: its flows ran at {:.2} of the median NIC at {} ({} vs {}), slow at {} of {} sizes; {n} {what}{} {} {whom}{wire}{twin}",
                 self.side.host,
                 self.side.nic,
                 if self.side.sending { "sending" } else { "receiving" },
@@ -75,8 +85,7 @@ impl SlowNic {
                 self.slow_sizes,
                 self.judged_sizes,
                 if n == 1 { "" } else { "s" },
-                if self.side.sending { "from" } else { "to" },
-                rank_ranges(&ranks),
+                if self.links.is_empty() == self.side.sending { "from" } else { "to" },
             ),
             hosts: vec![self.side.host.clone()],
         }
@@ -122,13 +131,17 @@ pub fn rank_ranges(ranks: &[usize]) -> String {
 /// The most characters [`rank_ranges`] spends on the ranges themselves.
 const RANGES_MAX: usize = 32;
 
-/// The sides one flow crosses, or None for a flow within a host or an endpoint whose NIC is
-/// unknown or spread over several.
-fn sides(p: &PairResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<[Side; 2]> {
+/// The sides one link crosses, or None for a link within a host, a node pair (it crosses every
+/// NIC), or an endpoint whose NIC is unknown or spread over several.
+fn sides(p: &PairResult, nic_of: &HashMap<(usize, usize), &str>) -> Option<[Side; 2]> {
     if p.src_host == p.dst_host {
         return None;
     }
-    let rail = *nic_of.get(&(p.dst_rank, p.dst_gpu))?;
+    let rail = match (&p.rail, p.dst_rank.zip(p.dst_gpu)) {
+        (Some(rail), _) => rail.as_str(),
+        (None, Some(end)) => *nic_of.get(&end)?,
+        (None, None) => return None,
+    };
     if rail.contains('+') {
         return None;
     }
@@ -158,13 +171,13 @@ pub(crate) struct Judged<'a> {
 /// The sizes the rule judges (at least [`MIN_SIZE`], at least [`MIN_FLOWS`] flows between
 /// hosts), smallest first: the slow-NIC finding's input and the node verdicts' ([`crate::verdict`]).
 pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult]) -> Vec<Judged<'a>> {
-    let nic_of: BTreeMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
+    let nic_of: HashMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
     let mut judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of)).collect();
     judged.sort_by_key(|j| j.size);
     judged
 }
 
-fn judge<'a>(r: &'a SizeResult, nic_of: &BTreeMap<(usize, usize), &str>) -> Option<Judged<'a>> {
+fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>) -> Option<Judged<'a>> {
     let mut flows: BTreeMap<Side, Vec<&PairResult>> = BTreeMap::new();
     let mut count = 0;
     // A pair above its link rate is an error of measurement, not a rate to judge by.
@@ -211,14 +224,25 @@ pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
         .filter(|s| slow_at(last, s) && 2 * judged.iter().filter(|j| slow_at(j, s)).count() > judged.len())
         .collect();
     // The sides explaining the most slow flows first; sending before receiving.
-    let key = |p: &PairResult| (p.src_rank, p.src_gpu, p.dst_rank, p.dst_gpu);
     slow.sort_by_key(|s| (std::cmp::Reverse(last.flows[*s].len()), !s.sending));
     let mut named: Vec<SlowNic> = Vec::new();
     for s in slow {
-        let mut flows: Vec<_> = last.flows[s].iter().map(|p| key(p)).collect();
+        let mut flows: Vec<_> = last.flows[s]
+            .iter()
+            .filter_map(|p| Some((p.src_rank?, p.src_gpu?, p.dst_rank?, p.dst_gpu?)))
+            .collect();
         flows.sort_unstable();
+        let mut links: Vec<(String, String)> = last.flows[s]
+            .iter()
+            .filter(|p| p.src_rank.is_none())
+            .map(|p| (p.src_host.clone(), p.dst_host.clone()))
+            .collect();
+        links.sort_unstable();
         // The other side of exactly these flows, already named: its twin.
-        if let Some(prev) = named.iter_mut().find(|n| n.flows == flows && n.twin.is_none()) {
+        if let Some(prev) = named
+            .iter_mut()
+            .find(|n| n.flows == flows && n.links == links && n.twin.is_none())
+        {
             prev.twin = Some(s.clone());
             continue;
         }
@@ -238,6 +262,7 @@ pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
             slow_sizes: judged.iter().filter(|j| slow_at(j, s)).count(),
             judged_sizes: judged.len(),
             flows,
+            links,
             wire_bytes,
             twin: None,
         });

@@ -37,12 +37,14 @@ fn rows() -> Vec<Row> {
 /// bytes at `gbps`.
 pub(crate) fn pair(src: usize, dst: usize, size: u64, gbps: f64) -> PairResult {
     PairResult {
-        src_rank: src,
-        src_gpu: src % 2,
+        src_rank: Some(src),
+        src_gpu: Some(src % 2),
         src_host: format!("node{}", src / 2),
-        dst_rank: dst,
-        dst_gpu: dst % 2,
+        dst_rank: Some(dst),
+        dst_gpu: Some(dst % 2),
         dst_host: format!("node{}", dst / 2),
+        rail: None,
+        endpoint_pairs: 1,
         bytes: size,
         time_us: size as f64 / gbps / 1e3,
         gbps,
@@ -202,12 +204,14 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
             let slow = s / 8 == 5 && d % 8 / 2 == 3;
             let gbps = if slow { 1.0 } else { 4.0 + (s + d) as f64 % 3.0 * 0.01 };
             size.pairs.push(PairResult {
-                src_rank: s,
-                src_gpu: 0,
+                src_rank: Some(s),
+                src_gpu: Some(0),
                 src_host: host(s / 8),
-                dst_rank: d,
-                dst_gpu: 0,
+                dst_rank: Some(d),
+                dst_gpu: Some(0),
                 dst_host: host(d / 8),
+                rail: None,
+                endpoint_pairs: 1,
                 bytes: 64 << 20,
                 time_us: 1.0,
                 gbps,

@@ -27,12 +27,14 @@ fn size(size: u64, nics: usize, flows: &[(usize, usize)], shaped: Shaped) -> Siz
             let spread = 0.85 + 0.3 * ((i * 7919 + size as usize / 4096) % 101) as f64 / 100.0;
             let gbps = spread * share(s / nics, rail, true).min(share(d / nics, rail, false));
             PairResult {
-                src_rank: s,
-                src_gpu: s % nics,
+                src_rank: Some(s),
+                src_gpu: Some(s % nics),
                 src_host: format!("node{}", s / nics),
-                dst_rank: d,
-                dst_gpu: d % nics,
+                dst_rank: Some(d),
+                dst_gpu: Some(d % nics),
                 dst_host: format!("node{}", d / nics),
+                rail: None,
+                endpoint_pairs: 1,
                 bytes: size,
                 time_us: size as f64 / gbps / 1e3,
                 gbps,

@@ -229,6 +229,10 @@ pub fn parse_pairs_csv(file: &str, text: &str) -> Result<Vec<PairLink>, ParseErr
         if t.get(r, "above_link") == Some("true") && t.get(r, "gbps").unwrap_or("").is_empty() {
             continue;
         }
+        // A NIC's link or a node pair (a job past 65536 endpoint pairs): no endpoint to place.
+        if t.get(r, "level").is_some_and(|l| l != "endpoint") {
+            continue;
+        }
         let rank = |c: &str| -> Result<u32, ParseError> {
             let v = int(file, ln, c, t.get(r, c).unwrap_or(""))?;
             u32::try_from(v).map_err(|_| ParseError::new(file, Some(ln), format!("{c}: {v} is too large")))

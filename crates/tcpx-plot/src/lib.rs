@@ -312,6 +312,11 @@ pub enum Scale {
 /// The top of the share scale: cells above it take its colour.
 pub const SHARE_MAX: f64 = 1.5;
 
+/// Matrices wider than this draw touching cells of one colour as one shape ([`RUN_LEVELS`]).
+const RUN_MERGE_FROM: i32 = 64;
+/// Colour steps of such a matrix: a share's colour within 1.5 / 32 of its own.
+const RUN_LEVELS: u32 = 32;
+
 /// The colour of level `t` in 0..=1 (viridis; out of range clamps, NaN is 0).
 pub fn viridis(t: f64) -> RGBColor {
     const S: [(f64, f64, f64); 5] = [
@@ -375,8 +380,9 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
             .find(|g| g.0 == i)
             .map_or(String::new(), |g| g.1.clone())
     };
+    // Every index up to 64 (a node's endpoints), else about 16 ticks (hundreds of nodes).
     let labels = if h.groups.is_empty() {
-        n as usize + 1
+        (n as usize + 1).min(if n > RUN_MERGE_FROM { 17 } else { usize::MAX })
     } else {
         2 * n as usize + 1
     };
@@ -393,15 +399,36 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
         .map_err(draw_err)?;
     let sv = |i: u32| f64::from(i) - 0.5;
     let square = |src: u32, dst: u32| [(sv(dst), sv(src)), (sv(dst + 1), sv(src + 1))];
-    let unrated = |c: &Cell| h.unrated.contains(&(c.src, c.dst));
+    let unrated_set: std::collections::HashSet<(u32, u32)> = h.unrated.iter().copied().collect();
+    let unrated = |c: &Cell| unrated_set.contains(&(c.src, c.dst));
+    // A large matrix (a node pair per cell at hundreds of nodes) in fewer shapes: its colours
+    // in RUN_LEVELS steps, and the cells of a row that touch and share one drawn as one
+    // rectangle, so that 512 x 512 cells stay a file of a few MB.
+    let quantum = if n > RUN_MERGE_FROM { f64::from(RUN_LEVELS) } else { 0.0 };
+    let fill_of = |c: &Cell| {
+        if unrated(c) {
+            RGBColor(200, 200, 200)
+        } else if quantum > 0.0 {
+            viridis((level(c.gbps) * quantum).round() / quantum)
+        } else {
+            viridis(level(c.gbps))
+        }
+    };
+    let mut ordered: Vec<&Cell> = h.cells.iter().collect();
+    if quantum > 0.0 {
+        ordered.sort_by_key(|c| (c.src, c.dst));
+    }
+    let mut runs: Vec<(u32, u32, u32, RGBColor)> = Vec::with_capacity(ordered.len());
+    for c in ordered {
+        let fill = fill_of(c);
+        match runs.last_mut() {
+            Some(r) if quantum > 0.0 && r.0 == c.src && r.2 + 1 == c.dst && r.3 == fill => r.2 = c.dst,
+            _ => runs.push((c.src, c.dst, c.dst, fill)),
+        }
+    }
     chart
-        .draw_series(h.cells.iter().map(|c| {
-            let fill = if unrated(c) {
-                RGBColor(200, 200, 200)
-            } else {
-                viridis(level(c.gbps))
-            };
-            Rectangle::new(square(c.src, c.dst), fill.filled())
+        .draw_series(runs.iter().map(|&(src, first, last, fill)| {
+            Rectangle::new([(sv(first), sv(src)), (sv(last + 1), sv(src + 1))], fill.filled())
         }))
         .map_err(draw_err)?;
     // Group separators (between nodes).

@@ -193,17 +193,18 @@ pub struct RankSampleRow<'a> {
     pub time_us: f64,
 }
 
-/// One row of `pairs.csv`: one directed endpoint pair at one size.
+/// One row of `pairs.csv`: one link of the matrix at one size: a directed endpoint pair, or in a
+/// job past 65536 endpoint pairs a NIC's link or a node pair (`level`; ranks and GPUs empty).
 #[derive(Debug, Serialize, Default)]
 pub struct PairRow<'a> {
     pub schema_version: u32,
     pub pattern: &'a str,
     pub size_bytes: u64,
-    pub src_rank: usize,
-    pub src_gpu: usize,
+    pub src_rank: Option<usize>,
+    pub src_gpu: Option<usize>,
     pub src_host: &'a str,
-    pub dst_rank: usize,
-    pub dst_gpu: usize,
+    pub dst_rank: Option<usize>,
+    pub dst_gpu: Option<usize>,
     pub dst_host: &'a str,
     pub bytes: u64,
     /// From the sender's first post of the pair's bytes to the receiver's last byte in its
@@ -216,6 +217,12 @@ pub struct PairRow<'a> {
     pub link_gbps: Option<f64>,
     /// The time is shorter than the link allows for the bytes: an error of measurement.
     pub above_link: bool,
+    /// `endpoint`, `nic` or `node`: what the row's link is.
+    pub level: &'a str,
+    /// The receiver's NIC (the link's rail); empty for a node pair.
+    pub rail: &'a str,
+    /// Directed endpoint pairs the link carries (1 for an endpoint pair).
+    pub endpoint_pairs: u64,
 }
 
 /// One row of `nccl_samples.csv` (`--baseline nccl`): one of NCCL's timed iterations.

@@ -23,6 +23,17 @@ pub fn gbps(bytes: u64, time_us: f64) -> f64 {
     bytes as f64 / time_us / 1e3
 }
 
+/// The first `max` of `items` joined by `, `, and `and N more` for the rest: a list in one
+/// line however long it is.
+pub fn shorten(items: &[String], max: usize) -> String {
+    let shown = items.iter().take(max).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > max {
+        format!("{shown} and {} more", items.len() - max)
+    } else {
+        shown
+    }
+}
+
 /// A rate for prose: GB/s with three decimals from 0.1 GB/s up, else Mbit/s (10^6 bits), so a
 /// shaped or slow link never reads `0.000 GB/s`.
 pub fn format_rate(gbps: f64) -> String {

@@ -177,6 +177,40 @@ impl Counted {
     }
 }
 
+impl Counted {
+    /// This count's figures of `endpoints` (one rank's: the peers of its own endpoints, which
+    /// its held plan knows in full) as a table of `phases.len() x total x 2` numbers, (send,
+    /// receive) per phase and endpoint, zeros elsewhere: every rank's tables summed (MPI) are
+    /// the job's ([`Self::from_table`]), without any rank holding another's flows.
+    pub fn to_table(&self, phases: &[Phase], endpoints: Range<usize>, total: usize) -> Vec<u64> {
+        let mut table = vec![0u64; phases.len() * total * 2];
+        for (i, &phase) in phases.iter().enumerate() {
+            for e in endpoints.clone() {
+                let (send, recv) = self.counts(e, phase);
+                let at = 2 * (i * total + e);
+                table[at] = send as u64;
+                table[at + 1] = recv as u64;
+            }
+        }
+        table
+    }
+
+    /// The counts a summed [`Self::to_table`] holds.
+    pub fn from_table(phases: &[Phase], total: usize, table: &[u64]) -> Counted {
+        let mut by_endpoint: Vec<Vec<(Phase, usize, usize)>> = vec![Vec::new(); total];
+        for (i, &phase) in phases.iter().enumerate() {
+            for (e, list) in by_endpoint.iter_mut().enumerate() {
+                let at = 2 * (i * total + e);
+                let (send, recv) = (table[at] as usize, table[at + 1] as usize);
+                if send + recv > 0 {
+                    list.push((phase, send, recv));
+                }
+            }
+        }
+        Counted { by_endpoint }
+    }
+}
+
 impl PeerCounts for Counted {
     fn phases(&self, endpoints: Range<usize>) -> Vec<Phase> {
         let phases: BTreeSet<Phase> = endpoints
