@@ -127,7 +127,7 @@ pub fn run(cli: Cli) -> i32 {
         mpi.hold_if_ending(fatal.message().map(|m| (phase.get(), m)));
     }
     report_plugin_repeats(mpi.rank());
-    match outcome {
+    let code = match outcome {
         Ok(code) => code,
         Err(Fatal::Usage(msg)) => {
             if mpi.rank() == 0 {
@@ -166,6 +166,26 @@ pub fn run(cli: Cli) -> i32 {
         }
         Err(Fatal::Reported { .. }) => exit_together(&mpi, EXIT_ERROR),
         Err(Fatal::TimedOut) => mpi.abort(EXIT_TIMEOUT),
+    };
+    drop(mpi);
+    linger_after_finalize();
+    code
+}
+
+/// After `MPI_Finalize`, a moment before the process exits. Open MPI 4's daemon learns that a
+/// rank finalized in one event and that it exited in another; when the exit is handled first
+/// it reports the rank as "exiting improperly" (`PID 0`) and mpirun exits 1 for a run that
+/// ended well (open-mpi/ompi#7833, not fixed in 4.x). With 512 ranks on one host's daemon that
+/// happened in 2 of 3 runs of 64 x 8 x 4 (docs/runs/h200-20261201-issue51); the daemon works
+/// through its ranks' finalize events in turn, so the wait grows with the ranks on this host:
+/// 50 ms + 2 ms a local rank, at most 2 s.
+fn linger_after_finalize() {
+    let local: u64 = std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if launched() {
+        std::thread::sleep(std::time::Duration::from_millis((50 + 2 * local).min(2000)));
     }
 }
 

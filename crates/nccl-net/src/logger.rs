@@ -11,14 +11,16 @@
 //!   one C function shared by every loaded plugin, so the last `Plugin::open` wins);
 //! - WARN and ABORT lines are also remembered (the last few process-wide, and the last one per
 //!   thread), so a failing call can say *why* the plugin failed: see [`recent_warnings`];
-//! - a message printed [`REPEAT_VERBATIM`] times verbatim is counted, not printed, after that, and
+//! - a message printed [`REPEAT_VERBATIM`] times is counted, not printed, after that, and
 //!   [`suppressed_summary`] lists the counts: TCPX logs a WARN on every host-memory receive,
 //!   tens of thousands of identical lines per rank and sweep, which would bury everything else.
+//!   Messages that differ only in their numbers (ports, tokens, addresses, sizes) are one message
+//!   here ([`shape`]): tcpx-emu's "no complete connection after 10 s ... token T on A:P" came
+//!   10000-19000 times from a 64 x 8 x 4 job's setup (docs/runs/h200-20261201-issue51).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_ulong, CStr};
-use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
@@ -74,19 +76,46 @@ pub const REPEAT_VERBATIM: u64 = 3;
 /// Distinct messages tracked for repeats; past this, new messages are printed as they come.
 const TRACK_DISTINCT: usize = 4096;
 
-/// Printed lines by text, with how often each was seen.
-static SEEN: Mutex<Option<HashMap<String, u64>>> = Mutex::new(None);
+/// Printed lines by [`shape`], with the first of them and how often the shape was seen.
+static SEEN: Mutex<Option<HashMap<String, (String, u64)>>> = Mutex::new(None);
 
-/// Whether this line is to be printed: its first [`REPEAT_VERBATIM`] occurrences are.
+/// A line with every run of digits and hex letters that holds a digit (a port, a token, an
+/// address's parts, a size) folded to `#`: what stays the same when one warning repeats for
+/// another connection.
+fn shape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.bytes().any(|b| b.is_ascii_digit()) && word.bytes().all(|b| b.is_ascii_hexdigit()) {
+            out.push('#');
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in line.chars() {
+        if c.is_ascii_alphanumeric() {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// Whether this line is to be printed: the first [`REPEAT_VERBATIM`] of its shape are.
 fn first_few(line: &str) -> bool {
     let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let seen = seen.get_or_insert_with(HashMap::new);
-    if let Some(n) = seen.get_mut(line) {
+    let key = shape(line);
+    if let Some((_, n)) = seen.get_mut(&key) {
         *n += 1;
         return *n <= REPEAT_VERBATIM;
     }
     if seen.len() < TRACK_DISTINCT {
-        seen.insert(line.to_owned(), 1);
+        seen.insert(key, (line.to_owned(), 1));
     }
     true
 }
@@ -97,13 +126,13 @@ pub fn suppressed_summary() -> Vec<String> {
     let seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut held: Vec<(&String, u64)> = seen
         .iter()
-        .flat_map(|m| m.iter())
-        .filter(|(_, &n)| n > REPEAT_VERBATIM)
-        .map(|(line, &n)| (line, n - REPEAT_VERBATIM))
+        .flat_map(|m| m.values())
+        .filter(|(_, n)| *n > REPEAT_VERBATIM)
+        .map(|(line, n)| (line, n - REPEAT_VERBATIM))
         .collect();
     held.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     held.into_iter()
-        .map(|(line, n)| format!("{line} ({n} more times, not printed)"))
+        .map(|(line, n)| format!("{line} ({n} more times like it, not printed)"))
         .collect()
 }
 
@@ -176,8 +205,9 @@ unsafe extern "C" fn sink(level: c_int, _flags: c_ulong, file: *const c_char, li
     if level != abi::NCCL_LOG_NONE && severity <= THRESHOLD.load(Ordering::Relaxed) {
         let text = format!("[plugin] {} {}:{}: {}", level_name(level), file, line, msg);
         if first_few(&text) {
-            // One write: ranks sharing mpirun's pipe cannot cut into the line.
-            let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
+            // Whole lines, as tcpx-perf's own: under mpirun a line read in two pieces lets
+            // another rank's line between them (tcpx_files::console).
+            eprintln_whole(&text);
         }
     }
     if level == abi::NCCL_LOG_WARN || level == abi::NCCL_LOG_ABORT {
@@ -228,8 +258,13 @@ pub fn recent_warnings() -> Vec<String> {
 /// A message from this crate itself (close failures and the like), never on the hot path.
 pub(crate) fn local_warn(msg: std::fmt::Arguments<'_>) {
     if THRESHOLD.load(Ordering::Relaxed) >= abi::NCCL_LOG_WARN {
-        let _ = std::io::stderr().write_all(format!("[nccl-net] WARN {msg}\n").as_bytes());
+        eprintln_whole(&format!("[nccl-net] WARN {msg}"));
     }
+}
+
+/// `line` on stderr, whole ([`tcpx_files::console::write_stream`]), errors dropped.
+fn eprintln_whole(line: &str) {
+    tcpx_files::console::write_stream(tcpx_files::console::Stream::Err, format_args!("{line}"), true);
 }
 
 #[cfg(test)]
@@ -270,8 +305,41 @@ mod tests {
         let mine: Vec<&String> = summary.iter().filter(|l| l.contains("(test)")).collect();
         assert_eq!(mine.len(), 1, "{summary:?}");
         assert!(
-            mine[0].ends_with(&format!("({} more times, not printed)", 1000 - REPEAT_VERBATIM)),
+            mine[0].ends_with(&format!("({} more times like it, not printed)", 1000 - REPEAT_VERBATIM)),
             "{mine:?}"
         );
+    }
+
+    /// One warning for a thousand connections (its token, address and port each time another)
+    /// is printed 3 times, then counted; a warning that differs in words is its own.
+    #[test]
+    fn lines_that_differ_only_in_their_numbers_count_as_one() {
+        let line = |i: u32| {
+            format!(
+                "[plugin] WARN conn.rs:499: accept: no complete connection after 10 s: token {:016x} on 198.18.{}.{}:{} (shape test)",
+                u64::from(i) * 0x9e37_79b9_7f4a_7c15,
+                i % 4,
+                i % 64,
+                30000 + i
+            )
+        };
+        let printed = (0..1000).filter(|&i| first_few(&line(i))).count() as u64;
+        assert_eq!(printed, REPEAT_VERBATIM);
+        assert!(first_few(
+            "[plugin] WARN conn.rs:499: accept: a connection was rejected (shape test)"
+        ));
+        assert_eq!(
+            shape("token ab12 on 10.0.0.1:4242 after 10 s"),
+            "token # on #.#.#.#:# after # s"
+        );
+        assert_eq!(
+            shape("receive on host mem buffer"),
+            "receive on host mem buffer",
+            "words stay"
+        );
+        let summary = suppressed_summary();
+        let mine: Vec<&String> = summary.iter().filter(|l| l.contains("(shape test)")).collect();
+        assert_eq!(mine.len(), 1, "{summary:?}");
+        assert!(mine[0].contains(&line(0)), "the first of them is shown: {mine:?}");
     }
 }

@@ -12,7 +12,12 @@ import sys
 log, mem = sys.argv[1:3]
 ev = {}
 gaps, mems = [], []
+# Console lines cut by another: a trace or plugin line that starts inside another line.
+cut = 0
 for line in open(log, errors="replace"):
+    body = line[1:]
+    if "trace " in body and not line.startswith("trace ") or "[plugin]" in body:
+        cut += 1
     m = re.match(r"^trace 0 ([\d.]+) (.*)$", line.rstrip("\n"))
     if not m:
         continue
@@ -35,6 +40,7 @@ if setup is not None and first is not None:
     out.append(f"warm-up {first - setup:.1f} s, first timed byte {first:.1f} s")
 out.append("last iteration to row (s): " + (", ".join(gaps) or "none"))
 out.append("rank 0 MB resident/peak after: " + ("; ".join(mems) or "none"))
+out.append(f"lines cut by another: {cut}")
 peak, rank0 = {}, None
 try:
     for line in open(mem):
