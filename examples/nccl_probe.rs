@@ -72,6 +72,7 @@ fn self_plan(pattern: Pattern, size: u64) -> Plan {
             forwards: false,
             round: 0,
         }],
+        requested: size,
         holder: Holder::Job,
         // The flow is a copy to itself: nothing crosses a network.
         totals: Totals {

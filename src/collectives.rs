@@ -39,7 +39,7 @@ pub trait Collectives {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerFailure {
     pub rank: usize,
-    /// `setup`, `connect`, `sweep` or `close` (see the run's phases).
+    /// `setup`, `connect`, `sweep`, `probe` or `close` (see the run's phases).
     pub phase: String,
     pub error: String,
 }

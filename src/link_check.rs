@@ -128,7 +128,7 @@ impl<'a> Paths<'a> {
 /// where the path is known. Pairs within one host (loopback) are not checked.
 pub fn mark(rows: &[Row], result: &mut SizeResult) {
     let paths = Paths::new(rows);
-    for p in &mut result.pairs {
+    for p in result.pairs.iter_mut().chain(&mut result.nic_links) {
         if p.src_host == p.dst_host {
             continue;
         }

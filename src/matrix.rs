@@ -36,8 +36,12 @@ pub fn choose(links: u64, nodes: usize, rails: usize) -> Level {
     }
 }
 
-/// A link: (sender endpoint or node, receiver endpoint or node and rail).
-type Key = (u64, u64);
+/// A link in one part of a size (`--connect rounds` runs a size part by part, each timed from
+/// its own start): (sender endpoint or node, receiver endpoint or node and rail, part).
+type Key = (u64, u64, u32);
+
+/// A link's parts summed: bytes, endpoint pairs, seconds.
+type Summed = (u64, u64, f64);
 
 /// Who is where, as the matrix reads it: every endpoint's rank, GPU, node and rail, every
 /// node's host and kernel (one monotonic clock), and the level of the job's links.
@@ -73,6 +77,8 @@ pub struct Halves {
 /// One flow's times on this rank, as the engine summed them over the timed iterations.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FlowTimes {
+    /// The part of the size it ran in (0 but with `--connect rounds`).
+    pub part: u32,
     /// The sender's first post, seconds: on the monotonic clock, and since the rank's start of
     /// the iteration.
     pub posted: Option<(f64, f64)>,
@@ -102,15 +108,21 @@ impl Matrix {
             });
         }
         let mut node_host = vec![String::new(); topo.nodes];
-        let mut node_kernel = vec![None; topo.nodes];
-        let mut seen = vec![false; topo.nodes];
+        // A node's kernel where every one of its ranks reads that one (a node of
+        // `--ranks-per-node` may span two hosts).
+        let mut node_kernel: Vec<Option<Option<usize>>> = vec![None; topo.nodes];
         for ep in &topo.endpoints {
-            if !seen[ep.node] {
-                seen[ep.node] = true;
-                node_host[ep.node] = topo.hostnames.get(ep.rank).cloned().unwrap_or_default();
-                node_kernel[ep.node] = kernels.get(ep.rank).copied().flatten();
+            let k = kernels.get(ep.rank).copied().flatten();
+            match &mut node_kernel[ep.node] {
+                slot @ None => {
+                    *slot = Some(k);
+                    node_host[ep.node] = topo.hostnames.get(ep.rank).cloned().unwrap_or_default();
+                }
+                Some(seen) if *seen != k => *seen = None,
+                Some(_) => {}
             }
         }
+        let node_kernel = node_kernel.into_iter().map(Option::flatten).collect();
         Matrix {
             level: choose(links, topo.nodes, names.len()),
             ends,
@@ -128,21 +140,21 @@ impl Matrix {
         Matrix { level, ..self.clone() }
     }
 
-    /// Whether both ends of a flow from endpoint `src` to `dst` read one monotonic clock: their
-    /// nodes run on one kernel (a node is one host, one kernel: its ranks' host identity holds
-    /// the boot id). Else each end's time counts from its own start of the iteration (one barrier
-    /// apart).
+    /// Whether both ends of a flow from endpoint `src` to `dst` read one monotonic clock: every
+    /// rank of both nodes runs on one kernel (one boot id). Else each end's time counts from its
+    /// own start of the iteration (one barrier apart). Decided by the nodes, so that every flow
+    /// of a NIC's or a node pair's link reads the same clock.
     fn one_clock(&self, src: usize, dst: usize) -> bool {
         let (a, b) = (self.ends[src].node as usize, self.ends[dst].node as usize);
-        a == b || matches!((self.node_kernel[a], self.node_kernel[b]), (Some(x), Some(y)) if x == y)
+        matches!((self.node_kernel[a], self.node_kernel[b]), (Some(x), Some(y)) if x == y)
     }
 
-    fn key(&self, src: usize, dst: usize) -> Key {
+    fn key(&self, src: usize, dst: usize, part: u32) -> Key {
         let (s, d) = (self.ends[src], self.ends[dst]);
         match self.level {
-            Level::Endpoint => (src as u64, (dst as u64) << 16),
-            Level::Nic => (u64::from(s.node), (u64::from(d.node) << 16) | u64::from(d.rail)),
-            Level::Node => (u64::from(s.node), u64::from(d.node) << 16),
+            Level::Endpoint => (src as u64, (dst as u64) << 16, part),
+            Level::Nic => (u64::from(s.node), (u64::from(d.node) << 16) | u64::from(d.rail), part),
+            Level::Node => (u64::from(s.node), u64::from(d.node) << 16, part),
         }
     }
 
@@ -153,7 +165,7 @@ impl Matrix {
         let mut received: HashMap<Key, f64> = HashMap::new();
         for (f, t) in plan.flows.iter().zip(times).filter(|(f, _)| !f.is_local()) {
             let pick = |t: (f64, f64)| if self.one_clock(f.src, f.dst) { t.0 } else { t.1 };
-            let key = self.key(f.src, f.dst);
+            let key = self.key(f.src, f.dst, t.part);
             // Each half from the end that measured it: a held flow's other end is another rank's.
             if let Some(p) = t.posted.filter(|_| plan.holder.holds(f.src)) {
                 sent.push((key, f.src, f.dst, f.len, pick(p)));
@@ -186,7 +198,9 @@ impl Matrix {
     }
 
     /// Every rank's halves, joined link by link into the matrix (rank 0), ordered by sender then
-    /// receiver. A link both halves of which did not arrive is left out (it cannot be timed).
+    /// receiver. A link's time is its time in each part of the size, summed (as the size's own
+    /// time is with `--connect rounds`). A part of a link both halves of which did not arrive is
+    /// left out (it cannot be timed).
     pub fn merge<'a>(&self, halves: impl IntoIterator<Item = &'a Halves>) -> Vec<PairResult> {
         #[derive(Clone, Copy)]
         struct Link {
@@ -214,16 +228,23 @@ impl Matrix {
                 l.done = l.done.max(done);
             }
         }
-        let mut keyed: Vec<(Key, Link)> = links
+        // Each link's parts summed.
+        let mut whole: HashMap<(u64, u64), Summed> = HashMap::new();
+        for ((a, b, _), l) in links
             .into_iter()
             .filter(|(_, l)| l.posted.is_finite() && l.done.is_finite())
-            .collect();
+        {
+            let w = whole.entry((a, b)).or_insert((0, 0, 0.0));
+            w.0 += l.bytes;
+            w.1 += l.pairs;
+            w.2 += (l.done - l.posted).max(0.0);
+        }
+        let mut keyed: Vec<((u64, u64), Summed)> = whole.into_iter().collect();
         keyed.sort_unstable_by_key(|k| k.0);
         keyed
             .into_iter()
-            .map(|((a, b), l)| {
-                let time_us = (l.done - l.posted).max(0.0) * 1e6;
-                self.pair(a, b >> 16, (b & 0xffff) as u16, l.bytes, l.pairs, time_us)
+            .map(|((a, b), (bytes, pairs, seconds))| {
+                self.pair(a, b >> 16, (b & 0xffff) as u16, bytes, pairs, seconds * 1e6)
             })
             .collect()
     }
@@ -269,37 +290,40 @@ impl Matrix {
 }
 
 impl Halves {
-    /// As one message of f64 (exact below 2^53): the sent count, then 5 numbers a sent half,
-    /// then 3 a received half.
+    /// As one message of f64 (exact below 2^53): the sent count, then 6 numbers a sent half,
+    /// then 4 a received half.
     pub fn encode(&self) -> Vec<f64> {
-        let mut out = Vec::with_capacity(1 + 5 * self.sent.len() + 3 * self.received.len());
+        let mut out = Vec::with_capacity(1 + 6 * self.sent.len() + 4 * self.received.len());
         out.push(self.sent.len() as f64);
-        for &((a, b), bytes, pairs, posted) in &self.sent {
-            out.extend([a as f64, b as f64, bytes as f64, pairs as f64, posted]);
+        for &((a, b, part), bytes, pairs, posted) in &self.sent {
+            out.extend([a as f64, b as f64, f64::from(part), bytes as f64, pairs as f64, posted]);
         }
-        for &((a, b), done) in &self.received {
-            out.extend([a as f64, b as f64, done]);
+        for &((a, b, part), done) in &self.received {
+            out.extend([a as f64, b as f64, f64::from(part), done]);
         }
         out
     }
 
-    /// What [`Self::encode`] wrote; None for a message of another shape.
+    /// What [`Self::encode`] wrote; None for a message of another shape (a count that is not a
+    /// whole number, halves cut short, a key or figure that is not a whole number where one is).
     pub fn decode(msg: &[f64]) -> Option<Halves> {
+        let whole = |v: f64| (v >= 0.0 && v.fract() == 0.0 && v < 9.007_199_254_740_992e15).then_some(v as u64);
         let (&count, rest) = msg.split_first()?;
-        let sent_len = 5 * usize::try_from(count as u64).ok()?;
-        if count < 0.0 || rest.len() < sent_len || !(rest.len() - sent_len).is_multiple_of(3) {
+        let sent_len = usize::try_from(whole(count)?).ok()?.checked_mul(6)?;
+        if rest.len() < sent_len || !(rest.len() - sent_len).is_multiple_of(4) {
             return None;
         }
         let (sent, received) = rest.split_at(sent_len);
+        let key = |c: &[f64]| Some((whole(c[0])?, whole(c[1])?, u32::try_from(whole(c[2])?).ok()?));
         Some(Halves {
             sent: sent
-                .chunks_exact(5)
-                .map(|c| ((c[0] as u64, c[1] as u64), c[2] as u64, c[3] as u64, c[4]))
-                .collect(),
+                .chunks_exact(6)
+                .map(|c| Some((key(c)?, whole(c[3])?, whole(c[4])?, c[5])))
+                .collect::<Option<Vec<_>>>()?,
             received: received
-                .chunks_exact(3)
-                .map(|c| ((c[0] as u64, c[1] as u64), c[2]))
-                .collect(),
+                .chunks_exact(4)
+                .map(|c| Some((key(c)?, c[3])))
+                .collect::<Option<Vec<_>>>()?,
         })
     }
 }

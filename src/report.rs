@@ -81,6 +81,10 @@ pub struct ProbeRun {
     pub seconds: f64,
     /// Network bytes the probe moved, warm-up included.
     pub bytes: u64,
+    /// Wrong bytes its rounds' data check found over their timed iterations (as the sweep's
+    /// `wrong`: counted in the footer's "Out of bounds values", exit 2); `None` unchecked (-c 0)
+    /// or not run. A probe with wrong data decides no verdict.
+    pub wrong: Option<u64>,
     pub rounds: Vec<ProbeRound>,
 }
 
@@ -90,8 +94,12 @@ impl ProbeRun {
         if let Some(why) = &self.skipped {
             return format!("probe: none ({why})");
         }
+        let wrong = match self.wrong {
+            Some(w) if w > 0 => format!("; {w} wrong bytes: it decides no verdict"),
+            _ => String::new(),
+        };
         format!(
-            "probe: {} round(s) of node pairs at {}, each node with a new partner per round, both ways: {:.1} s, {:.2} GB (node verdicts: docs/drain.md)",
+            "probe: {} round(s) of node pairs at {}, each node with a new partner per round, both ways: {:.1} s, {:.2} GB{wrong} (node verdicts: docs/drain.md)",
             self.rounds.len(),
             tcpx_units::format_size_label(self.size_bytes),
             self.seconds,
@@ -217,6 +225,10 @@ pub struct PluginInfo {
 pub struct SizeResult {
     /// Bytes per endpoint (the nccl-tests "size"; see `results/README.md`).
     pub size_bytes: u64,
+    /// The size asked for, before ring and fullmesh round it to whole blocks (`-e 1M` over 3
+    /// endpoints is 1048575 B): what the thresholds of the rules compare.
+    #[serde(skip)]
+    pub requested_bytes: u64,
     /// `size_bytes / 4` (float elements, as nccl-tests).
     pub count: u64,
     /// Timed iterations.
@@ -256,6 +268,12 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
+    /// A job whose matrix is of endpoint pairs: the same size's NIC links too (each sender
+    /// node's bytes to a receiver node on one rail, over the time they took), which the
+    /// slow-NIC rule and the node verdicts judge: a NIC's rate is its endpoints' together, however
+    /// many it carries. Empty where `pairs` are NIC links or node pairs already.
+    #[serde(skip)]
+    pub nic_links: Vec<PairResult>,
     /// TCP retransmissions and timeouts during the timed iterations, per network namespace of
     /// the job's hosts; `None` where no host could read them.
     pub tcp: Option<crate::tcp_stats::TcpActivity>,

@@ -13,10 +13,10 @@ mod common;
 mod rig;
 
 use common::show;
-use rig::{csv_rows, scratch, Rig, BIN};
+use rig::{csv_rows, rank_pid_below, scratch, summary_of, Rig, BIN};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 /// 4 ranks on 2 nodes x 2 NICs: 2 nodes seen; each NIC received (and its node's NIC of that rail
@@ -163,13 +163,6 @@ fn a_dead_nic_and_an_mtu_mismatch_are_found_before_the_run() {
     assert!(text.contains("no comm opened, no data moved"), "{text}");
     rig.ok("link node1 eth2 up");
     assert!(rig.cmd(dry).status.success(), "the link is back: clean again");
-}
-
-/// A run's summary.json (`o`: the run, shown when there is none).
-fn summary_of(out: &Path, o: &Output) -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|e| panic!("summary.json: {e}\n{}", show(o)));
-    serde_json::from_str(&text).expect("summary.json parses")
 }
 
 /// One run on the rig, expected to succeed: its stdout and summary.json.
@@ -345,31 +338,6 @@ fn a_rank_killed_among_sixteen_is_the_culprit_in_summary_json() {
             assert_eq!(v["verdict"], "healthy", "{v}");
         }
     }
-}
-
-/// The process of `rank` (`OMPI_COMM_WORLD_RANK`) among the descendants of `root`.
-fn rank_pid_below(root: i32, rank: usize) -> Option<i32> {
-    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
-    let mut parents = vec![root];
-    let mut seen = Vec::new();
-    while let Some(parent) = parents.pop() {
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1));
-            if ppid == Some(&parent.to_string()) && !seen.contains(&pid) {
-                seen.push(pid);
-                parents.push(pid);
-            }
-        }
-    }
-    seen.into_iter().find(|pid| {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        comm.trim() == "tcpx-perf" && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
-    })
 }
 
 /// `--connect rounds --connect-peers 2` on the CI rig (8 nodes x 2 ranks x 2 NICs, fullmesh,

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::row::SizeRow;
-use super::{avg_busbw, write_atomically, wrong_total, SCHEMA_VERSION};
+use super::{avg_busbw, write_atomically, SCHEMA_VERSION};
 use crate::report::{HostInfo, PluginInfo, RunInfo, RunSettings, SizeResult};
 
 /// File name in the result directory.
@@ -82,7 +82,7 @@ pub struct RankFailure {
     pub rank: usize,
     /// The rank's host name.
     pub host: String,
-    /// `connect` (workers, comms, the baseline's communicators), `sweep` or `close`: where the
+    /// `connect` (workers, comms, the baseline's communicators), `sweep`, `probe` or `close`: where the
     /// culprit failed, or (when it said nothing) where the ranks that blame it did.
     pub phase: String,
     /// The culprit's own error, first line (for one that said nothing, or was signalled, what
@@ -422,7 +422,7 @@ pub fn write_summary(
         probe: info.probe.as_ref(),
         avg_busbw_gbps: avg_busbw(results),
         min_bw: info.bandwidth_gate.as_ref(),
-        wrong_total: wrong_total(results),
+        wrong_total: super::run_wrong(info, results),
         cpu: info.cpu.as_ref(),
         nccl_baseline: info.nccl.as_ref(),
         results: results.iter().map(SizeRow::of).collect(),

@@ -197,6 +197,16 @@ pub fn wrong_total(results: &[SizeResult]) -> Option<u64> {
         .fold(None, |acc, w| Some(acc.unwrap_or(0) + w))
 }
 
+/// The run's wrong bytes: every checked row's and the probe's; `None` when nothing was
+/// checked (`-c 0`).
+pub fn run_wrong(info: &RunInfo, results: &[SizeResult]) -> Option<u64> {
+    let probe = info.probe.as_ref().and_then(|p| p.wrong);
+    match (wrong_total(results), probe) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! A small, fully populated run shared by the exporter tests.
@@ -274,6 +284,7 @@ pub(crate) mod fixtures {
         let algbw = size_bytes as f64 / time_us / 1e3;
         SizeResult {
             size_bytes,
+            requested_bytes: size_bytes,
             count: size_bytes / 4,
             iters: samples.len(),
             time_us,
@@ -344,6 +355,7 @@ pub(crate) mod fixtures {
                     impossible: false,
                 },
             ],
+            nic_links: Vec::new(),
             tcp: crate::tcp_stats::TcpActivity::from_readings([
                 (
                     1,

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 
+use super::avg_busbw;
 use super::table::{redop, ROOT};
-use super::{avg_busbw, wrong_total};
 use crate::report::{RunInfo, SizeResult};
 
 /// nccl-tests' `JSON_FILE_VERSION`.
@@ -304,7 +304,7 @@ fn config(info: &RunInfo) -> Config {
 /// The document for a run; `error` is why it failed (None: it completed).
 pub fn document(info: &RunInfo, results: &[SizeResult], error: Option<&str>, end_time: &str) -> NcclTestsJson {
     let pattern = info.settings.pattern.as_str();
-    let wrong = wrong_total(results).unwrap_or(0);
+    let wrong = super::run_wrong(info, results).unwrap_or(0);
     let avg = avg_busbw(results);
     let okay = match &info.bandwidth_gate {
         None => "unchecked".to_string(),

@@ -181,17 +181,25 @@ fn endpoint_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
             )
         })
         .collect();
-    // The flows of the slow NICs the run's findings name, where judged at this size.
-    let flagged = info
-        .slow_nics
-        .iter()
-        .filter(|s| s.size == last.size_bytes)
-        .flat_map(|s| {
+    // The flows of the slow NICs the run's findings name, where judged at this size: their
+    // endpoint pairs, or (judged by NIC links) every pair of those links on that NIC's rail.
+    let mut flagged: Vec<(u32, u32)> = Vec::new();
+    for s in info.slow_nics.iter().filter(|s| s.size == last.size_bytes) {
+        flagged.extend(
             s.flows
                 .iter()
-                .map(|&(sr, sg, dr, dg)| (index(endpoint(sr, sg)), index(endpoint(dr, dg))))
-        })
-        .collect();
+                .map(|&(sr, sg, dr, dg)| (index(endpoint(sr, sg)), index(endpoint(dr, dg)))),
+        );
+        let links: std::collections::HashSet<(&str, &str)> =
+            s.links.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        flagged.extend(
+            last.pairs
+                .iter()
+                .filter(|p| p.rail.as_deref() == Some(s.side.nic.as_str()))
+                .filter(|p| links.contains(&(p.src_host.as_str(), p.dst_host.as_str())))
+                .map(|p| (index(end(p.src_rank, p.src_gpu)), index(end(p.dst_rank, p.dst_gpu)))),
+        );
+    }
     Drawn {
         cells,
         flagged,

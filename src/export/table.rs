@@ -270,21 +270,26 @@ pub fn row(r: &SizeResult, pattern: &str) -> String {
 /// `OK`/`FAILED` against `NCCL_TESTS_MIN_BW` when it is set: [`BandwidthGate`]), then a closing
 /// `#` line. A run with a size whose bytes nothing checked (`-c 0`) says `N/A (not checked)`,
 /// never `0 OK`.
-pub fn footer(results: &[SizeResult], gate: Option<&BandwidthGate>) -> String {
+/// `probe_wrong`: the node verdicts' probe's wrong bytes, counted with the rows'.
+pub fn footer(results: &[SizeResult], gate: Option<&BandwidthGate>, probe_wrong: Option<u64>) -> String {
     let avg = avg_busbw(results).map_or_else(|| "N/A".to_string(), c_g);
     let verdict = gate.map_or("", |g| if g.passed { "OK" } else { "FAILED" });
     format!(
         "# {:<20} : {}\n# {:<20} : {} {verdict}\n#\n",
         "Out of bounds values",
-        out_of_bounds(results),
+        out_of_bounds(results, probe_wrong),
         "Avg bus bandwidth",
         avg
     )
 }
 
 /// The footer's `Out of bounds values`: `N FAILED`, `N/A (not checked)` or `0 OK`.
-fn out_of_bounds(results: &[SizeResult]) -> String {
-    match wrong_total(results) {
+fn out_of_bounds(results: &[SizeResult], probe_wrong: Option<u64>) -> String {
+    let wrong = match (wrong_total(results), probe_wrong) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    };
+    match wrong {
         Some(wrong) if wrong > 0 => format!("{wrong} FAILED"),
         _ if results.iter().any(|r| !r.verified()) => "N/A (not checked)".to_string(),
         wrong => format!("{} OK", wrong.unwrap_or(0)),
@@ -471,27 +476,27 @@ mod tests {
     #[test]
     fn footer_lines() {
         let r = fixtures::results();
-        let f = footer(&r, None);
+        let f = footer(&r, None, None);
         let lines: Vec<&str> = f.lines().collect();
         assert_eq!(lines[0], "# Out of bounds values : 3 FAILED");
         let avg = avg_busbw(&r).expect("avg");
         // nccl-tests' "%g %s" leaves a space before the empty verdict.
         assert_eq!(lines[1], format!("# Avg bus bandwidth    : {} ", c_g(avg)));
         assert_eq!(lines[2], "#");
-        let ok = footer(&[fixtures::size(8, 1.0, Some(0))], None);
+        let ok = footer(&[fixtures::size(8, 1.0, Some(0))], None, None);
         assert!(ok.starts_with("# Out of bounds values : 0 OK\n"), "{ok}");
         // -c 0: nothing compared the bytes, and the wire counters are only a lower bound.
-        let unchecked = footer(&[fixtures::size(8, 1.0, None)], None);
+        let unchecked = footer(&[fixtures::size(8, 1.0, None)], None, None);
         assert!(
             unchecked.starts_with("# Out of bounds values : N/A (not checked)\n"),
             "{unchecked}"
         );
-        assert!(footer(&[], None).contains("Avg bus bandwidth    : N/A"));
+        assert!(footer(&[], None, None).contains("Avg bus bandwidth    : N/A"));
         // NCCL_TESTS_MIN_BW: OK at 90% of the minimum, FAILED below, as nccl-tests.
         let passed = BandwidthGate::judge(avg / 0.9, Some(avg));
-        assert!(footer(&r, Some(&passed)).contains(&format!("bandwidth    : {} OK\n", c_g(avg))));
+        assert!(footer(&r, Some(&passed), None).contains(&format!("bandwidth    : {} OK\n", c_g(avg))));
         let failed = BandwidthGate::judge(avg / 0.9 * 1.001, Some(avg));
-        assert!(footer(&r, Some(&failed)).contains(&format!("bandwidth    : {} FAILED\n", c_g(avg))));
+        assert!(footer(&r, Some(&failed), None).contains(&format!("bandwidth    : {} FAILED\n", c_g(avg))));
         assert!(!BandwidthGate::judge(0.0, None).passed);
         // The fixture's footer lines, byte for byte (same widths, trailing space included).
         let theirs: Vec<&str> = NCCL
@@ -501,7 +506,7 @@ mod tests {
             .collect();
         let mut one = fixtures::size(8, 1.0, Some(0));
         one.busbw_gbps = 2.737284;
-        let ours = format!("{}{}", footer(&[one], None), concluded("sendrecv_perf"));
+        let ours = format!("{}{}", footer(&[one], None, None), concluded("sendrecv_perf"));
         assert_eq!(ours.lines().collect::<Vec<_>>(), theirs);
     }
 

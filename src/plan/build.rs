@@ -21,6 +21,7 @@ impl Plan {
             scope: super::Scope::InterNode,
             dir: super::Direction::Bi,
             size,
+            requested: size,
             holder: holder.clone(),
             buffer_len: vec![0; n],
             fills: vec![Vec::new(); n],

@@ -235,6 +235,9 @@ pub struct Plan {
     /// The size reported in the table (nccl-tests' "size"); may be rounded down so that it splits
     /// into whole per-peer blocks.
     pub size: u64,
+    /// The size asked for (`-b`..`-e`), before that rounding: what a threshold the user reads as
+    /// "1 MiB" is compared with.
+    pub requested: u64,
     /// Whose flows and fills are here.
     pub holder: Holder,
     /// Buffer length of each endpoint of the job.
@@ -283,6 +286,7 @@ impl Plan {
             scope,
             dir,
             size,
+            requested: size,
             holder: holder.clone(),
             buffer_len: vec![0; n],
             fills: vec![Vec::new(); n],

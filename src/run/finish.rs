@@ -98,8 +98,8 @@ pub(super) fn finish(
         }
         return Err(fatal);
     }
-    phase.set(super::PHASES[3]);
-    record.set_phase(super::PHASES[3]);
+    phase.set(super::PHASES[4]);
+    record.set_phase(super::PHASES[4]);
     // Every connect of the run and the peaks over all of them (every rank got here).
     connected.links.complete(mpi, &mut connected.setup);
     info.placement.setup = Some(connected.setup);
@@ -121,9 +121,10 @@ pub(super) fn finish(
     info.bandwidth_gate = settings
         .min_bw
         .map(|min| BandwidthGate::judge(min, export::avg_busbw(&results)));
-    let status = run_status(&results, info.bandwidth_gate.as_ref());
+    let status = run_status(&info, &results);
     if rank == 0 {
-        print!("{}", table::footer(&results, info.bandwidth_gate.as_ref()));
+        let probe_wrong = info.probe.as_ref().and_then(|p| p.wrong);
+        print!("{}", table::footer(&results, info.bandwidth_gate.as_ref(), probe_wrong));
         print!("{}", table::concluded(&info.settings.pattern));
         print!("{}", table::cpu_footer(&results, info.cpu.as_ref()));
         print!("{link_findings}");
@@ -156,6 +157,11 @@ fn no_verdict_why(info: &RunInfo) -> Option<String> {
     if nodes < 2 || !info.node_verdicts.is_empty() {
         return None;
     }
+    if let Some(w) = info.probe.as_ref().and_then(|p| p.wrong).filter(|&w| w > 0) {
+        return Some(format!(
+            "the probe received {w} wrong bytes, and wrong data decides no verdict"
+        ));
+    }
     Some(info.probe.as_ref().and_then(|p| p.skipped.clone()).unwrap_or_else(|| {
         format!(
             "no size of at least {} with flows between nodes to judge by",
@@ -167,10 +173,10 @@ fn no_verdict_why(info: &RunInfo) -> Option<String> {
 /// summary.json's status of a run that measured every size: wrong data, unchecked (-c 0 exits
 /// 0 as nccl-tests does; its footer and status say so), below `NCCL_TESTS_MIN_BW` (said in
 /// summary.json too, for the gate to refuse), or ok.
-fn run_status(results: &[SizeResult], gate: Option<&BandwidthGate>) -> RunStatus {
-    if export::wrong_total(results).unwrap_or(0) > 0 {
+fn run_status(info: &RunInfo, results: &[SizeResult]) -> RunStatus {
+    if export::run_wrong(info, results).unwrap_or(0) > 0 {
         RunStatus::WrongData
-    } else if gate.is_some_and(|g| !g.passed) {
+    } else if info.bandwidth_gate.as_ref().is_some_and(|g| !g.passed) {
         RunStatus::BelowMinBw
     } else if results.iter().any(|r| !r.verified()) {
         RunStatus::Unchecked

@@ -10,7 +10,7 @@ use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::progress::Delivered;
 use crate::engine::{Engine, Instants};
-use crate::matrix::{FlowTimes, Halves, Matrix};
+use crate::matrix::{FlowTimes, Halves, Level, Matrix};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Iterations, Plan};
 use crate::report::{PairResult, SizeResult};
@@ -59,10 +59,11 @@ impl Sampled {
         if self.flow_sums.is_empty() {
             self.flow_sums = round.flow_sums;
         } else {
-            // Each flow runs in one round: the round that timed it says its times.
+            // Each flow runs in one part: the part that timed it says its times.
             for (s, r) in self.flow_sums.iter_mut().zip(&round.flow_sums) {
-                s.posted = s.posted.or(r.posted);
-                s.done = s.done.or(r.done);
+                if r.posted.is_some() || r.done.is_some() {
+                    *s = *r;
+                }
             }
         }
         self.first_timed = self.first_timed.or(round.first_timed);
@@ -165,10 +166,12 @@ fn by_parts(
         let sums = |t: Instants| (t.monotonic, t.since_start);
         for totals in engine.totals().map_err(Fatal::Here)? {
             for (flow, t) in totals.flow_done {
-                s.flow_sums[part.whole_index[flow as usize] as usize].done = Some(sums(t));
+                let f = &mut s.flow_sums[part.whole_index[flow as usize] as usize];
+                (f.part, f.done) = (round as u32, Some(sums(t)));
             }
             for (flow, t) in totals.flow_posted {
-                s.flow_sums[part.whole_index[flow as usize] as usize].posted = Some(sums(t));
+                let f = &mut s.flow_sums[part.whole_index[flow as usize] as usize];
+                (f.part, f.posted) = (round as u32, Some(sums(t)));
             }
         }
         match &mut total {
@@ -282,7 +285,13 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     let arriving = delivery::arriving(plan, topo, mpi.rank());
     let exchanged = probe.exchange(mpi, topo, &s.wire, arriving);
     engine.phase("reductions: link halves to rank 0");
-    let pairs = link_matrix(bench.matrix, plan, &s.flow_sums, it.iters, mpi);
+    let pairs = link_matrix(bench.matrix, plan, &s.flow_sums, it.iters, mpi)?;
+    // Endpoint pairs are written; NIC links are judged.
+    let nic_links = if bench.matrix.level == Level::Endpoint {
+        link_matrix(&bench.matrix.at(Level::Nic), plan, &s.flow_sums, it.iters, mpi)?
+    } else {
+        Vec::new()
+    };
     engine.phase("reductions: the byte check");
 
     let mut bytes = delivery::check(plan, it.iters as u64, &delivered, exchanged.wire, &exchanged.arriving)
@@ -303,6 +312,7 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     let factor = plan.busbw_factor();
     Ok(SizeResult {
         size_bytes: plan.size,
+        requested_bytes: plan.requested,
         count: plan.size / 4,
         iters: it.iters,
         time_us,
@@ -319,6 +329,7 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
         cpu,
         rank_samples_us: all,
         pairs,
+        nic_links,
         tcp: exchanged.tcp,
         nccl: None,
     })
@@ -331,19 +342,35 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
 /// byte crosses the link before it is posted, so it is never shorter than the link's time for
 /// the bytes (but for a clock error across kernels: the two ends' starts of an iteration are one
 /// barrier apart).
-fn link_matrix(matrix: &Matrix, plan: &Plan, sums: &[FlowTimes], iters: usize, mpi: &Mpi) -> Vec<PairResult> {
+fn link_matrix(
+    matrix: &Matrix,
+    plan: &Plan,
+    sums: &[FlowTimes],
+    iters: usize,
+    mpi: &Mpi,
+) -> Result<Vec<PairResult>, Fatal> {
     let per_iteration = |t: (f64, f64)| (t.0 / iters as f64, t.1 / iters as f64);
     let means: Vec<FlowTimes> = sums
         .iter()
         .map(|t| FlowTimes {
+            part: t.part,
             posted: t.posted.map(per_iteration),
             done: t.done.map(per_iteration),
         })
         .collect();
     let mine = matrix.halves(plan, &means).encode();
     let Some(all) = mpi.gather_f64_to_root(&mine) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    let halves: Vec<Halves> = all.iter().filter_map(|m| Halves::decode(m)).collect();
-    matrix.merge(&halves)
+    // A message this build did not write (never seen) loses a rank's links: an error, not a
+    // thinner matrix.
+    let halves = all
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| {
+            Halves::decode(m)
+                .ok_or_else(|| Fatal::Here(format!("rank {rank}'s halves of the link matrix are malformed")))
+        })
+        .collect::<Result<Vec<Halves>, Fatal>>()?;
+    Ok(matrix.merge(&halves))
 }

@@ -90,8 +90,14 @@ impl Fatal {
 
     /// A stall's message with the size it happened at.
     fn at_size(self, size: u64) -> Fatal {
+        self.within(&format!("size {size}"))
+    }
+
+    /// A stall's or this rank's error with where it happened (`probe round 2`).
+    fn within(self, place: &str) -> Fatal {
         match self {
-            Fatal::Stalled(m) => Fatal::Stalled(format!("size {size}: {m}")),
+            Fatal::Stalled(m) => Fatal::Stalled(format!("{place}: {m}")),
+            Fatal::Here(m) => Fatal::Here(format!("{place}: {m}")),
             other => other,
         }
     }
@@ -237,9 +243,10 @@ fn agree<T>(mpi: &Mpi, local: Result<T, String>) -> Result<T, Fatal> {
 }
 
 /// The run's phases, as a failure names them: `setup` (flags, topology, plugin, placement),
-/// `connect` (workers, every comm, the baseline's communicators), `sweep` (every size), `close`
-/// (the baseline and the engine closed, the run's CPU cost, the files).
-const PHASES: [&str; 4] = ["setup", "connect", "sweep", "close"];
+/// `connect` (workers, every comm, the baseline's communicators), `sweep` (every size), `probe`
+/// (the node verdicts' rounds of node pairs), `close` (the baseline and the engine closed, the
+/// run's CPU cost, the files).
+const PHASES: [&str; 5] = ["setup", "connect", "sweep", "probe", "close"];
 
 /// The job every phase works on: MPI's topology and the plan of every size.
 struct Job {
@@ -307,6 +314,8 @@ fn run_with(cli: &Cli, mpi: &Mpi, mut notes: Vec<String>, phase: &Cell<&'static 
         });
         let mut info = info;
         if swept.failure.is_none() {
+            phase.set(PHASES[3]);
+            record.set_phase(PHASES[3]);
             match probe::run(&settings, mpi, &job, &probe, &mut connected, &info.placement.rows) {
                 Ok(p) => info.probe = Some(p),
                 Err(e) => swept.failure = Some(e),
@@ -347,9 +356,11 @@ fn plan_job(settings: &Settings, mpi: &Mpi) -> Result<Job, Fatal> {
     let holder = Holder::Endpoints(topo.endpoints_of(mpi.rank()));
     let (plans, skipped) = settings.sweep.plans(&topo, &holder).map_err(Fatal::Everywhere)?;
     let connections = plans[0].connections();
+    // Every plan's buffer, and the probe's two blocks of its size as asked.
     let buffer_len = plans
         .iter()
         .flat_map(|p| p.buffer_len.iter().copied())
+        .chain([2 * probe::probe_size(&plans)])
         .max()
         .unwrap_or(0);
     // Every thread of every process on this kernel takes one of its pids: the ranks that share

@@ -46,6 +46,12 @@ pub fn matchings(nodes: usize, rounds: usize) -> Vec<Vec<(usize, usize)>> {
         .collect()
 }
 
+/// The probe's size: the sweep's largest as asked (`-e`, before ring and fullmesh round it to
+/// whole blocks), at most [`PROBE_SIZE_MAX`]. The job's buffers hold it (`plan_job`).
+pub fn probe_size(plans: &[Arc<Plan>]) -> u64 {
+    plans.last().map_or(0, |p| p.requested).min(PROBE_SIZE_MAX)
+}
+
 /// Why the job runs no probe, or None when it runs one of `rounds` rounds at `size`.
 pub fn skipped(nodes: usize, rounds: usize, size: u64) -> Option<String> {
     if nodes < 2 {
@@ -75,14 +81,7 @@ pub(super) fn run(
     rows: &[crate::placement::dry_run::Row],
 ) -> Result<ProbeRun, Fatal> {
     let topo = &job.topo;
-    // The sweep's largest size up to PROBE_SIZE_MAX, within the buffer every endpoint has (its
-    // block and its partner's).
-    let size = job
-        .plans
-        .last()
-        .map_or(0, |p| p.size)
-        .min(PROBE_SIZE_MAX)
-        .min(job.buffer_len / 2);
+    let size = probe_size(&job.plans);
     if let Some(why) = skipped(topo.nodes, settings.probe_rounds, size) {
         return Ok(ProbeRun {
             skipped: Some(why),
@@ -93,14 +92,15 @@ pub(super) fn run(
         let rank = topo.endpoints.iter().find(|e| e.node == node).map_or(0, |e| e.rank);
         topo.hostnames[rank].clone()
     };
-    // A round holds one pair per endpoint: always within the matrix's bound.
-    let endpoint_pairs = connected.matrix.at(crate::matrix::Level::Endpoint);
+    // A NIC is judged by its links: its endpoints' bytes together over the time they took, one
+    // endpoint on it or three.
+    let nic_links = connected.matrix.at(crate::matrix::Level::Nic);
     let bench = Bench {
         mpi,
         engine: &connected.engine,
         topo,
         probe,
-        matrix: &endpoint_pairs,
+        matrix: &nic_links,
         progress: None,
     };
     let holder = crate::plan::Holder::Endpoints(topo.endpoints_of(mpi.rank()));
@@ -122,7 +122,7 @@ pub(super) fn run(
         0 => usize::MAX,
         n => n,
     };
-    for pairs in matchings(topo.nodes, settings.probe_rounds) {
+    for (index, pairs) in matchings(topo.nodes, settings.probe_rounds).into_iter().enumerate() {
         // With --probe-pairs, a round's pairs in groups one after another (nodes that share
         // one host's cores: the rig), judged together.
         let mut round: Option<crate::report::SizeResult> = None;
@@ -131,8 +131,13 @@ pub(super) fn run(
             out.bytes += plan.network_bytes() * (it.iters + it.warmup) as u64;
             let mut part = connected
                 .links
-                .aside(|links| measure(&it, &bench, links, &plan, &mut pattern_iter))?;
+                .aside(|links| measure(&it, &bench, links, &plan, &mut pattern_iter))
+                .map_err(|f| f.within(&format!("probe round {}", index + 1)))?;
             crate::link_check::mark(rows, &mut part);
+            // Checked as the sweep's: a wrong byte counts, and the probe then decides nothing.
+            if let Some(w) = part.wrong {
+                out.wrong = Some(out.wrong.unwrap_or(0) + w);
+            }
             match &mut round {
                 Some(r) => {
                     r.time_us += part.time_us;

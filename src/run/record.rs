@@ -338,7 +338,7 @@ impl Record {
         }
     }
 
-    /// The phase the run is in (`connect`, `sweep`, `close`), for a culprit whose own words
+    /// The phase the run is in (`connect`, `sweep`, `probe`, `close`), for a culprit whose own words
     /// do not say.
     pub(super) fn set_phase(&self, phase: &'static str) {
         if let Some(mut st) = self.lock() {

@@ -123,6 +123,13 @@ impl Rig {
         }
     }
 
+    /// Every rank's kernel: each node a host of its own.
+    fn kernels(&self) -> Vec<Option<usize>> {
+        (0..self.topo.ranks())
+            .map(|r| Some(self.topo.endpoints[self.topo.endpoints_of(r).start].node))
+            .collect()
+    }
+
     fn nic(&self, e: usize) -> usize {
         self.rows[e].nic_dev
     }
@@ -146,6 +153,7 @@ impl Rig {
                 let posted = 1e-6 * jitter;
                 let done = posted + base * slow * jitter;
                 FlowTimes {
+                    part: 0,
                     posted: Some((posted, posted)),
                     done: Some((done, done)),
                 }
@@ -210,7 +218,7 @@ pub(super) fn simulate(
     }
     rank0 += clock.lap("rank 0: its endpoints' schedules of every size");
     let rails: Vec<String> = rig.rows.iter().map(|r| r.nic.clone()).collect();
-    let kernels: Vec<Option<usize>> = topo.endpoints.iter().map(|e| Some(e.node)).collect();
+    let kernels = rig.kernels();
     let matrix = Matrix::new(topo, &rails, &kernels, plans[0].totals.links);
 
     let (dir, temporary) = out_dir(out)?;
@@ -396,6 +404,7 @@ fn synthetic_size(plan: &Plan, settings: &Settings, topo: &Topology, rig: &Rig, 
     bytes.witnessed_by_data_check(plan.network_bytes());
     SizeResult {
         size_bytes: plan.size,
+        requested_bytes: plan.requested,
         count: plan.size / 4,
         iters,
         time_us: mean,
@@ -412,6 +421,7 @@ fn synthetic_size(plan: &Plan, settings: &Settings, topo: &Topology, rig: &Rig, 
         cpu: crate::cputime::CpuCost::from_ranks(&vec![0.0; 3 * topo.ranks()], plan.network_bytes() * iters as u64),
         rank_samples_us,
         pairs: Vec::new(),
+        nic_links: Vec::new(),
         tcp: None,
         nccl: None,
     }
@@ -431,7 +441,7 @@ fn probe(settings: &Settings, rig: &Rig, results: &[SizeResult]) -> ProbeRun {
         };
     }
     let rails: Vec<String> = rig.rows.iter().map(|r| r.nic.clone()).collect();
-    let kernels: Vec<Option<usize>> = topo.endpoints.iter().map(|e| Some(e.node)).collect();
+    let kernels = rig.kernels();
     let host_of = |node: usize| format!("node{node}");
     let mut out = ProbeRun {
         size_bytes: size,
@@ -439,7 +449,8 @@ fn probe(settings: &Settings, rig: &Rig, results: &[SizeResult]) -> ProbeRun {
     };
     for pairs in super::probe::matchings(topo.nodes, settings.probe_rounds) {
         let plan = Arc::new(Plan::node_pairs(topo, &pairs, size, &Holder::Job));
-        let matrix = Matrix::new(topo, &rails, &kernels, plan.totals.links).at(Level::Endpoint);
+        // Judged per NIC, as the run's probe.
+        let matrix = Matrix::new(topo, &rails, &kernels, plan.totals.links).at(Level::Nic);
         let halves = matrix.halves(&plan, &rig.times(&plan, size));
         let mut result = synthetic_size(&plan, settings, topo, rig, size);
         result.pairs = matrix.merge(std::slice::from_ref(&halves));

@@ -9,9 +9,13 @@
 //! `(sender host, rail)` sending and `(receiver host, rail)` receiving, the rail being the
 //! receiver's NIC.
 //!
-//! The rule, per size of at least [`MIN_SIZE`] with at least [`MIN_FLOWS`] flows between hosts:
-//! every NIC side (host, NIC, sending or receiving) gets the median rate of the flows through
-//! it; the reference is the median over all sides. A side is slow at that size when its median
+//! The rule, per size of at least [`MIN_SIZE`] (as asked: `-e 1M` over 3 endpoints rounds to
+//! 1048575 B and is judged) with at least [`MIN_FLOWS`] flows between hosts: every NIC side
+//! (host, NIC, sending or receiving) gets the median rate of the NIC links through it (a NIC
+//! link: every byte from one node to another on one rail, over the time from the first post to
+//! the last byte: the NIC's rate whatever number of endpoints it carries, one or three), or of
+//! the endpoint pairs where a result has no NIC links (a result read back); the reference is the
+//! median over all sides. A side is slow at that size when its median
 //! is below [`SLOW_SHARE`] of the reference. It is reported when it is slow at more than half of
 //! the sizes judged, the largest included. Each slow flow has a slow sending and a slow
 //! receiving side; the sides that explain the most slow flows are named, the sending side first
@@ -168,27 +172,32 @@ pub(crate) struct Judged<'a> {
     pub result: &'a SizeResult,
 }
 
-/// The sizes the rule judges (at least [`MIN_SIZE`], at least [`MIN_FLOWS`] flows between
-/// hosts), smallest first: the slow-NIC finding's input and the node verdicts' ([`crate::verdict`]).
-pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult]) -> Vec<Judged<'a>> {
+/// The sizes the rule judges (at least [`MIN_SIZE`] as asked, at least `min_flows` links between
+/// hosts: [`MIN_FLOWS`] for the sweep), smallest first: the slow-NIC finding's input and the
+/// node verdicts' ([`crate::verdict`]).
+pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult], min_flows: usize) -> Vec<Judged<'a>> {
     let nic_of: HashMap<(usize, usize), &str> = rows.iter().map(|r| ((r.rank, r.gpu), r.nic.as_str())).collect();
-    let mut judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of)).collect();
+    let mut judged: Vec<Judged> = results.iter().filter_map(|r| judge(r, &nic_of, min_flows)).collect();
     judged.sort_by_key(|j| j.size);
     judged
 }
 
-fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>) -> Option<Judged<'a>> {
+fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>, min_flows: usize) -> Option<Judged<'a>> {
     let mut flows: BTreeMap<Side, Vec<&PairResult>> = BTreeMap::new();
     let mut count = 0;
-    // A pair above its link rate is an error of measurement, not a rate to judge by.
-    for p in r.pairs.iter().filter(|p| !p.above_link) {
+    let links = if r.nic_links.is_empty() { &r.pairs } else { &r.nic_links };
+    // A link faster than even its shaper's bucket allows is an error of measurement (the clocks),
+    // not a rate to judge by; one above its rate within the bucket is a burst on a link at its
+    // rate (a NIC link of the probe runs alone at the line rate: 4 MiB at 100 Mbit/s with a 128
+    // KiB bucket reads 3% above it) and is judged, a few percent fast.
+    for p in links.iter().filter(|p| !p.impossible) {
         let Some(both) = sides(p, nic_of) else { continue };
         count += 1;
         for s in both {
             flows.entry(s).or_default().push(p);
         }
     }
-    if r.size_bytes < MIN_SIZE || count < MIN_FLOWS {
+    if r.size_bytes.max(r.requested_bytes) < MIN_SIZE || count < min_flows {
         return None;
     }
     let median: BTreeMap<Side, f64> = flows
@@ -212,7 +221,7 @@ fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>) -> Optio
 
 /// The slow NIC sides of a run (see the module's rule); empty when none or too few flows.
 pub fn find(rows: &[Row], results: &[SizeResult]) -> Vec<SlowNic> {
-    let judged = judged_sizes(rows, results);
+    let judged = judged_sizes(rows, results, MIN_FLOWS);
     let Some(last) = judged.iter().max_by_key(|j| j.size) else {
         return Vec::new();
     };

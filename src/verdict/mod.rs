@@ -395,7 +395,7 @@ pub fn of_run(
 /// What the sweep's flows say of each host (no probe ran: a run that failed, `--probe-rounds
 /// 0`); None when no size was judged.
 fn sweep_evidence(e: &Evidence, t: Thresholds) -> Option<BTreeMap<String, HostFlows>> {
-    let judged = judged_sizes(e.rows, e.results);
+    let judged = judged_sizes(e.rows, e.results, crate::slow_nic::MIN_FLOWS);
     let last = judged.last()?;
     let ends = slow_ends(&judged, t);
     Some(
@@ -429,6 +429,9 @@ fn sweep_evidence(e: &Evidence, t: Thresholds) -> Option<BTreeMap<String, HostFl
 /// with flows between nodes) and no finding or failure names a node.
 pub fn verdicts(e: &Evidence, t: Thresholds) -> Vec<NodeVerdict> {
     let flows = match e.probe {
+        // Wrong data: nothing it measured is a rate of anything (and the sweep, which the probe
+        // was there to overrule, does not decide instead).
+        Some(p) if p.wrong.unwrap_or(0) > 0 => None,
         Some(p) if !p.rounds.is_empty() => Some(probe::evidence(e.rows, p, t)),
         _ => sweep_evidence(e, t),
     };

@@ -342,11 +342,22 @@ fn the_probe_names_the_nic_the_sweep_masked_and_clears_the_sweep_s_innocents() {
         node5.evidence
     );
     assert_eq!(node5.slow_sides.len(), 1, "{:?}", node5.slow_sides);
-    // Its partners' receiving sides were slow in their one round with it: victims, healthy.
+    // Its partners' receiving sides were slow in their one round with it: victims, healthy,
+    // and their evidence says whose (issue 52); the others' is their lowest side.
+    let mut victims = 0;
     for n in v.iter().filter(|n| n.host != "node5") {
         assert_eq!(n.decided_by.as_deref(), Some(probe::PROBE), "{n:?}");
-        assert!(n.evidence.ends_with("of the median in the probe"), "{}", n.evidence);
+        if n.evidence.contains("victim") {
+            assert_eq!(
+                n.evidence,
+                "eth2 receiving slow only with node5, slow with every partner (their victim)"
+            );
+            victims += 1;
+        } else {
+            assert!(n.evidence.ends_with("of the median in the probe"), "{}", n.evidence);
+        }
     }
+    assert_eq!(victims, 3, "node5's 3 partners");
     // Without the probe the sweep's figures accuse the innocents and miss node5.
     let swept = verdicts_of(16, 2, &sweep_of(16, 2, sweep), None);
     let swept: Vec<&str> = unhealthy(&swept).iter().map(|u| u.0).collect();
@@ -399,4 +410,85 @@ fn a_side_below_the_suspect_share_at_the_largest_size_alone_is_suspect() {
         "{}",
         v[3].evidence
     );
+}
+
+/// Issue 52: node7's eth2 sending slow with every partner; its partners' receiving ends judged
+/// only in their round with it (their other rounds' links faster than their link allows,
+/// judged by nothing). A third node tells: node7 bad, its partners healthy as its victims, never
+/// `cannot-separate` (on 1dfe633 each partner was `suspect`, "a third node would tell").
+#[test]
+fn a_victim_judged_in_one_round_is_healthy_where_a_third_node_tells() {
+    let mut probe = probe_of(12, 2, 3, &[(7, "eth2", true, 0.25)]);
+    let partners: Vec<String> = probe
+        .rounds
+        .iter()
+        .flat_map(|r| r.pairs.iter())
+        .filter_map(|(a, b)| match (a.as_str(), b.as_str()) {
+            ("node7", p) | (p, "node7") => Some(p.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(partners.len(), 3);
+    for round in &mut probe.rounds {
+        if round.pairs.iter().any(|(a, b)| a == "node7" || b == "node7") {
+            continue;
+        }
+        for p in &mut round.result.pairs {
+            if partners.contains(&p.dst_host) {
+                p.above_link = true;
+                p.impossible = true;
+            }
+        }
+    }
+    let v = verdicts_of(12, 2, &sweep_of(12, 2, &[]), Some(&probe));
+    assert_eq!(unhealthy(&v), vec![("node7", Health::Bad, Some(probe::PROBE))]);
+    for p in &partners {
+        let n = v.iter().find(|n| &n.host == p).unwrap();
+        assert_eq!(
+            n.evidence, "eth2 receiving slow only with node7, slow with every partner (their victim)",
+            "{n:?}"
+        );
+        assert!(n.slow_sides.is_empty(), "a victim's side is not slow: {n:?}");
+    }
+}
+
+/// Issue 52: two nodes, one NIC each, node1 sending at a quarter: the probe's one round has 2
+/// links (judged: a two-node job has no more), and the two ends of the slow link cannot be told
+/// apart: both `suspect`, `cannot-separate`, never `healthy` (on 1dfe633: "2 healthy, no flow
+/// between nodes judged"). A healthy pair stays healthy.
+#[test]
+fn two_nodes_with_one_slow_side_are_both_cannot_separate() {
+    let v = verdicts_of(2, 1, &[], Some(&probe_of(2, 1, 3, &[(1, "eth1", true, 0.25)])));
+    assert_eq!(
+        unhealthy(&v),
+        vec![
+            ("node0", Health::Suspect, Some(CANNOT_SEPARATE)),
+            ("node1", Health::Suspect, Some(CANNOT_SEPARATE))
+        ]
+    );
+    assert!(
+        v[1].evidence.starts_with("eth1 sending at 0.") && v[1].evidence.contains("with node0 only"),
+        "{}",
+        v[1].evidence
+    );
+    assert!(v[0].evidence.starts_with("eth1 receiving"), "{}", v[0].evidence);
+    let healthy = verdicts_of(2, 1, &[], Some(&probe_of(2, 1, 3, &[])));
+    assert_eq!(unhealthy(&healthy), vec![]);
+    assert!(
+        healthy
+            .iter()
+            .all(|n| n.evidence.ends_with("of the median in the probe")),
+        "{healthy:?}"
+    );
+}
+
+/// Issue 52: a probe that received wrong bytes decides no verdict, and the sweep does not
+/// decide in its place.
+#[test]
+fn a_probe_with_wrong_data_decides_no_verdict() {
+    let mut probe = probe_of(8, 2, 3, &[(3, "eth1", true, 0.2)]);
+    probe.wrong = Some(4096);
+    assert!(verdicts_of(8, 2, &sweep_of(8, 2, &[(3, "eth1", true, 0.2)]), Some(&probe)).is_empty());
+    probe.wrong = Some(0);
+    assert_eq!(unhealthy(&verdicts_of(8, 2, &[], Some(&probe))).len(), 1);
 }

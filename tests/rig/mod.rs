@@ -133,6 +133,38 @@ impl Drop for Rig {
     }
 }
 
+/// A run's summary.json (`o`: the run, shown when there is none).
+pub fn summary_of(out: &Path, o: &Output) -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(out.join("summary.json")).unwrap_or_else(|e| panic!("summary.json: {e}\n{}", show(o)));
+    serde_json::from_str(&text).expect("summary.json parses")
+}
+
+/// The process of `rank` (`OMPI_COMM_WORLD_RANK`) among the descendants of `root`.
+pub fn rank_pid_below(root: i32, rank: usize) -> Option<i32> {
+    let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+    let mut parents = vec![root];
+    let mut seen = Vec::new();
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat.rsplit(')').next().and_then(|s| s.split_whitespace().nth(1));
+            if ppid == Some(&parent.to_string()) && !seen.contains(&pid) {
+                seen.push(pid);
+                parents.push(pid);
+            }
+        }
+    }
+    seen.into_iter().find(|pid| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        comm.trim() == "tcpx-perf" && env.split(|&b| b == 0).any(|v| v == want.as_bytes())
+    })
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tcpx-perf-cluster-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
