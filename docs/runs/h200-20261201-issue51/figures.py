@@ -15,7 +15,8 @@ gaps, mems = [], []
 # Console lines cut by another: a trace or plugin line that starts inside another line.
 cut = 0
 for line in open(log, errors="replace"):
-    body = line[1:]
+    # A held-back plugin line quotes the line it counts: not a cut.
+    body = line[1:].replace("plugin log repeated: [plugin]", "")
     if "trace " in body and not line.startswith("trace ") or "[plugin]" in body:
         cut += 1
     m = re.match(r"^trace 0 ([\d.]+) (.*)$", line.rstrip("\n"))
