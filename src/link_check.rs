@@ -14,8 +14,10 @@ use crate::placement::dry_run::Row;
 use crate::report::{PairResult, SizeResult};
 use std::collections::HashMap;
 
-/// Rates within this factor of the link pass: tbf's rate tables round by about 1%.
-const SLACK: f64 = 1.02;
+/// How far above its rate tbf lets a flow run: its rate tables round by about 1% (a pair at
+/// 1.01 of its 400mbit link, issue 53). Only an *impossible* figure gets it: any figure above its
+/// link's rate is flagged `above_link`, however little.
+const TBF_ROUNDING: f64 = 1.02;
 
 /// One rail of a path: bytes per second, and the bytes its shaper lets through at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,15 +130,15 @@ impl<'a> Paths<'a> {
 /// where the path is known. Pairs within one host (loopback) are not checked.
 pub fn mark(rows: &[Row], result: &mut SizeResult) {
     let paths = Paths::new(rows);
-    for p in result.pairs.iter_mut().chain(&mut result.nic_links) {
+    for p in &mut result.pairs {
         if p.src_host == p.dst_host {
             continue;
         }
         let Some(rail) = paths.of(p) else { continue };
         p.link_gbps = Some(rail.rate / 1e9);
-        let seconds = p.time_us * 1e-6 * SLACK;
+        let seconds = p.time_us * 1e-6;
         p.above_link = seconds < p.bytes as f64 / rail.rate;
-        p.impossible = seconds < ((p.bytes as f64 - rail.burst) / rail.rate).max(0.0);
+        p.impossible = seconds * TBF_ROUNDING < ((p.bytes as f64 - rail.burst) / rail.rate).max(0.0);
     }
 }
 
@@ -228,6 +230,18 @@ mod tests {
             lines[1].starts_with("# warning:") && lines[1].contains("1 of 4 at 1 MiB"),
             "{lines:?}"
         );
+    }
+
+    /// Issue 53: a pair 1% above its link's rate (tbf's rounding) is flagged above it, not passed
+    /// as a rate (on 1dfe633 a 2% slack let it through unflagged); it is no error of measurement.
+    #[test]
+    fn a_pair_one_percent_above_its_link_is_flagged() {
+        let mut size = crate::export::fixtures::size(1 << 20, 1000.0, Some(0));
+        // 10 Mbit/s: 1 MiB in 838.9 ms at the rate; 1% faster.
+        size.pairs = vec![pair(1 << 20, 838_861.0 / 1.01), pair(1 << 20, 838_861.0 * 1.001)];
+        mark(&rows(), &mut size);
+        let marks: Vec<(bool, bool)> = size.pairs.iter().map(|p| (p.above_link, p.impossible)).collect();
+        assert_eq!(marks, [(true, false), (false, false)]);
     }
 
     /// Without a shaper the link speed bounds the pair: 10 Gbit/s carries 1 MiB in 839 us.

@@ -219,14 +219,7 @@ impl Mpi {
         }
         let mut counts = vec![0 as mpi::Count; self.world.size() as usize];
         root.gather_into_root(&len, &mut counts[..]);
-        let displs: Vec<mpi::Count> = counts
-            .iter()
-            .scan(0, |at, &c| {
-                let d = *at;
-                *at += c;
-                Some(d)
-            })
-            .collect();
+        let displs = displacements(&counts);
         let mut all = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
         {
             let mut partition = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -352,14 +345,7 @@ impl Collectives for Mpi {
             self.arrivals
                 .wait(root.immediate_gather_into_root(scope, &len, &mut counts[..]));
         });
-        let displs: Vec<mpi::Count> = counts
-            .iter()
-            .scan(0, |at, &c| {
-                let d = *at;
-                *at += c;
-                Some(d)
-            })
-            .collect();
+        let displs = displacements(&counts);
         let mut all = vec![0.0f64; counts.iter().map(|&c| c as usize).sum()];
         {
             let mut partition = mpi::datatype::PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -412,6 +398,18 @@ impl Collectives for Mpi {
         self.arrivals.tell_if_signalled();
         self.reported_failure()
     }
+}
+
+/// Where each rank's part starts in a gathered buffer of parts `counts` long, in rank order.
+fn displacements(counts: &[mpi::Count]) -> Vec<mpi::Count> {
+    counts
+        .iter()
+        .scan(0, |at, &c| {
+            let d = *at;
+            *at += c;
+            Some(d)
+        })
+        .collect()
 }
 
 #[cfg(test)]

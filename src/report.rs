@@ -268,12 +268,6 @@ pub struct SizeResult {
     pub rank_samples_us: Vec<f64>,
     /// The link matrix: one entry per directed pair.
     pub pairs: Vec<PairResult>,
-    /// A job whose matrix is of endpoint pairs: the same size's NIC links too (each sender
-    /// node's bytes to a receiver node on one rail, over the time they took), which the
-    /// slow-NIC rule and the node verdicts judge: a NIC's rate is its endpoints' together, however
-    /// many it carries. Empty where `pairs` are NIC links or node pairs already.
-    #[serde(skip)]
-    pub nic_links: Vec<PairResult>,
     /// TCP retransmissions and timeouts during the timed iterations, per network namespace of
     /// the job's hosts; `None` where no host could read them.
     pub tcp: Option<crate::tcp_stats::TcpActivity>,

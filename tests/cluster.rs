@@ -13,7 +13,7 @@ mod common;
 mod rig;
 
 use common::show;
-use rig::{csv_rows, rank_pid_below, scratch, summary_of, Rig, BIN};
+use rig::{csv_rows, rank_pid_below, scratch, summary_of, NodeLists, Rig, BIN};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -415,19 +415,14 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
     let Some(rig) = Rig::up(4, "--nodes 8 --nics 2 --rate 50mbit") else {
         return;
     };
-    let lists = scratch("verdict-lists");
-    std::fs::create_dir_all(&lists).expect("mkdir");
-    let (hostfile, drain) = (lists.join("healthy.txt"), lists.join("drain.txt"));
+    let lists = NodeLists::new("verdict-lists");
+    let (hostfile, drain) = (&lists.hostfile, &lists.drain);
     let run = |name: &str| {
-        let out = scratch(name);
-        let o = rig.cmd(&format!(
-            "run -np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120 --out {} --healthy-hostfile {} --drain-list {}",
-            out.display(),
-            hostfile.display(),
-            drain.display()
-        ));
-        let summary = summary_of(&out, &o);
-        (o, summary)
+        rig.judged(
+            name,
+            "-np 16 -- --pattern fullmesh -b 1M -e 2M -n 4 -w 1 -T 120",
+            &lists,
+        )
     };
     for i in 0..2 {
         let (o, summary) = run(&format!("verdict-healthy-{i}"));
@@ -438,7 +433,7 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
             "{}",
             show(&o)
         );
-        assert_eq!(std::fs::read_to_string(&drain).expect("drain list"), "");
+        assert_eq!(std::fs::read_to_string(drain).expect("drain list"), "");
     }
 
     rig.ok("shape node5 eth2 12500kbit");
@@ -448,7 +443,7 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
     let (host, verdict, evidence) = &named[0];
     assert_eq!(host, "node5", "{named:?}");
     assert!(evidence.starts_with("eth2 sending at 0."), "{evidence}");
-    let hostfile_text = std::fs::read_to_string(&hostfile).expect("healthy hostfile");
+    let hostfile_text = std::fs::read_to_string(hostfile).expect("healthy hostfile");
     let listed: Vec<&str> = hostfile_text.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(
         listed,
@@ -458,7 +453,7 @@ fn node_verdicts_name_the_slowed_nodes_and_nobody_else() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     if verdict == "bad" {
         assert_eq!(o.status.code(), Some(5), "{}", show(&o));
-        let drained = std::fs::read_to_string(&drain).expect("drain list");
+        let drained = std::fs::read_to_string(drain).expect("drain list");
         assert!(
             drained.starts_with("node5 tcpx-perf: eth2 sending at 0.") && drained.lines().count() == 1,
             "{drained}"
@@ -712,7 +707,8 @@ fn no_pair_is_faster_than_its_link() {
             seconds * 1e3
         );
         assert_eq!(p["link_gbps"].parse::<f64>().ok(), Some(rate / 1e9), "{p:?}");
-        let above = bytes / seconds > rate * 1.02;
+        // Any figure above the rate is flagged (issue 53: no undocumented 2% slack).
+        let above = bytes / seconds > rate;
         assert_eq!(p["above_link"], above.to_string(), "{p:?}");
         assert_eq!(
             p["gbps"].is_empty(),

@@ -355,7 +355,6 @@ pub(crate) mod fixtures {
                     impossible: false,
                 },
             ],
-            nic_links: Vec::new(),
             tcp: crate::tcp_stats::TcpActivity::from_readings([
                 (
                     1,

@@ -10,7 +10,7 @@ use crate::cputime::{CpuCost, CpuTime};
 use crate::delivery::{self, WireProbe};
 use crate::engine::progress::Delivered;
 use crate::engine::{Engine, Instants};
-use crate::matrix::{FlowTimes, Halves, Level, Matrix};
+use crate::matrix::{FlowTimes, Halves, Matrix};
 use crate::mpi_boot::Mpi;
 use crate::plan::{Iterations, Plan};
 use crate::report::{PairResult, SizeResult};
@@ -286,12 +286,6 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
     let exchanged = probe.exchange(mpi, topo, &s.wire, arriving);
     engine.phase("reductions: link halves to rank 0");
     let pairs = link_matrix(bench.matrix, plan, &s.flow_sums, it.iters, mpi)?;
-    // Endpoint pairs are written; NIC links are judged.
-    let nic_links = if bench.matrix.level == Level::Endpoint {
-        link_matrix(&bench.matrix.at(Level::Nic), plan, &s.flow_sums, it.iters, mpi)?
-    } else {
-        Vec::new()
-    };
     engine.phase("reductions: the byte check");
 
     let mut bytes = delivery::check(plan, it.iters as u64, &delivered, exchanged.wire, &exchanged.arriving)
@@ -329,7 +323,6 @@ fn reduce(it: &Iterations, bench: &Bench<'_>, plan: &Plan, s: Sampled) -> Result
         cpu,
         rank_samples_us: all,
         pairs,
-        nic_links,
         tcp: exchanged.tcp,
         nccl: None,
     })

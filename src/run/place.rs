@@ -97,7 +97,7 @@ pub(super) fn place(
     }
     let links = job.plans.first().map_or(0, |p| p.totals.links);
     let matrix = crate::matrix::Matrix::new(&job.topo, &rails, job.clocks.kernels(), links);
-    let mut info = run_info(settings, mpi, job, vetted, start_time);
+    let mut info = run_info(settings, job, vetted, start_time);
     info.notes = notes;
     info.placement = placement;
     info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());

@@ -23,7 +23,7 @@ use crate::matrix::{FlowTimes, Halves, Level, Matrix};
 use crate::placement::dry_run::Row;
 use crate::placement::{arithmetic_nic, Choice};
 use crate::plan::{Holder, Lanes, Plan};
-use crate::report::{self, HostInfo, NodeVerdict, ProbeRound, ProbeRun, RunInfo, SizeResult};
+use crate::report::{self, NodeVerdict, ProbeRound, ProbeRun, RunInfo, SizeResult};
 use crate::topology::Topology;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -421,7 +421,6 @@ fn synthetic_size(plan: &Plan, settings: &Settings, topo: &Topology, rig: &Rig, 
         cpu: crate::cputime::CpuCost::from_ranks(&vec![0.0; 3 * topo.ranks()], plan.network_bytes() * iters as u64),
         rank_samples_us,
         pairs: Vec::new(),
-        nic_links: Vec::new(),
         tcp: None,
         nccl: None,
     }
@@ -479,41 +478,19 @@ fn out_dir(out: Option<&Path>) -> Result<(PathBuf, bool), String> {
 /// The run's description as rank 0 would hold it.
 fn run_info(settings: &Settings, rig: &Rig, nics: usize) -> RunInfo {
     let topo = &rig.topo;
-    let sweep = &settings.sweep;
-    let it = &settings.iterations;
-    let tr = &settings.transport;
     RunInfo {
         tool_version: report::TOOL_VERSION.to_string(),
         git_commit: report::git_commit(),
         command: std::env::args().collect(),
         start_time: report::now_rfc3339(),
-        settings: report::RunSettings {
-            pattern: sweep.pattern.to_string(),
-            scope: sweep.scope_on(topo.nodes).to_string(),
-            dir: sweep.dir.to_string(),
-            mem: "host".into(),
-            mem_path: "host (simulated)".into(),
-            ranks: topo.ranks(),
-            endpoints: topo.len(),
-            nodes: topo.nodes,
-            gpus_per_rank: topo.gpus_per_rank,
-            iters: it.iters,
-            warmup: it.warmup,
-            check: it.check,
-            time_reduction: it.average.to_string(),
-            chunk: tr.chunk,
-            channels: tr.channels,
-            window: tr.window,
-            connect: format!("{:?}", tr.connect).to_lowercase(),
-        },
-        hosts: (0..topo.ranks())
-            .map(|r| HostInfo {
-                rank: r,
-                hostname: topo.hostnames[r].clone(),
-                node: topo.endpoints[topo.endpoints_of(r).start].node,
-                gpus: topo.endpoints_of(r).map(|e| topo.endpoints[e].gpu).collect(),
-            })
-            .collect(),
+        settings: super::vet::run_settings(
+            settings,
+            topo,
+            settings.sweep.scope_on(topo.nodes).to_string(),
+            "host",
+            "host (simulated)".into(),
+        ),
+        hosts: super::vet::hosts_of(topo),
         plugin: report::PluginInfo {
             path: "(simulated)".into(),
             sha256: String::new(),

@@ -250,51 +250,27 @@ fn mem_path(mem: MemKind, props: &nccl_net::Properties) -> String {
 
 /// The run's description for the header and summary.json (placement and notes are added by
 /// the place phase).
-pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vetted, start_time: String) -> RunInfo {
+pub(super) fn run_info(settings: &Settings, job: &Job, vetted: &Vetted, start_time: String) -> RunInfo {
     let (topo, plugin, props) = (&job.topo, &vetted.plugin, &vetted.props);
     let mem = vetted.mem();
-    let hosts = (0..topo.ranks())
-        .map(|r| HostInfo {
-            rank: r,
-            hostname: topo.hostnames[r].clone(),
-            node: topo.endpoints[topo.endpoints_of(r).start].node,
-            gpus: topo.endpoints_of(r).map(|e| topo.endpoints[e].gpu).collect(),
-        })
-        .collect();
+    let hosts = hosts_of(topo);
     let device_type = match props.net_device_type {
         nccl_net::abi::NCCL_NET_DEVICE_HOST => "host".to_string(),
         nccl_net::abi::NCCL_NET_DEVICE_UNPACK => format!("unpack (version {})", props.net_device_version),
         other => format!("type {other}"),
     };
-    let (sweep, it, tr) = (&settings.sweep, &settings.iterations, &settings.transport);
     RunInfo {
         tool_version: report::TOOL_VERSION.into(),
         git_commit: report::git_commit(),
         command: std::env::args().collect(),
         start_time,
-        settings: RunSettings {
-            pattern: sweep.pattern.to_string(),
-            scope: job.scope.to_string(),
-            dir: sweep.dir.to_string(),
-            mem: if mem == MemKind::Host { "host" } else { "cuda" }.into(),
-            mem_path: mem_path(mem, props),
-            ranks: mpi.size(),
-            endpoints: topo.len(),
-            nodes: topo.nodes,
-            gpus_per_rank: settings.job.endpoints_per_rank,
-            iters: it.iters,
-            warmup: it.warmup,
-            check: it.check,
-            time_reduction: it.average.to_string(),
-            chunk: tr.chunk,
-            channels: tr.channels,
-            window: tr.window,
-            connect: match tr.connect {
-                crate::cli::ConnectMode::All => "all",
-                crate::cli::ConnectMode::Rounds => "rounds",
-            }
-            .into(),
-        },
+        settings: run_settings(
+            settings,
+            topo,
+            job.scope.to_string(),
+            if mem == MemKind::Host { "host" } else { "cuda" },
+            mem_path(mem, props),
+        ),
         hosts,
         plugin: PluginInfo {
             path: plugin.path().display().to_string(),
@@ -318,4 +294,51 @@ pub(super) fn run_info(settings: &Settings, mpi: &Mpi, job: &Job, vetted: &Vette
         node_verdicts: Vec::new(),
         probe: None,
     }
+}
+
+/// The run's settings as summary.json records them: the flags as this job took them, the shape
+/// of `topo`, the scope as decided for it and the memory's kind and path.
+pub(crate) fn run_settings(
+    settings: &Settings,
+    topo: &Topology,
+    scope: String,
+    mem: &str,
+    mem_path: String,
+) -> RunSettings {
+    let (sweep, it, tr) = (&settings.sweep, &settings.iterations, &settings.transport);
+    RunSettings {
+        pattern: sweep.pattern.to_string(),
+        scope,
+        dir: sweep.dir.to_string(),
+        mem: mem.into(),
+        mem_path,
+        ranks: topo.ranks(),
+        endpoints: topo.len(),
+        nodes: topo.nodes,
+        gpus_per_rank: topo.gpus_per_rank,
+        iters: it.iters,
+        warmup: it.warmup,
+        check: it.check,
+        time_reduction: it.average.to_string(),
+        chunk: tr.chunk,
+        channels: tr.channels,
+        window: tr.window,
+        connect: match tr.connect {
+            crate::cli::ConnectMode::All => "all",
+            crate::cli::ConnectMode::Rounds => "rounds",
+        }
+        .into(),
+    }
+}
+
+/// Every rank's host, node and GPUs as summary.json's `hosts` lists them.
+pub(crate) fn hosts_of(topo: &Topology) -> Vec<HostInfo> {
+    (0..topo.ranks())
+        .map(|r| HostInfo {
+            rank: r,
+            hostname: topo.hostnames[r].clone(),
+            node: topo.endpoints[topo.endpoints_of(r).start].node,
+            gpus: topo.endpoints_of(r).map(|e| topo.endpoints[e].gpu).collect(),
+        })
+        .collect()
 }

@@ -11,10 +11,11 @@
 //!
 //! The rule, per size of at least [`MIN_SIZE`] (as asked: `-e 1M` over 3 endpoints rounds to
 //! 1048575 B and is judged) with at least [`MIN_FLOWS`] flows between hosts: every NIC side
-//! (host, NIC, sending or receiving) gets the median rate of the NIC links through it (a NIC
-//! link: every byte from one node to another on one rail, over the time from the first post to
-//! the last byte: the NIC's rate whatever number of endpoints it carries, one or three), or of
-//! the endpoint pairs where a result has no NIC links (a result read back); the reference is the
+//! (host, NIC, sending or receiving) gets the NIC's rate: the median rate of the flows through
+//! it, times their number over the median side's (a NIC carrying one endpoint of three carries
+//! half the flows of one carrying two, each twice as fast: per flow it would read 0.5 of the
+//! median healthy, and a quarter-rate NIC 0.46), or, where the links are NIC links already (the
+//! probe; a job past 65536 endpoint pairs), the median rate of those; the reference is the
 //! median over all sides. A side is slow at that size when its median
 //! is below [`SLOW_SHARE`] of the reference. It is reported when it is slow at more than half of
 //! the sizes judged, the largest included. Each slow flow has a slow sending and a slow
@@ -24,7 +25,7 @@
 
 use crate::placement::dry_run::{NodeFinding, Row};
 use crate::placement::preflight::Level;
-use crate::report::{PairResult, SizeResult};
+use crate::report::{Level as LinkLevel, PairResult, SizeResult};
 pub use crate::report::{Side, SlowNic};
 use std::collections::{BTreeMap, HashMap};
 
@@ -185,7 +186,7 @@ pub(crate) fn judged_sizes<'a>(rows: &[Row], results: &'a [SizeResult], min_flow
 fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>, min_flows: usize) -> Option<Judged<'a>> {
     let mut flows: BTreeMap<Side, Vec<&PairResult>> = BTreeMap::new();
     let mut count = 0;
-    let links = if r.nic_links.is_empty() { &r.pairs } else { &r.nic_links };
+    let links = &r.pairs;
     // A link faster than even its shaper's bucket allows is an error of measurement (the clocks),
     // not a rate to judge by; one above its rate within the bucket is a burst on a link at its
     // rate (a NIC link of the probe runs alone at the line rate: 4 MiB at 100 Mbit/s with a 128
@@ -200,13 +201,20 @@ fn judge<'a>(r: &'a SizeResult, nic_of: &HashMap<(usize, usize), &str>, min_flow
     if r.size_bytes.max(r.requested_bytes) < MIN_SIZE || count < min_flows {
         return None;
     }
+    // Endpoint pairs share their NIC with the side's other flows at once: a side's rate is its
+    // flows' median times their number over the median side's. A NIC link is the NIC's already.
+    let typical = tcpx_units::median(&flows.values().map(|f| f.len() as f64).collect::<Vec<_>>());
     let median: BTreeMap<Side, f64> = flows
         .iter()
         .map(|(s, f)| {
-            (
-                s.clone(),
-                tcpx_units::median(&f.iter().map(|p| p.gbps).collect::<Vec<_>>()),
-            )
+            let endpoints = f.iter().all(|p| p.level() == LinkLevel::Endpoint);
+            let share = if endpoints && typical > 0.0 {
+                f.len() as f64 / typical
+            } else {
+                1.0
+            };
+            let rates: Vec<f64> = f.iter().map(|p| p.gbps).collect();
+            (s.clone(), tcpx_units::median(&rates) * share)
         })
         .collect();
     let reference = tcpx_units::median(&median.values().copied().collect::<Vec<_>>());

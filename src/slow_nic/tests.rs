@@ -199,6 +199,7 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
         })
         .collect();
     let mut size = crate::export::fixtures::size(64 << 20, 1000.0, Some(0));
+    size.pairs.clear();
     for s in 0..64 {
         for d in (0..64).filter(|d| d / 8 != s / 8) {
             let slow = s / 8 == 5 && d % 8 / 2 == 3;
@@ -251,4 +252,60 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
         line.contains("... (in full: summary.json)") && line.ends_with("(32 hosts)]"),
         "{line}"
     );
+}
+
+/// 4 hosts of 3 ranks over 2 NICs (ranks 0 and 1 of a host on eth0, rank 2 on eth1), fullmesh
+/// between hosts, each flow at its fair share of both its NICs: every eth0 side carries 18 flows
+/// and every eth1 side 9, each twice as fast. Host 2's eth1 sends at a quarter. The rate a side
+/// gets is its NIC's, so the healthy sides read alike and the slow one reads a quarter of them.
+#[test]
+fn a_side_s_rate_counts_the_flows_sharing_its_nic() {
+    let hosts = 4;
+    let host = |r: usize| format!("node{}", r / 3);
+    let nic = |r: usize| if r % 3 < 2 { "eth0" } else { "eth1" };
+    let rows: Vec<Row> = (0..hosts * 3)
+        .map(|r| Row {
+            endpoint: r,
+            rank: r,
+            host: host(r),
+            gpu: 0,
+            nic: nic(r).into(),
+            nic_dev: usize::from(nic(r) == "eth1"),
+            ..rows()[0].clone()
+        })
+        .collect();
+    let size = 16u64 << 20;
+    let mut result = crate::export::fixtures::size(size, 1000.0, Some(0));
+    result.pairs.clear();
+    let remote = |s: usize, d: usize| s / 3 != d / 3;
+    let ranks = 0..hosts * 3;
+    // The flows through one side: those between hosts leaving (or entering) `h` on `rail`.
+    let through = |h: usize, rail: &str, sending: bool| {
+        ranks
+            .clone()
+            .flat_map(|s| ranks.clone().map(move |d| (s, d)))
+            .filter(|&(s, d)| remote(s, d) && (if sending { s } else { d }) / 3 == h && nic(d) == rail)
+            .count()
+    };
+    for s in ranks.clone() {
+        for d in ranks.clone().filter(|&d| remote(s, d)) {
+            let rail = nic(d);
+            let send_cap = if s / 3 == 2 && rail == "eth1" { 0.25 } else { 1.0 };
+            let gbps = (send_cap / through(s / 3, rail, true) as f64).min(1.0 / through(d / 3, rail, false) as f64);
+            result.pairs.push(PairResult {
+                src_rank: Some(s),
+                src_gpu: Some(0),
+                src_host: host(s),
+                dst_rank: Some(d),
+                dst_gpu: Some(0),
+                dst_host: host(d),
+                ..pair(0, 2, size, gbps)
+            });
+        }
+    }
+    assert_eq!((through(0, "eth0", true), through(0, "eth1", true)), (18, 9));
+    let found = find(&rows, &[result]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].side.describe(), "node2 eth1 sending");
+    assert!((found[0].share - 0.25).abs() < 0.01, "share {}", found[0].share);
 }

@@ -133,6 +133,50 @@ impl Drop for Rig {
     }
 }
 
+/// The node lists (`--healthy-hostfile`, `--drain-list`) a test's runs write, in a scratch
+/// folder of their own.
+pub struct NodeLists {
+    pub hostfile: PathBuf,
+    pub drain: PathBuf,
+}
+
+impl NodeLists {
+    pub fn new(name: &str) -> NodeLists {
+        let dir = scratch(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        NodeLists {
+            hostfile: dir.join("healthy.txt"),
+            drain: dir.join("drain.txt"),
+        }
+    }
+
+    /// The healthy hostfile's node lines (its comments left out).
+    pub fn healthy(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.hostfile)
+            .expect("healthy hostfile")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Rig {
+    /// `cluster.sh run ARGS` into a fresh `--out` folder `name`, writing `lists`: the run and its
+    /// summary.json.
+    pub fn judged(&self, name: &str, args: &str, lists: &NodeLists) -> (Output, serde_json::Value) {
+        let out = scratch(name);
+        let o = self.cmd(&format!(
+            "run {args} --out {} --healthy-hostfile {} --drain-list {}",
+            out.display(),
+            lists.hostfile.display(),
+            lists.drain.display()
+        ));
+        let summary = summary_of(&out, &o);
+        (o, summary)
+    }
+}
+
 /// A run's summary.json (`o`: the run, shown when there is none).
 pub fn summary_of(out: &Path, o: &Output) -> serde_json::Value {
     let text =
