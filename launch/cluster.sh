@@ -35,7 +35,9 @@
 # empty), CLUSTER_GPUS_PER_NODE=G (run) splits a GPU
 # host's GPUs over the nodes (node n gets n*G .. n*G+G-1 through CUDA_VISIBLE_DEVICES; 0: none),
 # CLUSTER_QUEUE_MS=Q (up, shape) each shaped NIC's egress queue in ms at its rate (default 20),
-# CLUSTER_TCP=linux|a3 (up) the default of --tcp (linux: the kernel's defaults; a3: see a3_tcp).
+# CLUSTER_TCP=linux|a3 (up) the default of --tcp (linux: the kernel's defaults; a3: see a3_tcp),
+# CLUSTER_HOST_STATE= where the host-wide settings the rigs raised are recorded, with the rigs
+# holding them (default /run/tcpx-cluster-host: one for every rig of the host).
 # Each setting is checked by the verbs that use it, before they act: a bad one is one line and
 # exit 1 there, and never blocks another verb (`down` ignores both).
 # Exit 77 (with one line saying what is missing) where the rig cannot exist: not root, no ip/tc,
@@ -46,6 +48,7 @@ IP=${IP:-ip}
 TC=${TC:-tc}
 RIG=${CLUSTER_RIG:-0}
 STATE_DIR=${CLUSTER_STATE_DIR:-/run/tcpx-cluster}
+HOST_STATE=${CLUSTER_HOST_STATE:-/run/tcpx-cluster-host}
 SELF=$(readlink -f "$0")
 ROOT=$(cd "$(dirname "$SELF")/.." && pwd)
 
@@ -74,17 +77,21 @@ MAKING=()
 # Where iproute2 keeps named namespaces (its NETNS_RUN_DIR).
 NETNS_DIR=/run/netns
 
-# "is $1 an integer from $2 to $3"
-in_range() { [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+# "is $1 an integer from $2 to $3", read as decimal (010 is ten)
+in_range() { [[ $1 =~ ^[0-9]+$ ]] && [ "$((10#$1))" -ge "$2" ] && [ "$((10#$1))" -le "$3" ]; }
 # Each setting is checked by the verbs that use it, before they change anything, so that a bad
 # setting of one verb never blocks another (`down` above all).
 QUEUE_MS=${CLUSTER_QUEUE_MS:-20}
 check_queue_ms() {
   in_range "$QUEUE_MS" 1 10000 || die "CLUSTER_QUEUE_MS=$QUEUE_MS: give each NIC's queue in ms at its rate (1..10000)"
+  QUEUE_MS=$((10#$QUEUE_MS))
 }
 check_gpus_per_node() {
-  [ -z "${CLUSTER_GPUS_PER_NODE:-}" ] || in_range "$CLUSTER_GPUS_PER_NODE" 0 64 \
+  [ -z "${CLUSTER_GPUS_PER_NODE:-}" ] && return 0
+  in_range "$CLUSTER_GPUS_PER_NODE" 0 64 \
     || die "CLUSTER_GPUS_PER_NODE=$CLUSTER_GPUS_PER_NODE: give GPUs per node (0..64; 0: none)"
+  # Decimal from here on: shell arithmetic would read 010 as octal 8 and refuse 08.
+  CLUSTER_GPUS_PER_NODE=$((10#$CLUSTER_GPUS_PER_NODE))
 }
 
 tag="cx$RIG"
@@ -361,14 +368,57 @@ raise_neigh_limits() {
 RIG_BACKLOG=65536
 raise_backlog() { raise_sysctl net/core/netdev_max_backlog "$RIG_BACKLOG" "the rig's veths need a deeper backlog queue"; }
 
-# raise_sysctl KEY WANT WHY: raises /proc/sys/KEY to WANT if it is lower, recorded first so that
-# `down` puts the old value back (only while the value is still WANT).
+# raise_sysctl KEY WANT WHY: raises the host-wide /proc/sys/KEY to WANT if it is lower. The
+# setting is the host's, shared by every rig up at once, so it is recorded host-wide (HOST_STATE,
+# one file a key: "original V", "set V", "rig ID" per rig holding it), not in one rig's state:
+# the first rig to raise it records the host's own value, a later one only adds itself (on
+# 1dfe633 a second rig recorded the first's raised value as the host's, and two rigs up then
+# down left gc_thresh1 at 184), and the last to go puts the host's value back (host_release).
 raise_sysctl() {
-  local key=$1 want=$2 why=$3 old
-  old=$(cat "/proc/sys/$key" 2>/dev/null) || return 0
-  if [ "$old" -lt "$want" ]; then
-    record sysctl "$key" "$old:$want"
-    echo "$want" >"/proc/sys/$key" || die "up: $why; cannot raise /proc/sys/$key from $old to $want"
+  local key=$1 want=$2 why=$3 cur file
+  cur=$(cat "/proc/sys/$key" 2>/dev/null) || return 0
+  file="$HOST_STATE/$(echo "$key" | tr / .)"
+  mkdir -p "$HOST_STATE"
+  (
+    flock 9
+    if [ -f "$file" ]; then
+      grep -qx "rig $RIG" "$file" || echo "rig $RIG" >>"$file"
+    elif [ "$cur" -lt "$want" ]; then
+      printf 'original %s\nset %s\nrig %s\n' "$cur" "$cur" "$RIG" >"$file"
+    fi
+    if [ "$cur" -lt "$want" ]; then
+      echo "$want" >"/proc/sys/$key" || exit 1
+      sed -i "s/^set .*/set $want/" "$file"
+    fi
+  ) 9>>"$HOST_STATE/.lock" || die "up: $why; cannot raise /proc/sys/$key from $cur to $want"
+}
+
+# host_release: this rig no longer holds the host-wide settings it raised; where it was the last,
+# each goes back to the host's own value (while it is still the value the rigs set: one someone
+# changed since is theirs). Runs with or without this rig's state file (a test that lost it).
+# The directory and its lock file stay for the next rig.
+host_release() {
+  [ -d "$HOST_STATE" ] || return 0
+  local file
+  (
+    flock 9
+    for file in "$HOST_STATE"/*; do
+      if [ ! -f "$file" ] || ! grep -qx "rig $RIG" "$file"; then continue; fi
+      sed -i "/^rig $RIG\$/d" "$file"
+      grep -q '^rig ' "$file" && continue
+      local key original set
+      key=$(basename "$file" | tr . /)
+      original=$(sed -n 's/^original //p' "$file")
+      set=$(sed -n 's/^set //p' "$file")
+      if [ "$(cat "/proc/sys/$key" 2>/dev/null)" = "$set" ] && echo "$original" >"/proc/sys/$key" 2>/dev/null; then
+        echo "restored" >>"$HOST_STATE/.restored.$RIG"
+      fi
+      rm -f "$file"
+    done
+  ) 9>>"$HOST_STATE/.lock"
+  if [ -f "$HOST_STATE/.restored.$RIG" ]; then
+    RESTORED_SYSCTLS=$((RESTORED_SYSCTLS + $(wc -l <"$HOST_STATE/.restored.$RIG")))
+    rm -f "$HOST_STATE/.restored.$RIG"
   fi
 }
 
@@ -411,6 +461,7 @@ cmd_up() {
   in_range "$nodes" 1 64 || die "--nodes $nodes: give 1 to 64"
   in_range "$nics" 1 15 || die "--nics $nics: give 1 to 15"
   in_range "$mtu" 576 65000 || die "--mtu $mtu: give 576 to 65000"
+  nodes=$((10#$nodes)) nics=$((10#$nics)) mtu=$((10#$mtu))
   valid_rate "$rate" || die "--rate $rate: give a rate from $RATE_RANGE (e.g. 400mbit, 2gbit) or off"
   need_tools
   [ -f "$state" ] && die "rig $RIG is already up ($state): launch/cluster.sh down first, or CLUSTER_RIG=another id"
@@ -441,7 +492,7 @@ cmd_up() {
   fi
   "$IP" netns del "$probe"
   # Any failure from here on (set -e, die) removes what was made, and only that.
-  trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; remove_state' EXIT
+  trap 'echo "cluster.sh: up failed; removing what it made" >&2; read_state; remove_made; host_release; remove_state' EXIT
   raise_neigh_limits "$nodes" "$nics"
   raise_backlog
   make_recorded link "$mgmt_bridge" "$IP" link add "$mgmt_bridge" type bridge
@@ -484,12 +535,14 @@ cmd_down() {
       die "down: $state records nothing rig $RIG made (an older cluster.sh wrote it); removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME), then the state file"
     fi
     remove_made
+    host_release
     remove_state
     left=$(rig_named | tr '\n' ' ')
     [ -z "$left" ] || echo "cluster.sh: left alone (rig $RIG did not make them): ${left% }" >&2
     echo "cluster.sh: rig $RIG down: $(removed_phrase)"
     return 0
   fi
+  host_release
   left=$(rig_named | tr '\n' ' ')
   if [ -n "$left" ]; then
     die "down: no state for rig $RIG ($state), so nothing records what it made; removed nothing. These carry its names: ${left% }; remove those that are yours by hand (ip netns del NAME, ip link del NAME)"
@@ -527,6 +580,7 @@ cmd_link() {
 
 cmd_mtu() {
   if [ $# -ne 3 ] || ! in_range "$3" 576 65000; then die "usage: mtu NODE NIC M, M from 576 to 65000 (e.g. mtu node1 eth2 9000)"; fi
+  set -- "$1" "$2" "$((10#$3))"
   need_tools
   load_state
   local n r
@@ -599,6 +653,7 @@ cmd_run() {
   done
   [ "${1:-}" = -- ] && shift
   in_range "$np" 1 100000 || die "run: give -np P (a multiple of the rig's $NODES nodes)"
+  np=$((10#$np))
   [ $((np % NODES)) -eq 0 ] || die "run: -np $np does not spread evenly over $NODES nodes; give a multiple of $NODES"
   local bin=${TCPX_PERF:-$ROOT/target/release/tcpx-perf}
   [ -x "$bin" ] || die "no tcpx-perf at $bin: run launch/build.sh, or set TCPX_PERF="

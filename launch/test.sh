@@ -25,6 +25,18 @@ if bash launch/postgres/local-postgres.sh start && TCPX_TEST_POSTGRES_URL=$(bash
 else
   echo "test.sh: no local PostgreSQL server (above): the history's PostgreSQL tests skip, or fail in CI" >&2
 fi
+# The suite leaves the host's settings as it found them: the rigs raise these host-wide ones
+# and give them back (launch/cluster.sh's host records); checked after the tests.
+host_settings() {
+  local f v out=""
+  for f in /proc/sys/net/ipv4/neigh/default/gc_thresh{1,2,3} /proc/sys/net/core/netdev_max_backlog; do
+    v=""
+    [ -r "$f" ] && read -r v <"$f"
+    out+="$v "
+  done
+  echo "$out"
+}
+settings_before=$(host_settings)
 # Two cores run up to 4 ranks plus test threads: one test binary at a time, two tests at once.
 set +e
 cargo test --release --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
@@ -40,4 +52,9 @@ awk '/^ *(Running|Doc-tests) / { sub(/^ *Running (unittests )?/, ""); sub(/^ *Do
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 [ "$lint" -eq 0 ] || { echo "test.sh: lints failed (fmt or clippy, above)"; [ "$status" -ne 0 ] || status=1; }
+settings_after=$(host_settings)
+if [ "$settings_before" != "$settings_after" ]; then
+  echo "test.sh: the suite changed the host's settings (gc_thresh1..3, netdev_max_backlog): before ${settings_before% }, after ${settings_after% }" >&2
+  [ "$status" -ne 0 ] || status=1
+fi
 exit "$status"

@@ -222,6 +222,91 @@ fn up_deepens_the_backlog_queue_the_rigs_veths_share() {
     assert!(now >= 65536, "netdev_max_backlog {now} while a rig was up");
 }
 
+/// The host-wide settings the rigs raise (the ARP table's limits, the backlog queue), values of
+/// /proc/sys.
+const HOST_SETTINGS: [&str; 4] = [
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh1",
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh2",
+    "/proc/sys/net/ipv4/neigh/default/gc_thresh3",
+    "/proc/sys/net/core/netdev_max_backlog",
+];
+
+fn host_settings() -> Vec<u64> {
+    HOST_SETTINGS
+        .iter()
+        .map(|k| std::fs::read_to_string(k).unwrap().trim().parse().unwrap())
+        .collect()
+}
+
+/// `cluster.sh ARGS` on rig `id` with its own state directory (a second rig beside one a test
+/// holds up).
+fn rig_cmd(id: u32, args: &str) -> std::process::Output {
+    let mut c = Command::new("bash");
+    c.arg(SCRIPT)
+        .args(args.split_whitespace())
+        .env("CLUSTER_RIG", id.to_string())
+        .env("CLUSTER_STATE_DIR", common::rig_state_dir(id));
+    output_within(&mut c, Duration::from_secs(120), &format!("cluster.sh {args}"))
+}
+
+/// Two rigs up at once share the host's settings: whichever goes down first, what the other
+/// raised too stays, and the host has its own values back once both are down (issue 53: a second rig recorded the first's raised value
+/// as the host's, and gc_thresh1 ended at 184, not 128). And a rig whose state was lost (a test
+/// that deleted it) still gives them back once its leftovers are gone (netdev_max_backlog stayed
+/// at 65536 after a whole suite).
+#[test]
+fn rigs_up_at_once_give_the_hosts_settings_back_in_any_order() {
+    let Some(_alone) = rigs_possible(3) else {
+        return;
+    };
+    let before = host_settings();
+    for (first, second) in [(3, 15), (15, 3)] {
+        let up = |id: u32, args: &str| {
+            let o = rig_cmd(id, &format!("up {args}"));
+            assert!(o.status.success(), "rig {id}: {}", show(&o));
+        };
+        up(3, "--nodes 2 --nics 1");
+        // 8 nodes x 2 NICs: 184 ARP entries, past the kernel's default 128.
+        up(15, "--nodes 8 --nics 2");
+        let raised = host_settings();
+        assert!(raised[0] >= 184 && raised[3] >= 65536, "{raised:?}");
+        let o = rig_cmd(first, "down");
+        assert!(o.status.success(), "{}", show(&o));
+        // The backlog is held by both; gc_thresh only by rig 15 (2 nodes need no more than 128).
+        let mut held = raised.clone();
+        if second != 15 {
+            held[..3].copy_from_slice(&before[..3]);
+        }
+        assert_eq!(host_settings(), held, "rig {second} is still up: what it holds stays");
+        let o = rig_cmd(second, "down");
+        assert!(o.status.success(), "{}", show(&o));
+        assert_eq!(host_settings(), before, "both down, {first} first");
+    }
+    // A rig whose state file is lost: down removes nothing then (it cannot know what is its
+    // own); once its leftovers are gone by hand, down gives the host's settings back.
+    let o = rig_cmd(15, "up --nodes 8 --nics 2");
+    assert!(o.status.success(), "{}", show(&o));
+    std::fs::remove_dir_all(common::rig_state_dir(15)).unwrap();
+    assert_eq!(
+        rig_cmd(15, "down").status.code(),
+        Some(1),
+        "nothing records what rig 15 made"
+    );
+    for left in leftovers(15, &common::rig_state_dir(15)) {
+        let mut w = left.split_whitespace();
+        if let (Some(kind @ ("netns" | "link")), Some(name)) = (w.next(), w.next()) {
+            let _ = Command::new("ip").args([kind, "del", name]).output();
+        }
+    }
+    let o = rig_cmd(15, "down");
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(
+        host_settings(),
+        before,
+        "a lost state gives the host its settings back too"
+    );
+}
+
 /// A state file that records no object (an older cluster.sh wrote it) gives `down` nothing it
 /// may remove: a namespace with the rig's name stays, named, and so does the state file.
 #[test]
@@ -570,7 +655,13 @@ fn gpus_per_node_zero_leaves_the_nodes_without_gpus() {
     let Some(rig) = Rig::up(2, "--nodes 2 --nics 1") else {
         return;
     };
-    for (per_node, want) in [("0", ["", ""]), ("2", ["0,1", "2,3"])] {
+    // Decimal however written (issue 53: 010 split as octal 8, 08 failed in every rank).
+    for (per_node, want) in [
+        ("0", ["", ""]),
+        ("2", ["0,1", "2,3"]),
+        ("010", ["0,1,2,3,4,5,6,7,8,9", "10,11,12,13,14,15,16,17,18,19"]),
+        ("08", ["0,1,2,3,4,5,6,7", "8,9,10,11,12,13,14,15"]),
+    ] {
         // printenv fails on an unset variable: an empty line is an empty, set list.
         let o = rig.cmd_with(
             "run -np 2 -- CUDA_VISIBLE_DEVICES",
@@ -581,6 +672,13 @@ fn gpus_per_node_zero_leaves_the_nodes_without_gpus() {
         seen.sort();
         assert_eq!(seen, want, "CLUSTER_GPUS_PER_NODE={per_node}");
     }
+    // -np too: 010 is ten ranks, five a node (octal would be eight).
+    let o = rig.cmd_with(
+        "run -np 010 -- CUDA_VISIBLE_DEVICES",
+        &[("TCPX_PERF", "/usr/bin/printenv"), ("CLUSTER_GPUS_PER_NODE", "0")],
+    );
+    assert!(o.status.success(), "-np 010: {}", show(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 10, "{}", show(&o));
 }
 
 /// Settings are checked by the verbs that use them, before they act: `CLUSTER_GPUS_PER_NODE=-1
@@ -642,7 +740,8 @@ fn a_shaped_nic_queues_cluster_queue_ms_at_its_rate() {
         tbf_latency_ms(&text).unwrap_or_else(|| panic!("no tbf latency in {text}"))
     };
     let shape = |queue: &str| rig.cmd_with("shape node1 eth1 100mbit", &[("CLUSTER_QUEUE_MS", queue)]);
-    assert!(shape("200").status.success());
+    // Written 0200: decimal (issue 53: shell arithmetic read it as octal 128).
+    assert!(shape("0200").status.success());
     // 200 ms at 100 Mbit/s is 2.5 MB, less the 128 KiB bucket: 190 ms.
     let long = latency();
     assert!((180.0..200.0).contains(&long), "200 ms queue: tbf latency {long} ms");

@@ -431,6 +431,45 @@ fn outputs_of_one_run_never_share_a_path_and_make_no_directory() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// Issue 53, files: an empty read-only file at `--drain-list` that tcpx-perf did not write is
+/// refused in one line and kept (on 1dfe633 a run that judged no node deleted it, exit 0);
+/// `-J j` where `j` exists (the file lands on `j.0`) with `--drain-list j.0` is refused before
+/// any data moves (on 1dfe633 only after the whole run), and a run refused so leaves no new
+/// `--out` behind (on 1dfe633 the new directory held only `.tcpx-perf-claim`).
+#[test]
+fn an_empty_foreign_list_and_where_j_lands_are_refused_before_anything_is_made() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = scratch("files53");
+    std::fs::create_dir_all(&base).unwrap();
+    let empty = base.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let o = one_node(&["--drain-list", s(&empty), "--no-out"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let lines = said(&o);
+    assert_eq!(lines.len(), 1, "{}", show(&o));
+    assert!(lines[0].contains("not a list tcpx-perf wrote"), "{}", lines[0]);
+    assert!(empty.exists(), "someone else's empty file is kept");
+
+    let j = base.join("j");
+    std::fs::write(&j, "an earlier -J\n").unwrap();
+    let lands = base.join("j.0");
+    let out = base.join("new-out");
+    let o = one_node(&["--out", s(&out), "-J", s(&j), "--drain-list", s(&lands)]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    let lines = said(&o);
+    assert_eq!(lines.len(), 1, "{}", show(&o));
+    assert!(lines[0].contains("-J") && lines[0].contains(s(&lands)), "{}", lines[0]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("1048576"), "no data moved");
+    assert!(
+        !out.exists(),
+        "the refused run's new --out is gone: {:?}",
+        entries(&out)
+    );
+    assert!(!lands.exists());
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 /// Issue 44, item 9: the healthy hostfile holds only host names an Open MPI hostfile can parse;
 /// a healthy node whose name holds a space or a quote is left out of it, said on stdout and in a
 /// comment line. 4 ranks, each pair under a host name of its own (unshare --uts), one of them

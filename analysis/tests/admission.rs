@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{real_run, run_analyze, tcpx_perf_run, tmpdir, write_run, Spec};
+use common::{hosts_json, node_verdict, real_run, run_analyze, tcpx_perf_run, tmpdir, write_run, Spec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -821,5 +821,212 @@ fn summary_json_config_is_in_range_and_agrees_with_the_csv() {
         let db = d.join(format!("{name}.sqlite"));
         let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
         assert_eq!(code, 3, "{name}: {out}");
+    }
+}
+
+/// A result directory of a run on three nodes whose probe judged them, with a verdict for each
+/// as tcpx-perf writes it (node2 bad).
+fn judged_run(dir: &Path) -> PathBuf {
+    let run = write_run(
+        dir,
+        &Spec {
+            sizes: vec![1 << 20, 2 << 20],
+            iters: 5,
+            ranks: 3,
+            ..Spec::default()
+        },
+    );
+    edit_summary(&run, |s| {
+        s["hosts"] = hosts_json(&["node0", "node1", "node2"]);
+        s["probe"] = serde_json::json!({"skipped": null, "size_bytes": 2 << 20, "seconds": 1.5,
+            "bytes": 25165824, "wrong": 0, "rounds": [{"pairs": [["node0", "node1"]]}]});
+        s["node_verdicts"] = serde_json::json!([
+            node_verdict("node0", "healthy"),
+            node_verdict("node1", "healthy"),
+            node_verdict("node2", "bad")
+        ]);
+    });
+    run
+}
+
+/// `judged_run` edited by `edit` (in `d/name`) is refused by `show` and by `history add` in one
+/// line naming `field` and saying `why`, and no history is made; before issue 53 each was
+/// admitted and stored.
+fn verdicts_refused(d: &Path, name: &str, edit: impl FnOnce(&mut Value), field: &str, why: &str) {
+    let run = judged_run(&d.join(name));
+    edit_summary(&run, edit);
+    let (code, out) = show(&run);
+    assert_eq!(code, 3, "{name}: {out}");
+    assert!(
+        out.contains(&format!("summary.json: {field}: ")) && out.contains(why),
+        "{name}: {out}"
+    );
+    assert_eq!(out.trim_end().lines().count(), 1, "{name}: one line: {out}");
+    let db = d.join(format!("{name}.sqlite"));
+    let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
+    assert_eq!(code, 3, "{name}: {out}");
+    assert!(!db.exists(), "{name}: a refused run made the history");
+}
+
+/// The well-formed run is admitted and `history nodes` shows its three nodes (the baseline of
+/// the refusals below).
+#[test]
+fn verdicts_as_tcpx_perf_writes_them_are_admitted() {
+    let d = tmpdir("admit-verdicts-ok");
+    let run = judged_run(&d.join("run"));
+    let db = d.join("h.sqlite");
+    let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
+    assert_eq!(code, 0, "{out}");
+    let (code, table) = run_analyze(&["history", "nodes", "--db", s(&db)]);
+    assert_eq!(code, 0, "{table}");
+    for host in ["node0", "node1", "node2"] {
+        assert_eq!(table.lines().filter(|l| l.starts_with(host)).count(), 1, "{table}");
+    }
+    // No verdict where none was judged: a skipped probe, or none at all.
+    for (name, probe) in [
+        (
+            "skipped",
+            serde_json::json!({"skipped": "--probe-rounds 0", "size_bytes": 0, "seconds": 0.0,
+            "bytes": 0, "wrong": null, "rounds": []}),
+        ),
+        ("none", Value::Null),
+    ] {
+        let run = judged_run(&d.join(name));
+        edit_summary(&run, |s| {
+            s["probe"] = probe;
+            s["node_verdicts"] = serde_json::json!([]);
+        });
+        let (code, out) = show(&run);
+        assert_eq!(code, 0, "{name}: {out}");
+    }
+}
+
+#[test]
+fn a_host_name_with_a_line_break_forges_no_node() {
+    let d = tmpdir("admit-verdicts-newline");
+    verdicts_refused(
+        &d,
+        "verdict",
+        |s| s["node_verdicts"][0]["host"] = "node0\nnode7".into(),
+        "node_verdicts[0].host",
+        "no control character",
+    );
+    verdicts_refused(
+        &d,
+        "both",
+        |s| {
+            s["hosts"][0]["hostname"] = "node0\nnode7".into();
+            s["node_verdicts"][0]["host"] = "node0\nnode7".into();
+        },
+        "hosts[0].hostname",
+        "control character",
+    );
+}
+
+#[test]
+fn a_verdict_for_a_host_not_in_the_run_is_refused() {
+    let d = tmpdir("admit-verdicts-stranger");
+    verdicts_refused(
+        &d,
+        "stranger",
+        |s| {
+            let list = s["node_verdicts"].as_array_mut().unwrap();
+            list.push(node_verdict("node9", "bad"));
+        },
+        "node_verdicts[3].host",
+        "\"node9\" is not a node of this run",
+    );
+}
+
+#[test]
+fn a_nodes_missing_verdict_is_refused() {
+    let d = tmpdir("admit-verdicts-missing");
+    verdicts_refused(
+        &d,
+        "missing",
+        |s| {
+            s["node_verdicts"].as_array_mut().unwrap().remove(1);
+        },
+        "node_verdicts",
+        "no verdict for node \"node1\"",
+    );
+}
+
+#[test]
+fn no_verdicts_where_the_probe_judged_the_nodes_is_refused() {
+    let d = tmpdir("admit-verdicts-none");
+    verdicts_refused(
+        &d,
+        "empty",
+        |s| s["node_verdicts"] = serde_json::json!([]),
+        "node_verdicts",
+        "[], but the probe judged the run's 3 nodes",
+    );
+}
+
+#[test]
+fn a_null_verdict_list_is_refused() {
+    let d = tmpdir("admit-verdicts-null");
+    verdicts_refused(
+        &d,
+        "null",
+        |s| s["node_verdicts"] = Value::Null,
+        "node_verdicts",
+        "null is not a list of node verdicts",
+    );
+}
+
+#[test]
+fn a_share_that_is_not_a_number_is_refused() {
+    let d = tmpdir("admit-verdicts-nan");
+    verdicts_refused(
+        &d,
+        "lowest",
+        |s| s["node_verdicts"][2]["lowest_share"] = "NaN".into(),
+        "node_verdicts[2].lowest_share",
+        "\"NaN\" is not null or a finite share >= 0",
+    );
+    verdicts_refused(
+        &d,
+        "side",
+        |s| {
+            s["node_verdicts"][2]["slow_sides"] = serde_json::json!([{"nic": "eth1", "sending": true,
+                "share": "NaN", "slow_sizes": 2, "judged_sizes": 2, "flows": 4, "peers": ["node0"],
+                "peers_fast": 1}]);
+        },
+        "node_verdicts[2].slow_sides[0]",
+        ".share is \"NaN\"",
+    );
+}
+
+#[test]
+fn an_unknown_decided_by_is_refused() {
+    let d = tmpdir("admit-verdicts-decided");
+    verdicts_refused(
+        &d,
+        "oracle",
+        |s| s["node_verdicts"][2]["decided_by"] = "oracle".into(),
+        "node_verdicts[2].decided_by",
+        "\"oracle\" is not null or one of [\"probe\", \"partners\", \"cannot-separate\", \"finding\", \"failure\"]",
+    );
+}
+
+/// results.csv's `plugin` or `abi` left empty beside a summary.json that names them: refused as
+/// any other value that differs (before: an empty cell was not compared).
+#[test]
+fn an_empty_plugin_or_abi_cell_is_compared_with_summary_json() {
+    let d = tmpdir("admit-plugin-empty");
+    for (col, field) in [("plugin", "plugin.name"), ("abi", "plugin.abi")] {
+        let run = copy_dir(&ring(), &d.join(col));
+        map_cells(&run, |h, v| if h == col { String::new() } else { v.to_string() });
+        let (code, out) = show(&run);
+        assert_eq!(code, 3, "{col}: {out}");
+        assert!(
+            out.contains(&format!("summary.json: {field}: ")) && out.contains("says \"\""),
+            "{col}: {out}"
+        );
+        let db = d.join(format!("{col}.sqlite"));
+        let (code, out) = run_analyze(&["history", "add", "--db", s(&db), s(&run)]);
+        assert_eq!(code, 3, "{col}: {out}");
     }
 }

@@ -260,6 +260,8 @@ fn malformed_node_verdicts_are_refused_and_well_formed_ones_kept() {
     }
     let run = small_run(&d.join("ok"), 40);
     edit_summary(&run, |s| {
+        // Verdicts are for the run's own nodes (issue 53).
+        s["hosts"] = json!([{"rank": 0, "hostname": "n0"}, {"rank": 1, "hostname": "n1"}]);
         s["node_verdicts"] = json!([
             v(
                 "n0".into(),

@@ -499,6 +499,9 @@ fn history_nodes_shows_a_node_bad_in_3_of_5_runs() {
             serde_json::json!({"host": host, "verdict": v, "evidence": format!("{v} in run {i}"),
                 "decided_by": null, "lowest_share": 0.9, "slow_sides": []})
         };
+        // Verdicts are for the run's own nodes (issue 53).
+        sum["hosts"] = serde_json::json!([{"rank": 0, "hostname": "node4", "node": 0, "gpus": [0]},
+            {"rank": 1, "hostname": "node5", "node": 1, "gpus": [0]}]);
         sum["node_verdicts"] = serde_json::json!([verdict("node4", "healthy"), verdict("node5", node5)]);
         std::fs::write(&path, serde_json::to_string_pretty(&sum).unwrap()).unwrap();
     }

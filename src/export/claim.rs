@@ -25,8 +25,9 @@ pub const CLAIM_FILE: &str = ".tcpx-perf-claim";
 /// How long a refused job waits for the holder's line (a holder writes it right after locking).
 const HOLDER_LINE_WAIT: Duration = Duration::from_secs(1);
 
-/// The claim this process holds: the open file keeps the lock until the process ends.
-static HELD: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);
+/// The claim this process holds: the open file keeps the lock until the process ends; and
+/// whether this process made the directory.
+static HELD: Mutex<Option<(PathBuf, File, bool)>> = Mutex::new(None);
 
 /// Claims `dir` for this process (creating it and its parents) until the process ends. `Ok(Some)`
 /// is a note that it took over a stale claim (its job is gone); claiming a directory this process
@@ -34,10 +35,11 @@ static HELD: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);
 /// and `--out`.
 pub fn claim(dir: &Path) -> io::Result<Option<String>> {
     let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if held.as_ref().is_some_and(|(d, _)| d == dir) {
+    if held.as_ref().is_some_and(|(d, _, _)| d == dir) {
         return Ok(None);
     }
     let path = dir.join(CLAIM_FILE);
+    let made = fs::symlink_metadata(dir).is_err();
     if fs::symlink_metadata(&path).is_err() {
         // A folder of someone else's files is refused before a claim file is made in it.
         super::prepare_out_dir(dir)?;
@@ -94,13 +96,29 @@ pub fn claim(dir: &Path) -> io::Result<Option<String>> {
     writeln!(file, "{mine}")
         .and_then(|()| file.sync_all())
         .map_err(cannot)?;
-    *held = Some((dir.to_path_buf(), file));
+    *held = Some((dir.to_path_buf(), file, made));
     Ok((!before.is_empty()).then(|| {
         format!(
             "{} held a claim of a job that is gone ({before}); this job took it over",
             dir.display()
         )
     }))
+}
+
+/// A run refused before it measured gives back the directory it made for its claim: the claim
+/// file and the directory go, when the directory holds nothing else (a refused run leaves
+/// nothing new; a directory it did not make keeps its claim, a note of who tried).
+pub fn abandon_if_new() {
+    let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((dir, file, true)) = held.take() else {
+        return;
+    };
+    let only_claim = fs::read_dir(&dir).is_ok_and(|entries| entries.flatten().all(|e| e.file_name() == CLAIM_FILE));
+    if only_claim {
+        let _ = fs::remove_file(dir.join(CLAIM_FILE));
+        let _ = fs::remove_dir(&dir);
+    }
+    drop(file);
 }
 
 /// The holder's line, waiting briefly for a holder that has locked but not yet written it.

@@ -342,7 +342,22 @@ pub fn schema() -> serde_json::Value {
 /// its path) and writes, syncs and removes a probe file beside it (a read-only or missing place
 /// is found before the sweep, not after it). Every error names the path and the flag.
 pub fn check_destination(path: &Path) -> io::Result<()> {
-    check_writable("-J", path)
+    check_writable("-J", path)?;
+    // Where the file will land (`path.N` when `path` exists, as [`write`] picks it) is an output
+    // too: another output given that name is refused now, before anything is measured (on
+    // 1dfe633, `-J j --drain-list j.1` was refused after the whole run).
+    let landing = (0..=1000)
+        .map(|n| PathBuf::from(format!("{}.{n}", path.display())))
+        .find(|p| fs::symlink_metadata(p).is_err());
+    match (fs::symlink_metadata(path).is_ok(), landing) {
+        (true, Some(landing)) => tcpx_files::claim_output(&landing, "-J").map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("-J {} (lands on {}): {e}", path.display(), landing.display()),
+            )
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The checks of [`check_destination`] for any file a flag names (`--drain-list`, ...): the

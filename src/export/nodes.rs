@@ -116,15 +116,51 @@ pub fn drain_list(verdicts: &[NodeVerdict]) -> String {
 }
 
 /// Whether `text` is a list tcpx-perf writes for `flag`: a hostfile starting with its header, a
-/// drain list whose every line is `HOST tcpx-perf: ...` (or none).
-fn is_own_list(flag: &str, text: &str) -> bool {
+/// drain list whose every line is `HOST tcpx-perf: ...`; an empty drain list only with tcpx-perf's
+/// mark on the file (`marked`): an empty file says nothing of who wrote it (on 1dfe633 a
+/// read-only empty file of someone else's was removed by a run that judged no node).
+fn is_own_list(flag: &str, text: &str, marked: bool) -> bool {
     if flag == "--healthy-hostfile" {
         return text.starts_with(HOSTFILE_HEAD);
     }
-    text.lines().all(|l| {
-        l.split_once(DRAIN_MARK)
-            .is_some_and(|(host, _)| !host.is_empty() && !host.contains(char::is_whitespace))
-    })
+    (!text.is_empty() || marked)
+        && text.lines().all(|l| {
+            l.split_once(DRAIN_MARK)
+                .is_some_and(|(host, _)| !host.is_empty() && !host.contains(char::is_whitespace))
+        })
+}
+
+/// The extended attribute every list tcpx-perf writes carries (its flag): how an empty drain
+/// list is known as its own. Where the file system keeps no extended attributes, an empty list
+/// is not recognised (the next run asks for it to be moved).
+const LIST_MARK: &str = "user.tcpx-perf.list";
+
+fn mark_list(flag: &str, path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(p), Ok(name)) = (
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+        std::ffi::CString::new(LIST_MARK),
+    ) else {
+        return;
+    };
+    // SAFETY: two NUL-terminated strings and a buffer of ours; never follows a link.
+    unsafe {
+        libc::lsetxattr(p.as_ptr(), name.as_ptr(), flag.as_ptr().cast(), flag.len(), 0);
+    }
+}
+
+fn is_marked(flag: &str, path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(p), Ok(name)) = (
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+        std::ffi::CString::new(LIST_MARK),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 64];
+    // SAFETY: as above, into a buffer of ours of the length given.
+    let n = unsafe { libc::lgetxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    usize::try_from(n).is_ok_and(|n| &buf[..n] == flag.as_bytes())
 }
 
 /// The lists asked for and where (`--healthy-hostfile`, `--drain-list`).
@@ -189,6 +225,7 @@ impl Lists {
                 w.flush()?;
                 w.get_ref().sync_all()
             })?;
+            mark_list(flag, path);
             let _ = writeln!(said, "# {flag} written to {}", path.display());
             let left: Vec<&String> = verdicts
                 .iter()
@@ -220,7 +257,7 @@ fn own_or_absent(flag: &str, path: &std::path::Path) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(named(e)),
     };
-    if is_own_list(flag, &String::from_utf8_lossy(&bytes)) {
+    if is_own_list(flag, &String::from_utf8_lossy(&bytes), is_marked(flag, path)) {
         return Ok(true);
     }
     Err(io::Error::new(
@@ -328,8 +365,18 @@ mod tests {
         assert!(e.contains("not a list tcpx-perf wrote"), "{e}");
         assert_eq!(fs::read_to_string(dir.path().join("healthy")).expect("kept"), "stale\n");
         fs::write(dir.path().join("healthy"), "# tcpx-perf: the 1 healthy node(s) of 1\n").expect("write");
+        // An empty file says nothing of who wrote it: someone else's is refused, kept (issue 53).
         fs::write(dir.path().join("sub/drain"), "").expect("write");
+        let e = lists.prepare().unwrap_err().to_string();
+        assert!(
+            e.contains("--drain-list") && e.contains("not a list tcpx-perf wrote"),
+            "{e}"
+        );
+        assert!(dir.path().join("sub/drain").exists());
+        // One tcpx-perf wrote (its mark on the file) is its own to remove.
+        mark_list("--drain-list", &dir.path().join("sub/drain"));
         lists.prepare().expect("prepare");
+        assert!(!dir.path().join("sub/drain").exists(), "the earlier empty list is gone");
         assert!(!dir.path().join("healthy").exists(), "the earlier list is gone");
         let said = lists.write(&[], &[], "t").expect("write");
         assert!(said.contains("not written, no node was judged"), "{said}");
@@ -378,17 +425,25 @@ mod tests {
         ] {
             assert_eq!(listable(host), ok, "{host:?}");
         }
-        assert!(is_own_list("--drain-list", ""));
+        // An empty drain list is tcpx-perf's only with its mark (issue 53).
+        assert!(is_own_list("--drain-list", "", true));
+        assert!(!is_own_list("--drain-list", "", false));
         assert!(is_own_list(
             "--drain-list",
-            "node2 tcpx-perf: eth1 slow\nnode5 tcpx-perf: x\n"
+            "node2 tcpx-perf: eth1 slow\nnode5 tcpx-perf: x\n",
+            false
         ));
-        assert!(!is_own_list("--drain-list", "node2 tcpx-perf: eth1 slow\nmy notes\n"));
-        assert!(!is_own_list("--drain-list", " tcpx-perf: x\n"));
+        assert!(!is_own_list(
+            "--drain-list",
+            "node2 tcpx-perf: eth1 slow\nmy notes\n",
+            true
+        ));
+        assert!(!is_own_list("--drain-list", " tcpx-perf: x\n", true));
         assert!(is_own_list(
             "--healthy-hostfile",
-            "# tcpx-perf: the 2 healthy node(s)\n"
+            "# tcpx-perf: the 2 healthy node(s)\n",
+            false
         ));
-        assert!(!is_own_list("--healthy-hostfile", "node0 slots=8\n"));
+        assert!(!is_own_list("--healthy-hostfile", "node0 slots=8\n", true));
     }
 }

@@ -30,6 +30,22 @@ fn header(settings: &Settings, job: &Job, info: &RunInfo, rank: usize) -> Result
     if rank != 0 {
         return Ok(());
     }
+    let checked = check_outputs(settings);
+    if checked.is_err() {
+        // Refused before anything is measured: nothing new is left, not even the claim.
+        export::claim::abandon_if_new();
+    }
+    checked?;
+    print!("{}", table::header(info));
+    for s in &job.skipped {
+        println!("# skipped size {s}: smaller than one byte per endpoint");
+    }
+    Ok(())
+}
+
+/// Every output's place proved before any data moves: the result directory, `-J` (and where it
+/// lands), the node lists.
+fn check_outputs(settings: &Settings) -> Result<(), Fatal> {
     if let Some(dir) = &settings.output.dir {
         // Before any data moves: a directory that cannot take the results ends the run now, and
         // its files are the run's, no other output's (-J, the node lists).
@@ -44,12 +60,7 @@ fn header(settings: &Settings, job: &Job, info: &RunInfo, rank: usize) -> Result
         .output
         .node_lists
         .prepare()
-        .map_err(|e| Fatal::Here(e.to_string()))?;
-    print!("{}", table::header(info));
-    for s in &job.skipped {
-        println!("# skipped size {s}: smaller than one byte per endpoint");
-    }
-    Ok(())
+        .map_err(|e| Fatal::Here(e.to_string()))
 }
 
 /// Closes the baseline and the engine and writes the results; the exit status. A sweep that

@@ -8,7 +8,9 @@
 //!   identity column, `INTEGER` 64-bit `BIGINT`, `REAL` `DOUBLE PRECISION`, and `TEXT` compares
 //!   byte by byte (`COLLATE "C"`, as SQLite's BINARY), so that every `ORDER BY` gives the same
 //!   order on both;
-//! - the schema version: `PRAGMA user_version` or a one-row table `tcpx_history_schema`;
+//! - the schema version: a one-row table `tcpx_history_schema` in both, SQLite's
+//!   `PRAGMA user_version` kept in step; whether a database holds anything at all (PostgreSQL:
+//!   in any schema, not only the current one);
 //! - one writer at a time: `BEGIN IMMEDIATE` or a transaction-scoped advisory lock, so that of
 //!   several `history add` of the same run one stores it and the others find it stored (the
 //!   `UNIQUE` run identity stops a second copy whatever happens);
@@ -24,8 +26,32 @@ pub enum Conn {
     Postgres(Box<PgConn>),
 }
 
-/// The PostgreSQL table that holds the schema version (SQLite keeps it in `PRAGMA user_version`).
-const PG_VERSION_TABLE: &str = "tcpx_history_schema";
+/// The table that holds the schema version: a database is a tcpx-analyze history only where it
+/// has it (SQLite keeps `PRAGMA user_version` in step, for builds from before the table).
+pub const VERSION_TABLE: &str = "tcpx_history_schema";
+
+/// An SQLite database's tables, by name, each with its columns (name, declared type) in order.
+pub type SqliteTables = Vec<(String, Vec<(String, String)>)>;
+
+/// The tables of an SQLite database (its own `sqlite_*` left out), as [`SqliteTables`].
+pub fn sqlite_tables(c: &rusqlite::Connection) -> Result<SqliteTables, rusqlite::Error> {
+    let mut st = c.prepare(
+        "SELECT m.name, p.name, p.type FROM sqlite_master m JOIN pragma_table_info(m.name) p
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY m.name, p.cid",
+    )?;
+    let rows = st.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+    })?;
+    let mut out: SqliteTables = Vec::new();
+    for r in rows {
+        let (table, column, ty) = r?;
+        match out.last_mut() {
+            Some((t, cols)) if *t == table => cols.push((column, ty)),
+            _ => out.push((table, vec![(column, ty)])),
+        }
+    }
+    Ok(out)
+}
 
 /// The key of the advisory lock that makes PostgreSQL writers take turns (any fixed number;
 /// this one spells "tcpxhist").
@@ -111,46 +137,76 @@ impl Conn {
         let _ = self.batch("ROLLBACK");
     }
 
-    /// The schema version stored in the database (0: none).
-    pub fn schema_version(&mut self) -> Result<i64, String> {
-        match self {
-            Conn::Sqlite(c) => c.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sqlite_err),
+    /// The version in the schema table, the mark of a tcpx-analyze history: None where the
+    /// database (PostgreSQL: its current schema) has no such table; Some(0) where it holds no
+    /// one version (a table of that name, not ours).
+    pub fn marked_version(&mut self) -> Result<Option<i64>, String> {
+        // pg_class, not information_schema: that shows only the tables this role may use.
+        let has = match self {
+            Conn::Sqlite(_) => "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
             Conn::Postgres(_) => {
-                let has = self
-                    .one(
-                        "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?1",
-                        &[PG_VERSION_TABLE.into()],
-                    )?
-                    .map_or(Ok(0), |r| r.int(0))?;
-                if has == 0 {
-                    return Ok(0);
-                }
-                let v = self.one(&format!("SELECT MAX(version) FROM {PG_VERSION_TABLE}"), &[])?;
-                Ok(v.map(|r| r.opt_int(0)).transpose()?.flatten().unwrap_or(0))
+                "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relname = ?1 AND c.relkind IN ('r', 'p')"
             }
+        };
+        if self.one(has, &[VERSION_TABLE.into()])?.map_or(Ok(0), |r| r.int(0))? == 0 {
+            return Ok(None);
         }
+        let rows = self.rows(&format!("SELECT version FROM {VERSION_TABLE}"), &[])?;
+        Ok(Some(match rows.as_slice() {
+            [r] => r.opt_int(0).ok().flatten().unwrap_or(0),
+            _ => 0,
+        }))
     }
 
-    /// Sets the schema version (inside the migrating transaction).
+    /// Whether the database holds nothing at all: no table, view or sequence in any schema
+    /// (PostgreSQL: another program may keep its tables in a schema of its own), and, in SQLite,
+    /// no object and no version or application id set by another program. Only such a database
+    /// becomes a history.
+    pub fn is_empty(&mut self) -> Result<bool, String> {
+        let sql = match self {
+            Conn::Sqlite(_) => {
+                "SELECT ((SELECT COUNT(*) FROM sqlite_master) > 0) + ((SELECT user_version FROM pragma_user_version) <> 0)
+                 + ((SELECT application_id FROM pragma_application_id) <> 0)"
+            }
+            Conn::Postgres(_) => {
+                "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+                 AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%'"
+            }
+        };
+        Ok(self.one(sql, &[])?.map_or(Ok(0), |r| r.int(0))? == 0)
+    }
+
+    /// SQLite's `PRAGMA user_version` and its tables with their columns (name, declared type),
+    /// by name: how an SQLite history of a build from before the schema table is recognised.
+    /// None for PostgreSQL, whose histories always had the table.
+    pub fn sqlite_tables(&mut self) -> Result<Option<(i64, SqliteTables)>, String> {
+        let Conn::Sqlite(c) = self else { return Ok(None) };
+        let version = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(sqlite_err)?;
+        Ok(Some((version, sqlite_tables(c).map_err(sqlite_err)?)))
+    }
+
+    /// Sets the schema version (inside the migrating transaction): the schema table, and in
+    /// SQLite `PRAGMA user_version` too (what builds from before the table read).
     pub fn set_schema_version(&mut self, v: i64) -> Result<(), String> {
+        let mark = format!(
+            "CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (version {} NOT NULL);
+             DELETE FROM {VERSION_TABLE}; INSERT INTO {VERSION_TABLE} (version) VALUES ({v});",
+            if matches!(self, Conn::Sqlite(_)) {
+                "INTEGER"
+            } else {
+                "BIGINT"
+            }
+        );
         match self {
             Conn::Sqlite(c) => c
-                .execute_batch(&format!("PRAGMA user_version = {v}"))
+                .execute_batch(&format!("{mark} PRAGMA user_version = {v};"))
                 .map_err(sqlite_err),
-            Conn::Postgres(p) => p.batch(&format!(
-                "CREATE TABLE IF NOT EXISTS {PG_VERSION_TABLE} (version BIGINT NOT NULL);
-                 DELETE FROM {PG_VERSION_TABLE}; INSERT INTO {PG_VERSION_TABLE} (version) VALUES ({v});"
-            )),
+            Conn::Postgres(p) => p.batch(&mark),
         }
-    }
-
-    /// How many tables the database (PostgreSQL: its current schema) holds.
-    pub fn table_count(&mut self) -> Result<i64, String> {
-        let sql = match self {
-            Conn::Sqlite(_) => "SELECT COUNT(*) FROM sqlite_master",
-            Conn::Postgres(_) => "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema()",
-        };
-        self.one(sql, &[])?.map_or(Ok(0), |r| r.int(0))
     }
 
     /// A migration's statements in this backend's dialect.

@@ -292,7 +292,10 @@ fn report(a: &ReportArgs) -> Result<i32, Failure> {
 
 fn export(a: &ExportArgs) -> Result<i32, Failure> {
     a.db.note_input();
-    if a.out.as_os_str() != "-" {
+    if a.out.as_os_str() == "-" {
+        // `-o - >> DB` would append the export to the database it reads.
+        super::transfer::refuse_stdout_database(&Location::parse(&a.db.db, "--db")?)?;
+    } else {
         tcpx_files::claim_output(&a.out, "-o").map_err(|e| Failure::Input(e.to_string()))?;
     }
     let db = a.db.open(false)?;
@@ -314,7 +317,8 @@ fn export(a: &ExportArgs) -> Result<i32, Failure> {
 fn import(a: &ImportArgs) -> Result<i32, Failure> {
     let name = a.input.display().to_string();
     let mut input: Box<dyn std::io::BufRead> = if name == "-" {
-        Box::new(std::io::stdin().lock())
+        // Bounded as a file is, and never the database written (`- < DB`).
+        super::transfer::stdin_export(&Location::parse(&a.db.db, "--db")?)?
     } else {
         // A regular file, opened without blocking (a FIFO is refused), of a bounded size.
         let f = tcpx_files::open_input(&a.input, tcpx_files::Bound::HISTORY_EXPORT)
@@ -326,6 +330,9 @@ fn import(a: &ImportArgs) -> Result<i32, Failure> {
     let export = super::transfer::read(&mut input, &name)?;
     let db = a.db.open(true)?;
     let done = super::transfer::import(&db, export)?;
+    for c in &done.copies {
+        println!("{c}");
+    }
     println!(
         "{}: {} imported, {} already stored, {} in all",
         db.name(),

@@ -1,15 +1,19 @@
 //! The history database: an SQLite file (the default) or a PostgreSQL database, through
 //! [`super::backend`], with one schema, versioned and brought up to date by the migrations below
 //! in one write transaction that first reads the version (concurrent first writers wait on each
-//! other, each within its timeout, instead of both creating the tables). A database written by a
-//! newer tcpx-analyze (a higher version) is refused, not guessed at; readers (`detect`, `report`,
-//! `gate --history`, `nodes`, `export`) open it read-only and refuse one that is not a
-//! tcpx-analyze history (empty, or another program's) instead of writing into it.
+//! other, each within its timeout, instead of both creating the tables). A database is a
+//! history only where it says so itself: our schema table `tcpx_history_schema` with one
+//! version (or, in SQLite from before that table, a `user_version` whose tables are exactly
+//! those our migrations made). An empty database (nothing in any schema) becomes one on the
+//! first `history add`; anything else is another program's and is refused before a single
+//! statement changes it, by writers and readers alike. A database written by a newer
+//! tcpx-analyze (a higher version) is refused, not guessed at; readers (`detect`, `report`,
+//! `gate --history`, `nodes`, `export`) open it read-only.
 //!
 //! Each run is stored in one transaction of its own, whole or not at all; its identity (the
 //! SHA-256 of its files) is unique, so a run is stored once whoever adds it and however often.
 
-use super::backend::{Conn, Row, Value};
+use super::backend::{self, Conn, Row, Value};
 use super::location::Location;
 use super::model::{Config, NodeVerdict, Provenance, RunRecord, Sample, SeriesRecord, StoredRow, StoredRun};
 use crate::error::Failure;
@@ -86,34 +90,70 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Refuses a version this build cannot read: newer than [`SCHEMA_VERSION`], negative, or 0 with
-/// tables in the database (another program's, never to be written into).
-fn check_version(conn: &mut Conn, name: &str, version: i64, writable: bool) -> Result<(), Failure> {
-    let fail = |e: String| Failure::Input(format!("{name}: database error: {e}"));
-    if version > SCHEMA_VERSION {
-        return Err(Failure::Input(format!(
-            "{name}: schema version {version} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze"
-        )));
+/// What a database says it is.
+enum Found {
+    /// A tcpx-analyze history: its schema version, and whether it carries the schema table
+    /// (an SQLite history of a build from before the table carries `user_version` only).
+    History(i64, bool),
+    /// Nothing in it at all: a history only once `history add` (or import) makes it one.
+    Empty,
+    /// Anything else: another program's, never read as a history nor written into.
+    Foreign,
+}
+
+/// The tables migrations `..version` make in SQLite: what an SQLite history of that version
+/// from before the schema table holds, and nothing else.
+fn sqlite_tables_of(version: i64) -> Result<backend::SqliteTables, rusqlite::Error> {
+    let c = rusqlite::Connection::open_in_memory()?;
+    for m in &MIGRATIONS[..version.clamp(0, SCHEMA_VERSION) as usize] {
+        c.execute_batch(m)?;
     }
-    if version < 0 {
-        return Err(Failure::Input(format!("{name}: schema version {version} is invalid")));
+    backend::sqlite_tables(&c)
+}
+
+/// Reads what the database says it is, changing nothing: ours only where it says so
+/// positively (the schema table with one version, or, in SQLite from before the table, a
+/// `user_version` whose tables are exactly the ones our migrations made).
+fn identify(conn: &mut Conn) -> Result<Found, String> {
+    if let Some(v) = conn.marked_version()? {
+        return Ok(Found::History(v, true));
     }
-    if version == 0 {
-        let kind = conn.kind();
-        let a = if kind == "SQLite" { "an" } else { "a" };
-        if conn.table_count().map_err(fail)? > 0 {
-            return Err(Failure::Input(format!(
-                "{name}: {a} {kind} database of another program (tables, no tcpx-analyze schema version): not a history; give another --db"
-            )));
+    if conn.is_empty()? {
+        return Ok(Found::Empty);
+    }
+    if let Some((v, tables)) = conn.sqlite_tables()? {
+        if (1..=SCHEMA_VERSION).contains(&v) && tables == sqlite_tables_of(v).map_err(|e| e.to_string())? {
+            return Ok(Found::History(v, false));
         }
-        if writable {
-            return Ok(());
-        }
-        return Err(Failure::Input(format!(
+    }
+    Ok(Found::Foreign)
+}
+
+/// What the database is, refused unless this build may use it: a history of a version it
+/// reads, or (`writable`) an empty database it makes one. Nothing is written before this says
+/// yes.
+fn check(conn: &mut Conn, name: &str, writable: bool) -> Result<Found, Failure> {
+    let found = identify(conn).map_err(|e| Failure::Input(format!("{name}: database error: {e}")))?;
+    let kind = conn.kind();
+    let a = if kind == "SQLite" { "an" } else { "a" };
+    match found {
+        Found::History(v, _) if v > SCHEMA_VERSION => Err(Failure::Input(format!(
+            "{name}: schema version {v} is newer than this tcpx-analyze's ({SCHEMA_VERSION}): use a newer tcpx-analyze"
+        ))),
+        Found::History(v, _) if v < 1 => Err(Failure::Input(format!(
+            "{name}: its table {} does not hold one valid schema version: not a history this tcpx-analyze reads or writes; give another --db",
+            backend::VERSION_TABLE
+        ))),
+        Found::Empty if !writable => Err(Failure::Input(format!(
             "{name}: an empty {kind} database, not a tcpx-analyze history (create one with `history add --db {name} RUN...`)"
-        )));
+        ))),
+        Found::Foreign => Err(Failure::Input(format!(
+            "{name}: {a} {kind} database of another program (it holds {}, but no tcpx-analyze schema table {}): not a history, left as it is; give another --db",
+            if kind == "SQLite" { "tables or a user_version" } else { "tables, in some schema" },
+            backend::VERSION_TABLE
+        ))),
+        f => Ok(f),
     }
-    Ok(())
 }
 
 /// An open history database.
@@ -163,14 +203,13 @@ impl Db {
             let v = {
                 let mut c = db.conn.borrow_mut();
                 c.begin_read().map_err(|e| db.fail(e))?;
-                let checked = c
-                    .schema_version()
-                    .map_err(|e| db.fail(e))
-                    .and_then(|v| check_version(&mut c, &db.name, v, false).map(|()| v));
-                match checked {
-                    Ok(v) => {
+                match check(&mut c, &db.name, false) {
+                    Ok(found) => {
                         c.commit().map_err(|e| db.fail(e))?;
-                        v
+                        match found {
+                            Found::History(v, _) => v,
+                            Found::Empty | Found::Foreign => 0,
+                        }
                     }
                     Err(e) => {
                         c.rollback();
@@ -203,17 +242,23 @@ impl Db {
     }
 
     /// Brings the schema up to date in one write transaction: the version is read under the
-    /// write lock, so of several first writers one creates the tables and the others find them.
+    /// write lock, so of several first writers one creates the tables and the others find them;
+    /// a database that is neither a history nor empty is refused before any statement changes it.
     fn migrate(&self) -> Result<(), Failure> {
         let mut c = self.conn.borrow_mut();
         c.begin_write().map_err(|e| self.fail(e))?;
         let r = (|| {
-            let version = c.schema_version().map_err(|e| self.fail(e))?;
-            check_version(&mut c, &self.name, version, true)?;
-            for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let (version, marked) = match check(&mut c, &self.name, true)? {
+                Found::History(v, marked) => (v, marked),
+                Found::Empty | Found::Foreign => (0, false),
+            };
+            for m in MIGRATIONS.iter().skip(version as usize) {
                 let sql = c.ddl(m);
                 c.batch(&sql).map_err(|e| self.fail(e))?;
-                c.set_schema_version(i as i64 + 1).map_err(|e| self.fail(e))?;
+            }
+            // A history from before the schema table gets it with its first write.
+            if version < SCHEMA_VERSION || !marked {
+                c.set_schema_version(SCHEMA_VERSION).map_err(|e| self.fail(e))?;
             }
             c.commit().map_err(|e| self.fail(e))
         })();
@@ -223,8 +268,12 @@ impl Db {
         r
     }
 
+    /// The schema version of the database (0: none; another program's database has none).
     pub fn schema_version(&self) -> Result<i64, Failure> {
-        self.conn.borrow_mut().schema_version().map_err(|e| self.fail(e))
+        match identify(&mut self.conn.borrow_mut()).map_err(|e| self.fail(e))? {
+            Found::History(v, _) => Ok(v),
+            Found::Empty | Found::Foreign => Ok(0),
+        }
     }
 
     /// Sets the stored schema version (tests of the version check: a database from a newer build).
@@ -239,20 +288,6 @@ impl Db {
         // One writer at a time: two `history add` at once must not both see a run as absent.
         c.begin_write().map_err(|e| self.fail(e))?;
         let r = add_in(&mut c, record, added_at);
-        finish(&mut c, r).map_err(|e| self.fail(e))
-    }
-
-    /// Stores a run as another history holds it (`history import`): its provenance, marks and
-    /// time of adding kept; a run already stored (by its identity) is left alone.
-    pub(crate) fn store(&self, record: &RunRecord, added_at: &str) -> Result<Added, Failure> {
-        let mut c = self.conn.borrow_mut();
-        c.begin_write().map_err(|e| self.fail(e))?;
-        let r = (|| {
-            if let Some(id) = present(&mut c, &record.provenance.content_sha256)? {
-                return Ok(Added::Present(id));
-            }
-            write_run(&mut c, record, added_at)
-        })();
         finish(&mut c, r).map_err(|e| self.fail(e))
     }
 
@@ -637,11 +672,12 @@ fn runs_in(c: &mut Conn, config_id: i64, with_samples: bool) -> Result<Vec<Store
     Ok(runs)
 }
 
-/// Sets `PRAGMA user_version` of an SQLite file (tests of the version check: a database from a
-/// newer build).
+/// Sets the schema version of an SQLite file, its schema table and `PRAGMA user_version` (tests
+/// of the version check: a database from a newer build).
 #[doc(hidden)]
 pub fn set_user_version_for_tests(path: &Path, v: i64) -> Result<(), Failure> {
     let c = rusqlite::Connection::open(path).map_err(|e| Failure::Input(format!("{}: {e}", path.display())))?;
-    c.execute_batch(&format!("PRAGMA user_version = {v}"))
+    Conn::Sqlite(c)
+        .set_schema_version(v)
         .map_err(|e| Failure::Input(format!("{}: {e}", path.display())))
 }

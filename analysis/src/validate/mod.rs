@@ -20,6 +20,7 @@ mod config;
 mod summary;
 
 use columns::{check_figures, check_header};
+pub use summary::check_node_verdicts;
 
 /// `1 to 4`: the schema versions admitted ([`tcpx_schema::SCHEMA_VERSIONS`]), for messages.
 pub fn admitted_versions() -> String {

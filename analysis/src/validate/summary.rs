@@ -270,23 +270,124 @@ fn shown(v: Option<&Value>) -> String {
     }
 }
 
-/// `node_verdicts` (tcpx-perf's verdict per node, docs/drain.md), where present and not null: a
-/// list of objects, each with a host (a non-empty string, no node twice), a verdict of
-/// [`tcpx_schema::NODE_VERDICTS`] and its evidence (a string). What `history nodes` shows and
-/// drains by is then what tcpx-perf can have written.
-pub(super) fn check_node_verdicts(sum_name: &str, summary: &Value) -> Result<(), Failure> {
-    let Some(list) = summary.get("node_verdicts").filter(|v| !v.is_null()) else {
-        return Ok(());
+/// What decided a node's verdict, as tcpx-perf names it (`src/verdict`): the probe, the sweep's
+/// partners, a pair the run cannot separate, a preflight finding, the failure that ended the run.
+const DECIDED_BY: [&str; 5] = ["probe", "partners", "cannot-separate", "finding", "failure"];
+
+/// Whether `text` holds a control character (a line break in a host name forges a row of
+/// `history nodes`); `tab` lets a tab through (evidence is free text on one line).
+fn has_control(text: &str, tab: bool) -> bool {
+    text.chars().any(|c| c.is_control() && !(tab && c == '\t'))
+}
+
+/// The run's nodes: the distinct host names of summary.json's `hosts` (one entry per rank), as
+/// tcpx-perf judges them; a name with a control character is refused.
+fn run_hosts(sum_name: &str, summary: &Value) -> Result<Vec<String>, Failure> {
+    let mut hosts: Vec<String> = Vec::new();
+    for (i, h) in summary
+        .get("hosts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(name) = h.get("hostname").and_then(Value::as_str) else {
+            continue;
+        };
+        if has_control(name, false) {
+            return Err(refuse(
+                sum_name,
+                None,
+                &format!("hosts[{i}].hostname"),
+                format!(
+                    "{} holds a control character: no host name does",
+                    shown(h.get("hostname"))
+                ),
+            ));
+        }
+        if !hosts.iter().any(|x| x == name) {
+            hosts.push(name.to_string());
+        }
+    }
+    Ok(hosts)
+}
+
+/// Whether the run's probe judged its nodes: it ran rounds, was not skipped and received no
+/// wrong data; then tcpx-perf writes a verdict for every node (`verdict::verdicts`).
+fn probe_judged(summary: &Value) -> bool {
+    let Some(p) = summary.get("probe").filter(|p| p.is_object()) else {
+        return false;
+    };
+    let skipped = p.get("skipped").is_some_and(|s| !s.is_null());
+    let rounds = p.get("rounds").and_then(Value::as_array).is_some_and(|r| !r.is_empty());
+    let wrong = p.get("wrong").and_then(Value::as_f64).is_some_and(|w| w > 0.0);
+    !skipped && rounds && !wrong
+}
+
+/// A finite number >= 0 (a share of the median).
+fn share(v: &Value) -> bool {
+    v.as_f64().is_some_and(|x| x.is_finite() && x >= 0.0)
+}
+
+/// One `slow_sides` entry as tcpx-perf types it (`SlowSide`), or what is wrong with it.
+fn slow_side_error(v: &Value) -> Option<String> {
+    let Some(o) = v.as_object() else {
+        return Some(format!("{} is not a NIC side (an object)", shown(Some(v))));
+    };
+    let text = |k: &str| o.get(k).and_then(Value::as_str).is_some_and(|t| !has_control(t, false));
+    let count = |k: &str| o.get(k).is_some_and(|x| x.as_u64().is_some());
+    let peers = o
+        .get("peers")
+        .and_then(Value::as_array)
+        .is_some_and(|p| p.iter().all(|x| x.as_str().is_some_and(|t| !has_control(t, false))));
+    let bad = [
+        ("nic", text("nic")),
+        ("sending", o.get("sending").is_some_and(Value::is_boolean)),
+        ("share", o.get("share").is_some_and(share)),
+        ("slow_sizes", count("slow_sizes")),
+        ("judged_sizes", count("judged_sizes")),
+        ("flows", count("flows")),
+        ("peers", peers),
+        ("peers_fast", count("peers_fast")),
+    ]
+    .into_iter()
+    .find(|(_, ok)| !ok)?;
+    Some(format!(
+        ".{} is {}: tcpx-perf writes text, true/false, a finite share or a count there",
+        bad.0,
+        shown(o.get(bad.0))
+    ))
+}
+
+/// `node_verdicts` (tcpx-perf's verdict per node, docs/drain.md), as tcpx-perf writes it: absent
+/// (older runs), or a list of objects each with a host of the run (no control character, no node
+/// twice), a verdict of [`tcpx_schema::NODE_VERDICTS`] and its evidence (one line of text); and
+/// where present, `decided_by` null or one of [`DECIDED_BY`], `lowest_share` null or a finite
+/// number >= 0, `slow_sides` a list of NIC sides. A list that is not empty names every node of
+/// the run (tcpx-perf judges all or none, and none on one node); an empty one is refused where
+/// the probe judged the nodes ([`probe_judged`]). What `history nodes` shows and drains by is
+/// then what tcpx-perf can have written. `pub` for `history import`, which admits an export's
+/// verdicts by the same rule.
+pub fn check_node_verdicts(sum_name: &str, summary: &Value) -> Result<(), Failure> {
+    let hosts = run_hosts(sum_name, summary)?;
+    let Some(list) = summary.get("node_verdicts") else {
+        return none_judged(sum_name, summary, &hosts, "absent");
     };
     let Some(list) = list.as_array() else {
         return Err(refuse(
             sum_name,
             None,
             "node_verdicts",
-            format!("{} is not a list of node verdicts", shown(Some(list))),
+            format!(
+                "{} is not a list of node verdicts (tcpx-perf writes [] when it judged none)",
+                shown(Some(list))
+            ),
         ));
     };
-    let mut hosts = std::collections::BTreeSet::new();
+    if list.is_empty() {
+        return none_judged(sum_name, summary, &hosts, "[]");
+    }
+    let mut seen = std::collections::BTreeSet::new();
     for (i, v) in list.iter().enumerate() {
         let field = |k: &str| format!("node_verdicts[{i}].{k}");
         let Some(o) = v.as_object() else {
@@ -301,22 +402,37 @@ pub(super) fn check_node_verdicts(sum_name: &str, summary: &Value) -> Result<(),
             ));
         };
         let host = match o.get("host").and_then(Value::as_str) {
-            Some(h) if !h.trim().is_empty() => h,
+            Some(h) if !h.trim().is_empty() && !has_control(h, false) => h,
             _ => {
                 return Err(refuse(
                     sum_name,
                     None,
                     &field("host"),
-                    format!("{} is not a host name", shown(o.get("host"))),
+                    format!(
+                        "{} is not a host name (text, no control character)",
+                        shown(o.get("host"))
+                    ),
                 ))
             }
         };
-        if !hosts.insert(host) {
+        if !seen.insert(host) {
             return Err(refuse(
                 sum_name,
                 None,
                 &field("host"),
                 format!("{} has a verdict already: one verdict per node", shown(o.get("host"))),
+            ));
+        }
+        if !hosts.iter().any(|h| h == host) {
+            return Err(refuse(
+                sum_name,
+                None,
+                &field("host"),
+                format!(
+                    "{} is not a node of this run (hosts: {}): a verdict is for a node the run ran on",
+                    shown(o.get("host")),
+                    shown(Some(&Value::from(hosts.join(","))))
+                ),
             ));
         }
         if !o
@@ -335,14 +451,94 @@ pub(super) fn check_node_verdicts(sum_name: &str, summary: &Value) -> Result<(),
                 ),
             ));
         }
-        if !o.get("evidence").is_some_and(Value::is_string) {
+        if o.get("evidence")
+            .and_then(Value::as_str)
+            .is_none_or(|e| has_control(e, true))
+        {
             return Err(refuse(
                 sum_name,
                 None,
                 &field("evidence"),
-                format!("{} is not text: a verdict's evidence is", shown(o.get("evidence"))),
+                format!(
+                    "{} is not one line of text: a verdict's evidence is",
+                    shown(o.get("evidence"))
+                ),
             ));
         }
+        if let Some(d) = o.get("decided_by").filter(|d| !d.is_null()) {
+            if !d.as_str().is_some_and(|d| DECIDED_BY.contains(&d)) {
+                return Err(refuse(
+                    sum_name,
+                    None,
+                    &field("decided_by"),
+                    format!("{} is not null or one of {DECIDED_BY:?}", shown(Some(d))),
+                ));
+            }
+        }
+        if let Some(l) = o.get("lowest_share").filter(|l| !l.is_null() && !share(l)) {
+            return Err(refuse(
+                sum_name,
+                None,
+                &field("lowest_share"),
+                format!("{} is not null or a finite share >= 0", shown(Some(l))),
+            ));
+        }
+        if let Some(sides) = o.get("slow_sides") {
+            let Some(sides) = sides.as_array() else {
+                return Err(refuse(
+                    sum_name,
+                    None,
+                    &field("slow_sides"),
+                    format!("{} is not a list of NIC sides", shown(Some(sides))),
+                ));
+            };
+            for (j, side) in sides.iter().enumerate() {
+                if let Some(why) = slow_side_error(side) {
+                    return Err(refuse(sum_name, None, &field(&format!("slow_sides[{j}]")), why));
+                }
+            }
+        }
+    }
+    if let Some(missing) = hosts.iter().find(|h| !seen.contains(h.as_str())) {
+        return Err(refuse(
+            sum_name,
+            None,
+            "node_verdicts",
+            format!(
+                "no verdict for node {}: tcpx-perf judges every node of a run or none",
+                shown(Some(&Value::from(missing.as_str())))
+            ),
+        ));
+    }
+    if hosts.len() < 2 {
+        return Err(refuse(
+            sum_name,
+            None,
+            "node_verdicts",
+            format!(
+                "{} verdict(s) on a run of {} node(s): tcpx-perf judges nodes only among 2 or more",
+                list.len(),
+                hosts.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// No verdict (`what`: the list `[]`, or `absent`): what tcpx-perf writes for one node, where
+/// nothing was judged, or where the probe was skipped or received wrong data; not where the
+/// probe judged two or more nodes.
+fn none_judged(sum_name: &str, summary: &Value, hosts: &[String], what: &str) -> Result<(), Failure> {
+    if hosts.len() >= 2 && probe_judged(summary) {
+        return Err(refuse(
+            sum_name,
+            None,
+            "node_verdicts",
+            format!(
+                "{what}, but the probe judged the run's {} nodes: tcpx-perf writes a verdict for each",
+                hosts.len()
+            ),
+        ));
     }
     Ok(())
 }

@@ -287,3 +287,68 @@ pub fn real_run(out: &Path, env: &[(&str, &str)]) -> String {
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// Edits a result directory's summary.json through `f`.
+pub fn edit_summary_json(dir: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = dir.join("summary.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// summary.json's `hosts` as tcpx-perf writes it for ranks on `hosts` (one rank a host, in order).
+pub fn hosts_json(hosts: &[&str]) -> serde_json::Value {
+    serde_json::Value::Array(
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| serde_json::json!({"rank": i, "hostname": h, "node": i, "gpus": [0]}))
+            .collect(),
+    )
+}
+
+/// One node's verdict as tcpx-perf writes it in summary.json's `node_verdicts`.
+pub fn node_verdict(host: &str, verdict: &str) -> serde_json::Value {
+    serde_json::json!({
+        "host": host,
+        "verdict": verdict,
+        "evidence": format!("lowest NIC side at 0.91 of the median in the probe ({verdict})"),
+        "decided_by": "probe",
+        "lowest_share": 0.91,
+        "slow_sides": [],
+    })
+}
+
+/// `tcpx-analyze ARGS` with `stdin`, killed after `limit` (a hang, or an input read without
+/// end): its exit status (None when killed), stdout + stderr, and how long it took.
+pub fn run_analyze_within(
+    args: &[&str],
+    stdin: std::process::Stdio,
+    limit: std::time::Duration,
+) -> (Option<i32>, String, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tcpx-analyze"))
+        .args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tcpx-analyze");
+    let mut killed = false;
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            killed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().expect("output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let code = if killed { None } else { out.status.code() };
+    (code, text, start.elapsed())
+}
