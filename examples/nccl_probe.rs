@@ -123,6 +123,7 @@ fn probe() -> Result<(), String> {
         check: cli.check_enabled(),
         average: cli.average,
         iteration_reduction: cli.average,
+        timing: cli.timing,
     };
     let prep = baseline::prepare(Some(&settings), &plugin, &props, &topo, 0)?.ok_or("no baseline prepared")?;
     println!(

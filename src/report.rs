@@ -99,7 +99,7 @@ impl ProbeRun {
             _ => String::new(),
         };
         format!(
-            "probe: {} round(s) of node pairs at {}, each node with a new partner per round, both ways: {:.1} s, {:.2} GB{wrong} (node verdicts: docs/drain.md)",
+            "probe: {} round(s) of node pairs at {}, each node with a new partner per round, one way then the other: {:.1} s, {:.2} GB{wrong} (node verdicts: docs/drain.md)",
             self.rounds.len(),
             tcpx_units::format_size_label(self.size_bytes),
             self.seconds,
@@ -186,6 +186,9 @@ pub struct RunSettings {
     /// `--connect`: `all` (every comm before the first byte) or `rounds` (the `--max-peers`
     /// round in flight only).
     pub connect: String,
+    /// `--timing`: `per-iteration` (each timed iteration after a barrier, alone) or
+    /// `back-to-back` (nccl-tests': the iterations back to back, time = total / iterations).
+    pub timing: String,
 }
 
 /// Where one rank ran.

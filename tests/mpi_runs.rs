@@ -688,6 +688,74 @@ fn slow_but_steady_iterations_are_not_stalls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--timing back-to-back` (issue 54) is nccl-tests' pace: one start signal for a size's timed
+/// iterations, each rank's time its total over the iterations (rank 0's samples sum to the
+/// span from that signal to its last completion, the crew's barrier and replies aside); the
+/// default starts each timed iteration alone. Both check the data and move every byte.
+#[test]
+fn back_to_back_timing_is_one_start_and_the_total_over_iterations() {
+    for (timing, starts) in [("per-iteration", 6), ("back-to-back", 1)] {
+        let dir = scratch(&format!("timing-{timing}"));
+        let flags = format!("--pattern sendrecv -b 1M -e 1M -n 6 -w 1 --timing {timing} --progress never");
+        let o = run(2, &flags, &dir, &[("TCPX_PERF_TRACE", "1")]);
+        assert_clean(&o, &dir, 1, 2);
+        assert_eq!(summary(&dir)["timing"], timing, "{}", show(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("timing: {timing} (")),
+            "the header names it: {out}"
+        );
+        let prefix = format!("size 1048576 iterations done: 6 timed from {starts} start(s) in ");
+        let span: f64 = out
+            .lines()
+            .find_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
+            .and_then(|rest| rest.trim_end_matches(" s").parse().ok())
+            .unwrap_or_else(|| panic!("no `{prefix}` trace line:\n{out}"));
+        let rank0: f64 = csv_rows(&dir, "rank_samples.csv")
+            .iter()
+            .filter(|r| r["rank"] == "0")
+            .map(|r| r["time_us"].parse::<f64>().unwrap())
+            .sum::<f64>()
+            / 1e6;
+        assert!(
+            rank0 <= span * 1.001,
+            "{timing}: samples {rank0} s past the span {span} s"
+        );
+        if timing == "back-to-back" {
+            assert!(
+                rank0 >= 0.5 * span,
+                "total over iterations: samples {rank0} s of a {span} s span"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Back to back, a size's timed iterations are one phase: the watchdog spans all of them, each
+/// iteration still bounded by -T through its completions. 12 iterations of over a second
+/// each outlast -T 1 plus the watchdog's 10 s; before, the watchdog fired at 11 s.
+#[test]
+fn back_to_back_iterations_outlast_one_iterations_watchdog() {
+    let dir = scratch("back-to-back-slow");
+    let o = run(
+        2,
+        "--pattern sendrecv -b 8M -e 8M --chunk 64K -n 12 -w 0 -T 1 --timing back-to-back --progress never",
+        &dir,
+        &[
+            ("TCPXEMU_FAULT", "slow"),
+            ("NCCL_DYNAMIC_CHUNK_SIZE", "4096"),
+            ("NCCL_NSOCKS_PERTHREAD", "1"),
+        ],
+    );
+    assert_clean(&o, &dir, 1, 2);
+    let time_us: f64 = csv_rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
+    assert!(
+        time_us * 12.0 > 11.0e6,
+        "the iterations must outlast the watchdog of one to test anything: {time_us} us each"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A rank whose requests are in flight but whose peer is slow waits without spinning: with
 /// `--poll adaptive` its CPU use during the timed iterations stays small, where `--poll spin` keeps
 /// a core busy per endpoint (the same run shape, one after the other). Every run reports its CPU

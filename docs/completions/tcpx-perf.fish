@@ -56,6 +56,8 @@ complete -c tcpx-perf -l probe-rounds -d 'Rounds of node pairs after the sweep t
 complete -c tcpx-perf -l probe-pairs -d 'Node pairs of a probe round that run at once, the others after them (0: all at once)' -r
 complete -c tcpx-perf -l iter-time -d 'Which rank\'s time each timed iteration gets in t_min t_max t_p99 cv% t_med and samples.csv: reduced (with -a, the default) or max (the slowest rank, as nccl-tests -I 1)' -r -f -a "reduced\t'Reduced over ranks as -a says'
 max\t'The slowest rank\'s (nccl-tests -I 1: "i_* uses max over process rows")'"
+complete -c tcpx-perf -l timing -d 'How the timed iterations run: per-iteration (each after a barrier of every rank, timed alone) or back-to-back (nccl-tests\' timing: one barrier, the iterations back to back, time = total / iterations; -c checks the last iteration\'s bytes)' -r -f -a "per-iteration\t'Every iteration starts after a barrier of every rank, and is timed alone: its time is a sample of its own, the slowest rank\'s start included in no other'
+back-to-back\t'The iterations run back to back from one barrier, each endpoint starting the next as its previous one completes (nccl-tests\' timing: time = total / iterations); an iteration\'s sample is from the previous one\'s end on its rank to its own'"
 complete -c tcpx-perf -l completions -d 'Print a shell completion script (bash, zsh, fish, elvish, powershell), then exit' -r -f -a "bash\t''
 elvish\t''
 fish\t''

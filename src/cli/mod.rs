@@ -381,7 +381,7 @@ pub struct Cli {
     pub bad_share: f64,
 
     /// Rounds of node pairs after the sweep that judge the nodes (each node with a new partner
-    /// per round, the largest size both ways; 0: none, the sweep's flows judge)
+    /// per round, the largest size one way then the other; 0: none, the sweep's flows judge)
     ///
     /// In a fullmesh the flows wait on each other and one slow NIC slows its partners too; in
     /// a round of pairs every NIC carries the same load alone (docs/drain.md#why-a-probe).
@@ -404,6 +404,12 @@ pub struct Cli {
     /// reduced (with -a, the default) or max (the slowest rank, as nccl-tests -I 1)
     #[arg(long = "iter-time", value_enum, default_value_t = IterTime::Reduced)]
     pub iter_time: IterTime,
+
+    /// How the timed iterations run: per-iteration (each after a barrier of every rank, timed
+    /// alone) or back-to-back (nccl-tests' timing: one barrier, the iterations back to back,
+    /// time = total / iterations; -c checks the last iteration's bytes)
+    #[arg(long = "timing", value_enum, default_value_t = crate::plan::Timing::PerIteration)]
+    pub timing: crate::plan::Timing,
 
     /// Print the man page (roff) generated from these flags, then exit
     #[arg(long = "print-man", hide = true)]

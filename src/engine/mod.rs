@@ -94,8 +94,10 @@ enum Command {
     Connect(Arc<HashMap<HandleKey, NetHandle>>),
     Prepare(Arc<Plan>),
     Fill(u32),
+    /// `count` iterations, back to back (one: an iteration alone, after a barrier).
     Run {
         timed: bool,
+        count: usize,
     },
     Verify(u32),
     Totals,
@@ -108,7 +110,8 @@ enum Command {
 enum Reply {
     Handles(Vec<(HandleKey, NetHandle)>),
     Setup(Duration, usize),
-    Timing(IterationTiming),
+    /// Per iteration, its timing, `elapsed` counted from the first iteration's start.
+    Timing(Vec<IterationTiming>),
     Wrong(u64),
     Totals(SizeTotals),
     Done,
@@ -136,11 +139,17 @@ impl Crew {
 /// How often the calling thread, waiting for its workers, asks whether another rank failed.
 const PEER_CHECK: Duration = Duration::from_millis(20);
 
+/// The longest a watchdog phase is armed for (a millennium: past any run, with room before an
+/// `Instant` overflows).
+const WATCHDOG_MAX: Duration = Duration::from_secs(1000 * 365 * 24 * 3600);
+
 /// Per-iteration result of this rank.
-#[derive(Debug, Clone, Copy)]
-pub struct RankIteration {
-    /// Time to this rank's last completion (max over its endpoints).
-    pub elapsed: Duration,
+#[derive(Debug, Clone)]
+pub struct RankRun {
+    /// Each iteration's time on this rank: from the previous iteration's last completion on the
+    /// rank (the start signal, for the first) to its own (the latest over the rank's endpoints).
+    /// Their sum is the time from the start signal to the rank's last completion.
+    pub times: Vec<Duration>,
     pub delivered: progress::Delivered,
     /// The most distinct peers one endpoint of this rank sent to (received from) at once.
     pub peers_in_flight: (u32, u32),
@@ -432,16 +441,23 @@ impl Engine {
         self.broadcast(Command::Fill(iter)).map(drop)
     }
 
-    /// One iteration: MPI barrier, then every worker starts its clock and runs to its last
-    /// completion. Returns this rank's time (max over its endpoints) and bytes received.
-    pub fn run(&self, coll: &dyn Collectives, timed: bool) -> Result<RankIteration, String> {
+    /// `count` iterations: an MPI barrier, then every worker starts its clock and runs them back
+    /// to back, each as soon as its own previous one completed (no barrier between them: the
+    /// pace nccl-tests times). One iteration is today's per-iteration timing. Returns this
+    /// rank's time of each (see [`RankRun::times`]) and the bytes received.
+    pub fn run(&self, coll: &dyn Collectives, timed: bool, count: usize) -> Result<RankRun, String> {
         self.meet(coll, "barrier before iteration")?;
-        self.phase("iteration");
+        // Back to back, the phase spans `count` iterations: each still has -T to complete (the
+        // workers' own deadline), the watchdog the sum.
+        let per_iteration = self.config.timeout + Duration::from_secs(10);
+        let iterations = u32::try_from(count.max(1)).unwrap_or(u32::MAX);
+        self.watchdog
+            .arm("iteration", per_iteration.saturating_mul(iterations).min(WATCHDOG_MAX));
         *self
             .crew
             .command
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Run { timed }));
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(Command::Run { timed, count }));
         let (cpu0, t0) = (crate::cputime::CpuTime::now(), Instant::now());
         self.crew.barrier.wait();
         let failed = self.await_crew(Some(coll));
@@ -449,20 +465,30 @@ impl Engine {
         if let Some(failed) = failed {
             return Err(failed);
         }
-        let mut result = RankIteration {
-            elapsed: Duration::ZERO,
+        let mut ends = vec![Duration::ZERO; count];
+        let mut result = RankRun {
+            times: Vec::with_capacity(count),
             delivered: progress::Delivered::default(),
             peers_in_flight: (0, 0),
             cpu: crate::cputime::CpuTime::now().since(cpu0),
             window: t0.elapsed(),
         };
         for reply in replies? {
-            if let Reply::Timing(t) = reply {
-                result.elapsed = result.elapsed.max(t.elapsed);
-                result.delivered.add(&t.delivered);
-                result.peers_in_flight.0 = result.peers_in_flight.0.max(t.peers_in_flight.0);
-                result.peers_in_flight.1 = result.peers_in_flight.1.max(t.peers_in_flight.1);
+            if let Reply::Timing(timings) = reply {
+                for (end, t) in ends.iter_mut().zip(&timings) {
+                    *end = (*end).max(t.elapsed);
+                    result.delivered.add(&t.delivered);
+                    result.peers_in_flight.0 = result.peers_in_flight.0.max(t.peers_in_flight.0);
+                    result.peers_in_flight.1 = result.peers_in_flight.1.max(t.peers_in_flight.1);
+                }
             }
+        }
+        let mut before = Duration::ZERO;
+        for end in ends {
+            // A later iteration's end on the rank is never before an earlier one's: each
+            // endpoint's iterations follow one another.
+            result.times.push(end.saturating_sub(before));
+            before = before.max(end);
         }
         Ok(result)
     }
@@ -604,10 +630,18 @@ fn execute(worker: &mut Worker, command: &Command) -> Result<Reply, String> {
             Ok(Reply::Done)
         }
         Command::Fill(iter) => worker.fill(*iter).map(|()| Reply::Done),
-        Command::Run { timed } => {
-            // The clock starts when this worker leaves the barrier that followed the MPI barrier.
-            worker
-                .run(Instant::now(), *timed)
+        Command::Run { timed, count } => {
+            // The clock starts when this worker leaves the barrier that followed the MPI barrier;
+            // each later iteration starts when this worker's previous one completed.
+            let first = Instant::now();
+            (0..*count)
+                .try_fold(Vec::with_capacity(*count), |mut timings, _| {
+                    let start = first + timings.last().map_or(Duration::ZERO, |t: &IterationTiming| t.elapsed);
+                    let mut t = worker.run(start, *timed)?;
+                    t.elapsed += start - first;
+                    timings.push(t);
+                    Ok(timings)
+                })
                 .map(Reply::Timing)
                 .map_err(|e| match e {
                     IterationError::Stalled(dump) => {

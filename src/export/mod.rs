@@ -237,6 +237,7 @@ pub(crate) mod fixtures {
                 channels: 1,
                 window: 8,
                 connect: "all".into(),
+                timing: "per-iteration".into(),
             },
             hosts: vec![
                 HostInfo {

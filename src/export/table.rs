@@ -146,11 +146,16 @@ pub fn header(info: &RunInfo) -> String {
     }
     let _ = writeln!(
         s,
-        "# iters: {} warmup: {} check: {} -a: {}",
+        "# iters: {} warmup: {} check: {} -a: {} timing: {}",
         info.settings.iters,
         info.settings.warmup,
         if info.settings.check { "on" } else { "off" },
-        info.settings.time_reduction
+        info.settings.time_reduction,
+        match info.settings.timing.as_str() {
+            "back-to-back" =>
+                "back-to-back (as nccl-tests: one start, time = total / iterations; -c checks the last iteration)",
+            _ => "per-iteration (each after a barrier, timed alone)",
+        }
     );
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");

@@ -10,11 +10,11 @@ use super::{shifts_per_round, Fill, Flow, Pattern, Plan, Totals};
 use crate::topology::Topology;
 
 impl Plan {
-    /// Node against node: for each `(a, b)` of `pairs` (node indices), the i-th endpoint of `a`
-    /// and the i-th of `b` send each other `size` bytes (the node verdicts' probe: one round of
-    /// node pairs). Laid out as `pairs`: the own block first, the partner's after it. Every
-    /// endpoint of a node in no pair idles.
-    pub fn node_pairs(topo: &Topology, pairs: &[(usize, usize)], size: u64, holder: &super::Holder) -> Plan {
+    /// Node to node: for each `(a, b)` of `directed` (node indices), the i-th endpoint of `a`
+    /// sends the i-th of `b` `size` bytes (the node verdicts' probe: a round of node pairs, one
+    /// way or both). Laid out as `pairs`: the own block first, the partner's after it, on both
+    /// ends. Every endpoint of a node in no pair idles.
+    pub fn node_pairs(topo: &Topology, directed: &[(usize, usize)], size: u64, holder: &super::Holder) -> Plan {
         let n = topo.len();
         let mut plan = Plan {
             pattern: Pattern::Pairs,
@@ -35,24 +35,23 @@ impl Plan {
         for (e, ep) in topo.endpoints.iter().enumerate() {
             on[ep.node].push(e);
         }
-        for &(a, b) in pairs {
-            for (&x, &y) in on[a].iter().zip(&on[b]) {
-                for (src, dst) in [(x, y), (y, x)] {
-                    plan.buffer_len[src] = 2 * size;
-                    plan.count(size, 1);
-                    if size > 0 {
-                        plan.totals.senders += 1;
-                    }
-                    if holder.holds(src) {
-                        plan.fills[src] = vec![Fill {
-                            off: 0,
-                            len: size,
-                            origin_off: 0,
-                        }];
-                    }
-                    if holder.keeps(src, dst) {
-                        plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
-                    }
+        for &(a, b) in directed {
+            for (&src, &dst) in on[a].iter().zip(&on[b]) {
+                plan.buffer_len[src] = 2 * size;
+                plan.buffer_len[dst] = 2 * size;
+                plan.count(size, 1);
+                if size > 0 {
+                    plan.totals.senders += 1;
+                }
+                if holder.holds(src) {
+                    plan.fills[src] = vec![Fill {
+                        off: 0,
+                        len: size,
+                        origin_off: 0,
+                    }];
+                }
+                if holder.keeps(src, dst) {
+                    plan.flows.push(Flow::plain(src, dst, 0, size, size, 0));
                 }
             }
         }

@@ -85,6 +85,32 @@ pub struct Iterations {
     /// How each timed iteration's per-rank times are reduced for the spread statistics
     /// (`--iter-time`): `-a`'s reduction, or the slowest rank's as nccl-tests `-I`.
     pub iteration_reduction: TimeReduction,
+    /// Each timed iteration alone after a barrier, or all of them back to back (`--timing`).
+    pub timing: Timing,
+}
+
+/// How the timed iterations run (`--timing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Timing {
+    /// Every iteration starts after a barrier of every rank, and is timed alone: its time is a
+    /// sample of its own, the slowest rank's start included in no other.
+    #[default]
+    PerIteration,
+    /// The iterations run back to back from one barrier, each endpoint starting the next as its
+    /// previous one completes (nccl-tests' timing: time = total / iterations); an iteration's
+    /// sample is from the previous one's end on its rank to its own.
+    BackToBack,
+}
+
+impl Timing {
+    /// As summary.json and the table's header write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Timing::PerIteration => "per-iteration",
+            Timing::BackToBack => "back-to-back",
+        }
+    }
 }
 
 /// The traffic pattern (`--pattern`).

@@ -231,7 +231,7 @@ fn held_plans_are_the_job_plans_flows_of_their_endpoints() {
 #[test]
 fn held_node_pairs_are_the_job_pairs_of_their_endpoints() {
     let t = topo(8, 2);
-    let pairs = [(0, 3), (1, 2)];
+    let pairs = [(0, 3), (1, 2), (3, 0), (2, 1)];
     let whole = Plan::node_pairs(&t, &pairs, 4096, &Holder::Job);
     assert_eq!(whole.totals, counted(&whole));
     assert_eq!(whole.flows.len(), 8);

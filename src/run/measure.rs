@@ -12,7 +12,7 @@ use crate::engine::progress::Delivered;
 use crate::engine::{Engine, Instants};
 use crate::matrix::{FlowTimes, Halves, Matrix};
 use crate::mpi_boot::Mpi;
-use crate::plan::{Iterations, Plan};
+use crate::plan::{Iterations, Plan, Timing};
 use crate::report::{PairResult, SizeResult};
 use crate::stats;
 use crate::topology::Topology;
@@ -28,6 +28,9 @@ struct Sampled {
     peers_in_flight: [f64; 2],
     cpu: CpuTime,
     cpu_window: f64,
+    /// Start signals of the timed iterations (one each per iteration; one per round back to
+    /// back).
+    starts: usize,
     /// The host's counters around each stretch of timed traffic (one per round).
     wire: Vec<(delivery::Snapshot, delivery::Snapshot)>,
     wrong: u64,
@@ -54,6 +57,7 @@ impl Sampled {
         }
         self.cpu.add(round.cpu);
         self.cpu_window += round.cpu_window;
+        self.starts += round.starts;
         self.wire.extend(round.wire);
         self.wrong += round.wrong;
         if self.flow_sums.is_empty() {
@@ -124,7 +128,12 @@ pub(super) fn measure(
         bar.set_message(format!("size {}", tcpx_units::format_size(plan.size)));
     }
     let sampled = by_parts(it, bench, links, plan, pattern_iter).map_err(|f| f.at_size(plan.size))?;
-    crate::trace::trace(&format!("size {} iterations done", plan.size));
+    // How the timed iterations ran: their start signals and the time from those signals to
+    // the rank's last completions (barriers between them excluded).
+    crate::trace::trace(&format!(
+        "size {} iterations done: {} timed from {} start(s) in {:.6} s",
+        plan.size, it.iters, sampled.starts, sampled.cpu_window
+    ));
     reduce(it, bench, plan, sampled).map_err(|f| f.at_size(plan.size))
 }
 
@@ -197,27 +206,26 @@ fn iterate(
         peers_in_flight: [0.0f64; 2],
         cpu: CpuTime::default(),
         cpu_window: 0.0,
+        starts: 0,
         wire: Vec::new(),
         wrong: 0,
         flow_sums: Vec::new(),
         first_timed: None,
     };
     let mut wire_before = None;
-    for i in 0..it.warmup + it.iters {
+    let mut first = true;
+    // `count` iterations from one start signal (back to back when more than one), each timed
+    // one's data checked: the buffers are filled with a fresh pattern before them, so that a
+    // byte an earlier iteration left is never taken for this one's.
+    let mut run = |s: &mut Sampled, timed: bool, count: usize| -> Result<(), Fatal> {
         // A signal is ending the process: move no more data while the signal thread writes.
         mpi.hold_if_ending(None);
-        let timed = i >= it.warmup;
-        if i == it.warmup {
-            // Every rank of the host is done with the warm-up before its counters are read.
-            engine.meet(mpi, "barrier after the warm-up").map_err(Fatal::Stalled)?;
-            wire_before = Some(probe.snapshot());
-            s.first_timed = Some(Instant::now());
-        }
         *pattern_iter = pattern_iter.wrapping_add(1);
-        if it.check || i == 0 {
+        if it.check || first {
             engine.fill(*pattern_iter).map_err(Fatal::Here)?;
         }
-        let one = engine.run(mpi, timed).map_err(|e| {
+        first = false;
+        let done = engine.run(mpi, timed, count).map_err(|e| {
             if engine.shared().stalled.load(std::sync::atomic::Ordering::Relaxed) {
                 Fatal::Stalled(e)
             } else {
@@ -225,18 +233,39 @@ fn iterate(
             }
         })?;
         if timed {
-            s.times.push(one.elapsed.as_secs_f64() * 1e6);
-            s.delivered.add(&one.delivered);
-            s.peers_in_flight[0] = s.peers_in_flight[0].max(f64::from(one.peers_in_flight.0));
-            s.peers_in_flight[1] = s.peers_in_flight[1].max(f64::from(one.peers_in_flight.1));
-            s.cpu.add(one.cpu);
-            s.cpu_window += one.window.as_secs_f64();
+            s.times.extend(done.times.iter().map(|t| t.as_secs_f64() * 1e6));
+            s.delivered.add(&done.delivered);
+            s.peers_in_flight[0] = s.peers_in_flight[0].max(f64::from(done.peers_in_flight.0));
+            s.peers_in_flight[1] = s.peers_in_flight[1].max(f64::from(done.peers_in_flight.1));
+            s.cpu.add(done.cpu);
+            s.cpu_window += done.window.as_secs_f64();
+            s.starts += 1;
             if it.check {
                 s.wrong += engine.verify(*pattern_iter).map_err(Fatal::Here)?;
             }
         }
         if let Some(bar) = progress {
-            bar.inc(1);
+            bar.inc(count as u64);
+        }
+        Ok(())
+    };
+    for _ in 0..it.warmup {
+        run(&mut s, false, 1)?;
+    }
+    if it.iters > 0 {
+        // Every rank of the host is done with the warm-up before its counters are read.
+        engine.meet(mpi, "barrier after the warm-up").map_err(Fatal::Stalled)?;
+        wire_before = Some(probe.snapshot());
+        s.first_timed = Some(Instant::now());
+        match it.timing {
+            Timing::PerIteration => {
+                for _ in 0..it.iters {
+                    run(&mut s, true, 1)?;
+                }
+            }
+            // nccl-tests' pace: one start, the iterations back to back, one data check after
+            // the last (each iteration writes the same bytes: the last one's are checked).
+            Timing::BackToBack => run(&mut s, true, it.iters)?,
         }
     }
     if let Some(before) = wire_before {

@@ -1,8 +1,9 @@
 //! The node verdicts' probe, inside the job ([`crate::verdict::probe`]): after the sweep, a few
 //! rounds in which every node is paired with one other node ([`matchings`]) and the i-th
 //! endpoints of the two send each other the sweep's largest size (at most [`PROBE_SIZE_MAX`]),
-//! both ways, with the data checked, in a few iterations ([`PROBE_ITERS`]). In a round every NIC carries the same load and no flow waits on
-//! another node's progress, so a NIC's rate is its own; over the rounds each node meets several
+//! one way then the other ([`one_way_halves`]), with the data checked, in a few iterations
+//! ([`PROBE_ITERS`]). In a round every NIC carries the same load and no flow waits on another
+//! node's progress, so a NIC's rate is its own; over the rounds each node meets several
 //! partners, so a slow NIC is slow with all of them and its partners with it alone.
 
 use super::connect::Connected;
@@ -44,6 +45,15 @@ pub fn matchings(nodes: usize, rounds: usize) -> Vec<Vec<(usize, usize)>> {
             pairs.into_iter().map(|(a, b)| (a.min(b), a.max(b))).collect()
         })
         .collect()
+}
+
+/// A round's node pairs as the probe moves them: one way, then the other (`a` to `b` for every
+/// pair, then `b` to `a`). Both ways at once, a slow NIC's full egress queue holds the
+/// acknowledgements of the bytes it receives: its partner's sending reads slowed by the round
+/// trip (on the rig's two nodes, an eighth-rate NIC read 0.45-0.53 of the median both ways,
+/// 0.74 on a loaded CI machine, where its true share is 0.22).
+pub fn one_way_halves(pairs: &[(usize, usize)]) -> [Vec<(usize, usize)>; 2] {
+    [pairs.to_vec(), pairs.iter().map(|&(a, b)| (b, a)).collect()]
 }
 
 /// The probe's size: the sweep's largest as asked (`-e`, before ring and fullmesh round it to
@@ -114,6 +124,8 @@ pub(super) fn run(
     let it = Iterations {
         iters: settings.iterations.iters.min(PROBE_ITERS),
         warmup: settings.iterations.warmup.min(1),
+        // Each iteration alone: a link's time is one iteration's, whatever the sweep's timing.
+        timing: crate::plan::Timing::PerIteration,
         ..settings.iterations
     };
     // Its own data patterns, apart from the sweep's iterations.
@@ -126,8 +138,9 @@ pub(super) fn run(
         // With --probe-pairs, a round's pairs in groups one after another (nodes that share
         // one host's cores: the rig), judged together.
         let mut round: Option<crate::report::SizeResult> = None;
-        for group in pairs.chunks(at_once) {
-            let plan = Arc::new(Plan::node_pairs(topo, group, size, &holder));
+        let directed = pairs.chunks(at_once).flat_map(one_way_halves);
+        for group in directed {
+            let plan = Arc::new(Plan::node_pairs(topo, &group, size, &holder));
             out.bytes += plan.network_bytes() * (it.iters + it.warmup) as u64;
             let mut part = connected
                 .links

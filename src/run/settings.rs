@@ -217,6 +217,7 @@ impl Settings {
                     IterTime::Reduced => cli.average,
                     IterTime::Max => TimeReduction::Max,
                 },
+                timing: cli.timing,
             },
             job: JobSettings {
                 endpoints_per_rank: cli.ngpus,

@@ -447,7 +447,13 @@ fn probe(settings: &Settings, rig: &Rig, results: &[SizeResult]) -> ProbeRun {
         ..ProbeRun::default()
     };
     for pairs in super::probe::matchings(topo.nodes, settings.probe_rounds) {
-        let plan = Arc::new(Plan::node_pairs(topo, &pairs, size, &Holder::Job));
+        // Both halves of the round in one plan: synthetic times have no acknowledgements.
+        let plan = Arc::new(Plan::node_pairs(
+            topo,
+            &super::probe::one_way_halves(&pairs).concat(),
+            size,
+            &Holder::Job,
+        ));
         // Judged per NIC, as the run's probe.
         let matrix = Matrix::new(topo, &rails, &kernels, plan.totals.links).at(Level::Nic);
         let halves = matrix.halves(&plan, &rig.times(&plan, size));

@@ -328,6 +328,7 @@ pub(crate) fn run_settings(
             crate::cli::ConnectMode::Rounds => "rounds",
         }
         .into(),
+        timing: it.timing.name().into(),
     }
 }
 

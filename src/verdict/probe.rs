@@ -55,7 +55,7 @@ impl Rounds {
     }
 }
 
-/// A probe round's links judged: at least two (one node pair, both ways), so that a two-node
+/// A probe round's links judged: at least two (one node pair, each way), so that a two-node
 /// job is judged too (its one round says `cannot-separate` of a slow pair, never `healthy`).
 pub const MIN_LINKS: usize = 2;
 
