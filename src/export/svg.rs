@@ -489,6 +489,60 @@ mod tests {
         );
     }
 
+    /// links.svg of `nodes` nodes with `per_node` endpoints (one NIC each, long host names: a
+    /// cluster's), every pair at the median but the first node's first NIC sending at a
+    /// quarter; with `nic_links`, the rows a job past 65536 endpoint pairs writes (a NIC's link
+    /// per node pair and rail), drawn node by node.
+    fn shape_svg(nodes: usize, per_node: usize, nic_links: bool) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let mut info = fixtures::info();
+        info.settings.endpoints = nodes * per_node;
+        info.settings.nodes = nodes;
+        info.settings.pattern = "fullmesh".into();
+        let host = |e: usize| format!("a3high-cluster-node-{:03}", e / per_node);
+        info.placement.rows = crate::slow_nic::tests::placement_rows(nodes, per_node);
+        for r in &mut info.placement.rows {
+            r.host = host(r.rank);
+        }
+        let rate = 1e6 / 8e9;
+        let mut size = fixtures::size(1 << 20, 1000.0, Some(0));
+        let ends = nodes * per_node;
+        size.pairs = (0..ends)
+            .flat_map(|s| (0..ends).map(move |d| (s, d)))
+            .filter(|(s, d)| s != d && (nodes == 1 || s / per_node != d / per_node))
+            .filter(|(s, d)| !nic_links || (s % per_node == 0 && d % per_node == 0))
+            .map(|(s, d)| {
+                let gbps = if s == 0 && d % per_node == 0 { rate / 4.0 } else { rate };
+                let mut p = crate::slow_nic::tests::pair(s, d, 131_072, gbps);
+                (p.src_host, p.dst_host) = (host(s), host(d));
+                (p.src_gpu, p.dst_gpu) = (Some(s % per_node), Some(d % per_node));
+                if nic_links {
+                    (p.src_rank, p.src_gpu, p.dst_rank, p.dst_gpu) = (None, None, None, None);
+                    p.rail = Some("eth1".into());
+                }
+                p
+            })
+            .collect();
+        write_plots(dir.path(), &info, &[size]).unwrap();
+        std::fs::read_to_string(dir.path().join(LINKS_SVG)).unwrap()
+    }
+
+    /// Every shape keeps its texts inside the canvas: one node (numbered endpoints), 16 nodes
+    /// of 8 NICs (labels thinned where they would touch), a job judged by NIC links (node by
+    /// node), 80 nodes (more than the 64 labelled one by one), all with long host names.
+    #[test]
+    fn links_svg_keeps_its_texts_inside_at_every_shape() {
+        for (nodes, per_node, nic_links) in [(1, 4, false), (16, 8, false), (4, 2, true), (80, 1, false)] {
+            let svg = shape_svg(nodes, per_node, nic_links);
+            let outside = tcpx_plot::check::outside_canvas(&svg);
+            assert!(
+                outside.is_empty(),
+                "{nodes} x {per_node} (NIC links: {nic_links}), texts outside the canvas:\n{}",
+                outside.join("\n")
+            );
+        }
+    }
+
     /// Issue 55: shares above the scale's 1.5 read as such: a pair at 3.1 of the median and one
     /// at 1.6 take different colours (both wore the scale's top colour), each printed in its
     /// cell, and the median pairs keep the colour of 1.0.
