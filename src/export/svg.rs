@@ -88,9 +88,10 @@ fn lines(results: &[SizeResult]) -> Vec<Line> {
 
 /// The link matrix at the largest size, for an operator: each pair's rate as a share of the
 /// median pair on a fixed scale (0 to 1.5: an outlier cannot wash out the rest, and a slow
-/// row or column shows whether or not a rule fired), endpoints grouped by node and, within a
-/// node, by NIC (placement's), each node's first labelled (one node: numbered in order); pairs
-/// above their link (no rate) grey. A job judged by NIC links or node pairs (past
+/// row or column shows whether or not a rule fired; shares above 1.5 on a scale of their own
+/// above it), endpoints grouped by node and, within a node, by NIC (placement's), labelled
+/// `node eth` where there is room, else by node (one node: numbered in order); pairs above
+/// their link (no rate) grey. A job judged by NIC links or node pairs (past
 /// [`crate::matrix::LINKS_MAX`] endpoint pairs) is drawn node by node.
 fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), String> {
     let Some(last) = results

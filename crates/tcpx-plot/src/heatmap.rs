@@ -38,7 +38,7 @@ pub struct Heatmap<'a> {
     /// separates each group from the next and its label stands at its first index.
     pub groups: Vec<(u32, String)>,
     /// Groups within those (a node's endpoints on one NIC): (first index, NIC), labelled beside
-    /// the node where there is room, a faint line between them.
+    /// the node where there is room, a faint line between them where cells are 16 px or wider.
     pub subgroups: Vec<(u32, String)>,
     /// Pairs measured without a rate (above their link): drawn grey, marked `x`.
     pub unrated: &'a [(u32, u32)],
@@ -355,9 +355,12 @@ fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
             })
             .collect()
     };
-    chart
-        .draw_series(lines(&h.subgroups, BLACK.mix(0.25).stroke_width(1)))
-        .map_err(draw_err)?;
+    // NIC lines only where a NIC's cells are wide enough to be seen between them.
+    if px_per_index >= 16.0 {
+        chart
+            .draw_series(lines(&h.subgroups, BLACK.mix(0.25).stroke_width(1)))
+            .map_err(draw_err)?;
+    }
     chart
         .draw_series(lines(&h.groups, BLACK.stroke_width(1)))
         .map_err(draw_err)?;
