@@ -56,7 +56,8 @@ enum Cmd {
     /// SVG of bandwidth vs size (log2 axis): each run's headline figures with its iterations'
     /// p10-p90 band, baselines overlaid (per-size points, dashed floors, dotted means).
     Plot(PlotArgs),
-    /// SVG heatmap of the per-pair link matrix (tcpx-perf pairs.csv), robust-z outliers flagged.
+    /// SVG heatmap of the per-pair link matrix (tcpx-perf pairs.csv) by node and NIC, the run's
+    /// node verdicts named and their NIC sides outlined; robust z of the pair rates as another view.
     Heatmap(HeatmapArgs),
     /// Print a parsed input (run or baseline file) as a table.
     Show(ShowArgs),
@@ -261,7 +262,8 @@ struct HeatmapArgs {
     /// Pattern to show when pairs.csv holds several.
     #[arg(long)]
     pattern: Option<String>,
-    /// Robust z-score limit for outliers (Iglewicz-Hoaglin suggest 3.5).
+    /// Robust z-score limit of the other view, pair rates against each other (Iglewicz-Hoaglin
+    /// suggest 3.5): outlined inset and listed, never a verdict.
     #[arg(long, default_value_t = 3.5)]
     z: f64,
     #[arg(long)]
@@ -502,32 +504,19 @@ fn run_heatmap(a: &HeatmapArgs) -> anyhow::Result<i32> {
         .title
         .clone()
         .unwrap_or_else(|| format!("per-pair bandwidth (GB/s) at {}", format_size_label(size)));
-    let out = plot::plot_heatmap(&a.out, &title, &links, a.z).map_err(Failure::Input)?;
+    let contexts = runs
+        .iter()
+        .map(plot::context)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::Input)?;
+    let drawn = plot::plot_heatmap(&a.out, &title, &links, &contexts, a.z).map_err(Failure::Input)?;
     println!(
         "wrote {} ({} links at {})",
         a.out.display(),
         links.len(),
         format_size_label(size)
     );
-    if out.is_empty() {
-        println!("no outliers (|robust z| <= {})", a.z);
-    } else {
-        println!("outliers (|robust z| > {}):", a.z);
-        println!("| src rank (host) | dst rank (host) | GB/s | robust z |");
-        println!("|---|---|---|---|");
-        for o in &out {
-            // Host names come from the run: shown literally, never as HTML or a cell break.
-            println!(
-                "| {} ({}) | {} ({}) | {:.3} | {:.2} |",
-                o.src_rank,
-                report::cell(&o.src_host),
-                o.dst_rank,
-                report::cell(&o.dst_host),
-                o.gbps,
-                o.robust_z
-            );
-        }
-    }
+    print!("{}", plot::report(&drawn, a.z));
     Ok(exit::PASS)
 }
 

@@ -153,10 +153,15 @@ pub struct PairLink {
     pub pattern: String,
     pub size: u64,
     pub src_rank: u32,
+    /// GPU index on the node (`local_rank * g + i`), where pairs.csv has it.
+    pub src_gpu: Option<u32>,
     pub src_host: String,
     pub dst_rank: u32,
+    pub dst_gpu: Option<u32>,
     pub dst_host: String,
     pub gbps: f64,
+    /// The receiver's NIC (`rail`, the NIC both ends of the flow use), where pairs.csv has it.
+    pub rail: Option<String>,
 }
 
 /// The input format of a run.

@@ -1,13 +1,18 @@
 //! Plots for `tcpx-analyze plot` and `heatmap`: turns runs and baselines into the shared
 //! plotting crate's lines, reference levels and cells (`tcpx-plot` draws; tcpx-perf draws each
-//! run's own pictures with the same code).
+//! run's own pictures with the same code). The heatmap and the node verdicts it shows:
+//! [`heatmap`].
+
+mod heatmap;
+pub use heatmap::{
+    context, plot_heatmap, report, select_pairs, verdict_lines, Drawn, NodeVerdict, Outlier, RunContext, SlowSide,
+};
 
 use crate::baseline::{Baseline, Statistic, Unit};
 use crate::compare::GIB_PER_GB;
-use crate::model::{Metric, PairLink, Run};
-use crate::stats;
+use crate::model::{Metric, Run};
 use std::path::Path;
-use tcpx_plot::{BandwidthChart, Cell, Heatmap, Level, LevelStyle, Reference};
+use tcpx_plot::{BandwidthChart, Level, LevelStyle, Reference};
 pub use tcpx_plot::{Line, Point};
 use tcpx_units::format_size_label;
 
@@ -156,110 +161,4 @@ pub fn plot_bandwidth(
         log_y,
     };
     tcpx_plot::bandwidth(out, &chart, lines, &refs)
-}
-
-/// A cell flagged by the robust z-score.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Outlier {
-    pub src_rank: u32,
-    pub dst_rank: u32,
-    pub src_host: String,
-    pub dst_host: String,
-    pub gbps: f64,
-    pub robust_z: f64,
-}
-
-/// Selects the pair links of one size (the largest when `size` is None).
-pub fn select_pairs(runs: &[Run], size: Option<u64>, pattern: Option<&str>) -> Result<(u64, Vec<PairLink>), String> {
-    let all: Vec<&PairLink> = runs
-        .iter()
-        .flat_map(|r| r.pairs.iter())
-        .filter(|p| pattern.is_none_or(|x| p.pattern == x))
-        .collect();
-    if all.is_empty() {
-        return Err(
-            "no endpoint pairs in pairs.csv of the input(s) (for the selected pattern; a job past 65536 endpoint pairs writes NIC links or node pairs instead, which its own links.svg draws)"
-                .into(),
-        );
-    }
-    let pats: std::collections::BTreeSet<&str> = all.iter().map(|p| p.pattern.as_str()).collect();
-    if pats.len() > 1 {
-        return Err(format!(
-            "pairs.csv holds several patterns ({}): choose one with --pattern",
-            pats.into_iter().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    let size = size.unwrap_or_else(|| all.iter().map(|p| p.size).max().unwrap_or(0));
-    let v: Vec<PairLink> = all.into_iter().filter(|p| p.size == size).cloned().collect();
-    if v.is_empty() {
-        return Err(format!("no pair data at size {size}"));
-    }
-    Ok((size, v))
-}
-
-/// Flags links whose robust z-score `(x - median) / (1.4826 MAD)` exceeds `z` in absolute value.
-pub fn outliers(links: &[PairLink], z: f64) -> Vec<Outlier> {
-    let v: Vec<f64> = links.iter().map(|p| p.gbps).collect();
-    let zs = stats::robust_z(&v);
-    links
-        .iter()
-        .zip(zs)
-        .filter(|(_, s)| s.abs() > z)
-        .map(|(p, s)| Outlier {
-            src_rank: p.src_rank,
-            dst_rank: p.dst_rank,
-            src_host: p.src_host.clone(),
-            dst_host: p.dst_host.clone(),
-            gbps: p.gbps,
-            robust_z: s,
-        })
-        .collect()
-}
-
-/// Heatmap of the per-pair link matrix (source rank x destination rank), outliers outlined in red.
-pub fn plot_heatmap(out: &Path, title: &str, links: &[PairLink], z: f64) -> Result<Vec<Outlier>, String> {
-    // Links measured several times (several runs) are averaged per cell.
-    let mut cells: std::collections::BTreeMap<(u32, u32), Vec<f64>> = std::collections::BTreeMap::new();
-    for p in links {
-        cells.entry((p.src_rank, p.dst_rank)).or_default().push(p.gbps);
-    }
-    let merged: Vec<PairLink> = cells
-        .iter()
-        .map(|(&(s, d), v)| {
-            let first = links.iter().find(|p| p.src_rank == s && p.dst_rank == d);
-            PairLink {
-                pattern: String::new(),
-                size: 0,
-                src_rank: s,
-                src_host: first.map(|p| p.src_host.clone()).unwrap_or_default(),
-                dst_rank: d,
-                dst_host: first.map(|p| p.dst_host.clone()).unwrap_or_default(),
-                gbps: tcpx_units::median(v),
-            }
-        })
-        .collect();
-    let flagged = outliers(&merged, z);
-    let cells: Vec<Cell> = merged
-        .iter()
-        .map(|p| Cell {
-            src: p.src_rank,
-            dst: p.dst_rank,
-            gbps: p.gbps,
-        })
-        .collect();
-    let marks: Vec<(u32, u32)> = flagged.iter().map(|o| (o.src_rank, o.dst_rank)).collect();
-    tcpx_plot::heatmap(
-        out,
-        &Heatmap {
-            title: title.to_string(),
-            axis: "rank",
-            cells: &cells,
-            flagged: &marks,
-            flag_rule: Some(format!("|robust z| > {z}")),
-            scale: tcpx_plot::Scale::Gbps,
-            groups: Vec::new(),
-            unrated: &[],
-        },
-    )?;
-    Ok(flagged)
 }

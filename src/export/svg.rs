@@ -88,9 +88,10 @@ fn lines(results: &[SizeResult]) -> Vec<Line> {
 
 /// The link matrix at the largest size, for an operator: each pair's rate as a share of the
 /// median pair on a fixed scale (0 to 1.5: an outlier cannot wash out the rest, and a slow
-/// row or column shows whether or not a rule fired), endpoints grouped by node and, within a
-/// node, by NIC (placement's), each node's first labelled (one node: numbered in order); pairs
-/// above their link (no rate) grey. A job judged by NIC links or node pairs (past
+/// row or column shows whether or not a rule fired; shares above 1.5 on a scale of their own
+/// above it), endpoints grouped by node and, within a node, by NIC (placement's), labelled
+/// `node eth` where there is room, else by node (one node: numbered in order); pairs above
+/// their link (no rate) grey. A job judged by NIC links or node pairs (past
 /// [`crate::matrix::LINKS_MAX`] endpoint pairs) is drawn node by node.
 fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), String> {
     let Some(last) = results
@@ -146,16 +147,20 @@ fn links(path: &Path, info: &RunInfo, results: &[SizeResult]) -> Result<(), Stri
             flag_rule,
             scale: Scale::ShareOfMedian,
             groups: matrix.groups,
+            subgroups: matrix.subgroups,
             unrated: &unrated,
+            ..Heatmap::default()
         },
     )
 }
 
-/// A matrix ready to draw: cells ((row, column), GB/s, no rate), the slow NICs' cells, groups.
+/// A matrix ready to draw: cells ((row, column), GB/s, no rate), the slow NICs' cells, groups
+/// (nodes) and subgroups (a node's NICs).
 struct Drawn {
     cells: Vec<((u32, u32), f64, bool)>,
     flagged: Vec<(u32, u32)>,
     groups: Vec<(u32, String)>,
+    subgroups: Vec<(u32, String)>,
     axis: &'static str,
     /// What one cell is, for the title.
     unit: &'static str,
@@ -167,8 +172,8 @@ fn endpoint_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
     let g = info.settings.gpus_per_rank.max(1);
     let endpoint = |rank: usize, gpu: usize| rank * g + gpu % g;
     let end = |rank: Option<usize>, gpu: Option<usize>| endpoint(rank.unwrap_or(0), gpu.unwrap_or(0));
-    let (ends, groups) = display_order(info, last, &endpoint);
-    let at: HashMap<usize, u32> = ends.iter().enumerate().map(|(i, &e)| (e, i as u32)).collect();
+    let axes = display_order(info, last, &endpoint);
+    let at: HashMap<usize, u32> = axes.order.iter().enumerate().map(|(i, &e)| (e, i as u32)).collect();
     let index = |e: usize| at.get(&e).copied().unwrap_or(0);
     let cells = last
         .pairs
@@ -203,12 +208,13 @@ fn endpoint_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
     Drawn {
         cells,
         flagged,
-        axis: if groups.is_empty() {
+        axis: if axes.groups.is_empty() {
             "endpoint"
         } else {
             "endpoint (by node, then NIC)"
         },
-        groups,
+        groups: axes.groups,
+        subgroups: axes.subgroups,
         unit: "pair",
     }
 }
@@ -262,26 +268,26 @@ fn node_matrix(info: &RunInfo, last: &SizeResult) -> Drawn {
         cells,
         flagged,
         groups,
+        subgroups: Vec::new(),
         axis: "node (in rank order)",
         unit: "node pair",
     }
 }
 
-/// The matrix's endpoints in display order, and its groups (first index, node) where there are
-/// several nodes: by node (first appearance in rank order), then NIC, then endpoint. One node:
-/// endpoints in their own order, numbered (nccl-tests' global ranks), no groups.
+/// The matrix's endpoints in display order (tcpx-plot's: by node in rank order, then NIC,
+/// then endpoint; one node: endpoints in their own order, numbered as nccl-tests' global ranks).
 fn display_order(
     info: &RunInfo,
     last: &SizeResult,
     endpoint: &dyn Fn(usize, usize) -> usize,
-) -> (Vec<usize>, Vec<(u32, String)>) {
+) -> tcpx_plot::Axes<usize> {
     let nic_of: HashMap<(usize, usize), &str> = info
         .placement
         .rows
         .iter()
         .map(|r| ((r.rank, r.gpu), r.nic.as_str()))
         .collect();
-    let mut ends: Vec<(usize, &str, &str)> = last
+    let ends: Vec<(usize, &str, &str)> = last
         .pairs
         .iter()
         .flat_map(|p| {
@@ -296,23 +302,7 @@ fn display_order(
             Some((endpoint(rank, gpu), host.as_str(), nic))
         })
         .collect();
-    ends.sort_unstable();
-    ends.dedup_by_key(|e| e.0);
-    let mut nodes: HashMap<&str, usize> = HashMap::new();
-    for e in &ends {
-        let next = nodes.len();
-        nodes.entry(e.1).or_insert(next);
-    }
-    let mut groups: Vec<(u32, String)> = Vec::new();
-    if nodes.len() > 1 {
-        ends.sort_by_key(|e| (nodes[e.1], e.2, e.0));
-        for (i, e) in ends.iter().enumerate() {
-            if groups.last().is_none_or(|g| ends[g.0 as usize].1 != e.1) {
-                groups.push((i as u32, e.1.to_string()));
-            }
-        }
-    }
-    (ends.iter().map(|e| e.0).collect(), groups)
+    tcpx_plot::by_node_and_nic(&ends)
 }
 
 #[cfg(test)]
@@ -426,6 +416,170 @@ mod tests {
         for share in ["0.25", "1.00", "x"] {
             assert!(texts.contains(&share), "no cell prints {share}: {texts:?}");
         }
+    }
+
+    /// Issue 55's run: 4 nodes x 2 ranks, one NIC each (eth1, eth2), fullmesh at 1 MiB, every
+    /// pair at 1 Mbit/s times `share(src, dst)`, the run's finding naming node2's eth1 sending
+    /// at a quarter (its flows outlined, the red note naming it). Returns links.svg.
+    fn four_by_two(share: &dyn Fn(usize, usize) -> f64) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let mut info = fixtures::info();
+        info.settings.endpoints = 8;
+        info.settings.nodes = 4;
+        info.settings.pattern = "fullmesh".into();
+        info.placement.rows = crate::slow_nic::tests::placement_rows(4, 2);
+        let rate = 1e6 / 8e9;
+        let mut size = fixtures::size(1 << 20, 1000.0, Some(0));
+        size.pairs = (0..8)
+            .flat_map(|s| (0..8).map(move |d| (s, d)))
+            .filter(|(s, d)| s / 2 != d / 2)
+            .map(|(s, d)| crate::report::PairResult {
+                link_gbps: Some(rate * 4.0),
+                ..crate::slow_nic::tests::pair(s, d, 131_072, rate * share(s, d))
+            })
+            .collect();
+        let flows: Vec<_> = size
+            .pairs
+            .iter()
+            .filter(|p| p.src_rank == Some(4) && p.dst_gpu == Some(0))
+            .map(|p| (4, 0, p.dst_rank.unwrap(), 0))
+            .collect();
+        info.slow_nics = vec![crate::report::SlowNic {
+            side: crate::report::Side {
+                host: "node2".into(),
+                nic: "eth1".into(),
+                sending: true,
+            },
+            share: 0.25,
+            gbps: rate / 4.0,
+            reference_gbps: rate,
+            size: 1 << 20,
+            slow_sizes: 1,
+            judged_sizes: 1,
+            flows,
+            links: Vec::new(),
+            wire_bytes: None,
+            twin: None,
+        }];
+        write_plots(dir.path(), &info, &[size]).unwrap();
+        std::fs::read_to_string(dir.path().join(LINKS_SVG)).unwrap()
+    }
+
+    /// node2's eth1 (rank 4) sending at a quarter, the rest at the median.
+    fn quarter(s: usize, d: usize) -> f64 {
+        if s == 4 && d.is_multiple_of(2) {
+            0.25
+        } else {
+            1.0
+        }
+    }
+
+    /// Issue 55: every text of links.svg inside its canvas: the title (was centred at x=205 on
+    /// a 600 px canvas, its start cut), the red note naming the slow NIC (was cut at "node2
+    /// eth1 a"), the axis labels. Each text's box is estimated at 0.6 em a character.
+    #[test]
+    fn links_svg_keeps_every_text_inside_its_canvas() {
+        let svg = four_by_two(&quarter);
+        let outside = tcpx_plot::check::outside_canvas(&svg);
+        assert!(outside.is_empty(), "texts outside the canvas:\n{}", outside.join("\n"));
+        let (_, texts) = tcpx_plot::check::texts(&svg).unwrap();
+        let all: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
+        assert!(
+            all.iter().any(|t| t.contains("node2 eth1 at 0.25 of the median NIC")),
+            "the red note names the slow NIC whole: {all:?}"
+        );
+    }
+
+    /// links.svg of `nodes` nodes with `per_node` endpoints (one NIC each, long host names: a
+    /// cluster's), every pair at the median but the first node's first NIC sending at a
+    /// quarter; with `nic_links`, the rows a job past 65536 endpoint pairs writes (a NIC's link
+    /// per node pair and rail), drawn node by node.
+    fn shape_svg(nodes: usize, per_node: usize, nic_links: bool) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let mut info = fixtures::info();
+        info.settings.endpoints = nodes * per_node;
+        info.settings.nodes = nodes;
+        info.settings.pattern = "fullmesh".into();
+        let host = |e: usize| format!("a3high-cluster-node-{:03}", e / per_node);
+        info.placement.rows = crate::slow_nic::tests::placement_rows(nodes, per_node);
+        for r in &mut info.placement.rows {
+            r.host = host(r.rank);
+        }
+        let rate = 1e6 / 8e9;
+        let mut size = fixtures::size(1 << 20, 1000.0, Some(0));
+        let ends = nodes * per_node;
+        size.pairs = (0..ends)
+            .flat_map(|s| (0..ends).map(move |d| (s, d)))
+            .filter(|(s, d)| s != d && (nodes == 1 || s / per_node != d / per_node))
+            .filter(|(s, d)| !nic_links || (s % per_node == 0 && d % per_node == 0))
+            .map(|(s, d)| {
+                let gbps = if s == 0 && d % per_node == 0 { rate / 4.0 } else { rate };
+                let mut p = crate::slow_nic::tests::pair(s, d, 131_072, gbps);
+                (p.src_host, p.dst_host) = (host(s), host(d));
+                (p.src_gpu, p.dst_gpu) = (Some(s % per_node), Some(d % per_node));
+                if nic_links {
+                    (p.src_rank, p.src_gpu, p.dst_rank, p.dst_gpu) = (None, None, None, None);
+                    p.rail = Some("eth1".into());
+                }
+                p
+            })
+            .collect();
+        write_plots(dir.path(), &info, &[size]).unwrap();
+        std::fs::read_to_string(dir.path().join(LINKS_SVG)).unwrap()
+    }
+
+    /// Every shape keeps its texts inside the canvas: one node (numbered endpoints), 16 nodes
+    /// of 8 NICs (labels thinned where they would touch), a job judged by NIC links (node by
+    /// node), 80 nodes (more than the 64 labelled one by one), all with long host names.
+    #[test]
+    fn links_svg_keeps_its_texts_inside_at_every_shape() {
+        for (nodes, per_node, nic_links) in [(1, 4, false), (16, 8, false), (4, 2, true), (80, 1, false)] {
+            let svg = shape_svg(nodes, per_node, nic_links);
+            let outside = tcpx_plot::check::outside_canvas(&svg);
+            assert!(
+                outside.is_empty(),
+                "{nodes} x {per_node} (NIC links: {nic_links}), texts outside the canvas:\n{}",
+                outside.join("\n")
+            );
+        }
+    }
+
+    /// Issue 55: shares above the scale's 1.5 read as such: a pair at 3.1 of the median and one
+    /// at 1.6 take different colours (both wore the scale's top colour), each printed in its
+    /// cell, and the median pairs keep the colour of 1.0.
+    #[test]
+    fn links_svg_tells_shares_above_the_scale_apart() {
+        let svg = four_by_two(&|s, d| match (s, d) {
+            (0, 2) => 1.6,
+            (0, 4) => 3.1,
+            _ => quarter(s, d),
+        });
+        let (_, texts) = tcpx_plot::check::texts(&svg).unwrap();
+        let fill_of = |label: &str| {
+            let doc = roxmltree::Document::parse(&svg).unwrap();
+            let text = doc
+                .descendants()
+                .find(|n| n.has_tag_name("text") && n.text().map(str::trim) == Some(label))
+                .unwrap_or_else(|| panic!("no cell prints {label}: {texts:?}"));
+            // The cell's rectangle is the last one drawn whose box holds the text's anchor.
+            let (x, y): (f64, f64) = (
+                text.attribute("x").unwrap().parse().unwrap(),
+                text.attribute("y").unwrap().parse().unwrap(),
+            );
+            doc.descendants()
+                .filter(|n| n.has_tag_name("rect") && n.attribute("fill").is_some_and(|f| f != "none"))
+                .rfind(|n| {
+                    let f = |a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+                    let (rx, ry, rw, rh) = (f("x"), f("y"), f("width"), f("height"));
+                    rw < 200.0 && rx <= x && x <= rx + rw && ry <= y && y <= ry + rh
+                })
+                .and_then(|n| n.attribute("fill"))
+                .unwrap_or_else(|| panic!("no cell under {label}"))
+                .to_uppercase()
+        };
+        let (high, higher) = (fill_of("1.60"), fill_of("3.10"));
+        assert_ne!(high, higher, "1.6 and 3.1 of the median wear one colour");
+        assert_ne!(fill_of("1.00"), high);
     }
 
     /// The viridis colour tcpx-plot gives a level in 0..=1, as the SVG writes it.

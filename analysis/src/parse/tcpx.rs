@@ -237,14 +237,20 @@ pub fn parse_pairs_csv(file: &str, text: &str) -> Result<Vec<PairLink>, ParseErr
             let v = int(file, ln, c, t.get(r, c).unwrap_or(""))?;
             u32::try_from(v).map_err(|_| ParseError::new(file, Some(ln), format!("{c}: {v} is too large")))
         };
+        // Columns of later schemas: absent or empty is unknown.
+        let given = |c: &str| t.get(r, c).filter(|v| !v.is_empty());
+        let gpu = |c: &str| given(c).map(|_| rank(c)).transpose();
         out.push(PairLink {
             pattern: t.get(r, "pattern").unwrap_or("").to_string(),
             size: int(file, ln, "size_bytes", t.get(r, "size_bytes").unwrap_or(""))?,
             src_rank: rank("src_rank")?,
+            src_gpu: gpu("src_gpu")?,
             src_host: t.get(r, "src_host").unwrap_or("").to_string(),
             dst_rank: rank("dst_rank")?,
+            dst_gpu: gpu("dst_gpu")?,
             dst_host: t.get(r, "dst_host").unwrap_or("").to_string(),
             gbps: num(file, ln, "gbps", t.get(r, "gbps").unwrap_or(""))?,
+            rail: given("rail").map(str::to_string),
         });
     }
     Ok(out)

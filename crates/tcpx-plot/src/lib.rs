@@ -22,6 +22,13 @@
 //! assert!(std::fs::read_to_string(dir.join("bw.svg")).unwrap().contains("64 MiB"));
 //! ```
 
+pub mod check;
+mod heatmap;
+mod scale;
+
+pub use heatmap::{by_node_and_nic, heatmap, Axes, Cell, Heatmap, Scale, SHARE_MAX};
+pub use scale::{above_scale, nice_step, viridis, ColourScale};
+
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -114,7 +121,7 @@ fn log_label(v: f64) -> String {
     format!("{x:.d$}")
 }
 
-fn draw_err(x: DrawingAreaErrorKind<std::io::Error>) -> String {
+pub(crate) fn draw_err(x: DrawingAreaErrorKind<std::io::Error>) -> String {
     x.to_string()
 }
 
@@ -128,7 +135,7 @@ pub fn bandwidth(out: &Path, chart: &BandwidthChart, lines: &[Line], refs: &[Ref
 }
 
 /// The finished picture to `out`, synced; the error names `out`.
-fn save(out: &Path, svg: &str) -> Result<(), String> {
+pub(crate) fn save(out: &Path, svg: &str) -> Result<(), String> {
     tcpx_files::write_bytes(out, tcpx_files::Durability::Synced, svg.as_bytes()).map_err(|e| e.to_string())
 }
 
@@ -271,258 +278,6 @@ fn draw_bandwidth(svg: &mut String, chart: &BandwidthChart, lines: &[Line], refs
     Ok(())
 }
 
-/// One cell of the link matrix: a directed pair and its bandwidth.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Cell {
-    pub src: u32,
-    pub dst: u32,
-    pub gbps: f64,
-}
-
-/// A link-matrix heatmap: source on the y axis, destination on the x axis.
-#[derive(Debug, Clone)]
-pub struct Heatmap<'a> {
-    pub title: String,
-    /// What the indices are (`rank`, `endpoint`): the axes read "source <axis>".
-    pub axis: &'a str,
-    /// One cell per directed pair (a pair given twice keeps the last).
-    pub cells: &'a [Cell],
-    /// Cells outlined in red, with the rule that flagged them (shown under the colour bar).
-    pub flagged: &'a [(u32, u32)],
-    pub flag_rule: Option<String>,
-    /// How values map to colours and print in the cells.
-    pub scale: Scale,
-    /// Groups of indices (a node's endpoints): (first index, label), in index order; a line
-    /// separates each group from the next and its label stands at its first index.
-    pub groups: Vec<(u32, String)>,
-    /// Pairs measured without a rate (above their link): drawn grey, marked `x`.
-    pub unrated: &'a [(u32, u32)],
-}
-
-/// The colour scale of a [`Heatmap`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Scale {
-    /// GB/s from the lowest cell to the highest.
-    Gbps,
-    /// Each cell's value is a share of the median pair: a fixed scale from 0 to
-    /// [`SHARE_MAX`], so an outlier cannot wash out the others (the title says the median).
-    ShareOfMedian,
-}
-
-/// The top of the share scale: cells above it take its colour.
-pub const SHARE_MAX: f64 = 1.5;
-
-/// Matrices wider than this draw touching cells of one colour as one shape ([`RUN_LEVELS`]).
-const RUN_MERGE_FROM: i32 = 64;
-/// Colour steps of such a matrix: a share's colour within 1.5 / 32 of its own.
-const RUN_LEVELS: u32 = 32;
-
-/// The colour of level `t` in 0..=1 (viridis; out of range clamps, NaN is 0).
-pub fn viridis(t: f64) -> RGBColor {
-    const S: [(f64, f64, f64); 5] = [
-        (68.0, 1.0, 84.0),
-        (59.0, 82.0, 139.0),
-        (33.0, 145.0, 140.0),
-        (94.0, 201.0, 98.0),
-        (253.0, 231.0, 37.0),
-    ];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 } * 4.0;
-    let i = (t.floor() as usize).min(3);
-    let f = t - i as f64;
-    let l = |a: f64, b: f64| (a + (b - a) * f).round() as u8;
-    RGBColor(l(S[i].0, S[i + 1].0), l(S[i].1, S[i + 1].1), l(S[i].2, S[i + 1].2))
-}
-
-/// Heatmap of a link matrix with a GB/s colour bar; values printed in the cells up to 16 x 16.
-/// Written as [`bandwidth`] is.
-pub fn heatmap(out: &Path, h: &Heatmap) -> Result<(), String> {
-    let mut svg = String::new();
-    draw_heatmap(&mut svg, h)?;
-    save(out, &svg)
-}
-
-fn draw_heatmap(svg: &mut String, h: &Heatmap) -> Result<(), String> {
-    if h.cells.is_empty() {
-        return Err("no links to plot".into());
-    }
-    let n = h.cells.iter().map(|c| c.src.max(c.dst)).max().unwrap_or(0) as i32 + 1;
-    let (lo, hi, unit) = match &h.scale {
-        Scale::Gbps => (
-            h.cells.iter().map(|c| c.gbps).fold(f64::INFINITY, f64::min),
-            h.cells.iter().map(|c| c.gbps).fold(f64::NEG_INFINITY, f64::max),
-            "GB/s".to_string(),
-        ),
-        Scale::ShareOfMedian => (0.0, SHARE_MAX, "share of median".to_string()),
-    };
-    let span = if hi > lo { hi - lo } else { 1.0 };
-    let level = |v: f64| ((v - lo) / span).clamp(0.0, 1.0);
-    let side = (60 * n as u32).clamp(300, 900);
-    let root = SVGBackend::with_string(svg, (side + 300, side + 120)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
-    let (left, right) = root.split_horizontally(side + 110);
-    let mut chart = ChartBuilder::on(&left)
-        .caption(&h.title, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(if h.groups.is_empty() { 50 } else { 70 })
-        .build_cartesian_2d(-0.5..(f64::from(n) - 0.5), -0.5..(f64::from(n) - 0.5))
-        .map_err(draw_err)?;
-    let fmt = |v: &f64| {
-        if (v - v.round()).abs() > 1e-6 || *v < 0.0 {
-            return String::new();
-        }
-        let i = v.round() as u32;
-        if h.groups.is_empty() {
-            return i.to_string();
-        }
-        h.groups
-            .iter()
-            .find(|g| g.0 == i)
-            .map_or(String::new(), |g| g.1.clone())
-    };
-    // Every index up to 64 (a node's endpoints), else about 16 ticks (hundreds of nodes).
-    let labels = if h.groups.is_empty() {
-        (n as usize + 1).min(if n > RUN_MERGE_FROM { 17 } else { usize::MAX })
-    } else {
-        2 * n as usize + 1
-    };
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(format!("destination {}", h.axis))
-        .y_desc(format!("source {}", h.axis))
-        .x_labels(labels)
-        .y_labels(labels)
-        .x_label_formatter(&fmt)
-        .y_label_formatter(&fmt)
-        .draw()
-        .map_err(draw_err)?;
-    let sv = |i: u32| f64::from(i) - 0.5;
-    let square = |src: u32, dst: u32| [(sv(dst), sv(src)), (sv(dst + 1), sv(src + 1))];
-    let unrated_set: std::collections::HashSet<(u32, u32)> = h.unrated.iter().copied().collect();
-    let unrated = |c: &Cell| unrated_set.contains(&(c.src, c.dst));
-    // A large matrix (a node pair per cell at hundreds of nodes) in fewer shapes: its colours
-    // in RUN_LEVELS steps, and the cells of a row that touch and share one drawn as one
-    // rectangle, so that 512 x 512 cells stay a file of a few MB.
-    let quantum = if n > RUN_MERGE_FROM { f64::from(RUN_LEVELS) } else { 0.0 };
-    let fill_of = |c: &Cell| {
-        if unrated(c) {
-            RGBColor(200, 200, 200)
-        } else if quantum > 0.0 {
-            viridis((level(c.gbps) * quantum).round() / quantum)
-        } else {
-            viridis(level(c.gbps))
-        }
-    };
-    let mut ordered: Vec<&Cell> = h.cells.iter().collect();
-    if quantum > 0.0 {
-        ordered.sort_by_key(|c| (c.src, c.dst));
-    }
-    let mut runs: Vec<(u32, u32, u32, RGBColor)> = Vec::with_capacity(ordered.len());
-    for c in ordered {
-        let fill = fill_of(c);
-        match runs.last_mut() {
-            Some(r) if quantum > 0.0 && r.0 == c.src && r.2 + 1 == c.dst && r.3 == fill => r.2 = c.dst,
-            _ => runs.push((c.src, c.dst, c.dst, fill)),
-        }
-    }
-    chart
-        .draw_series(runs.iter().map(|&(src, first, last, fill)| {
-            Rectangle::new([(sv(first), sv(src)), (sv(last + 1), sv(src + 1))], fill.filled())
-        }))
-        .map_err(draw_err)?;
-    // Group separators (between nodes).
-    let edge = f64::from(n) - 0.5;
-    chart
-        .draw_series(h.groups.iter().skip(1).flat_map(|g| {
-            let at = sv(g.0);
-            [
-                PathElement::new(vec![(at, -0.5), (at, edge)], BLACK.stroke_width(1)),
-                PathElement::new(vec![(-0.5, at), (edge, at)], BLACK.stroke_width(1)),
-            ]
-        }))
-        .map_err(draw_err)?;
-    chart
-        .draw_series(
-            h.flagged
-                .iter()
-                .map(|&(s, d)| Rectangle::new(square(s, d), RED.stroke_width(4))),
-        )
-        .map_err(draw_err)?;
-    if n <= 16 {
-        // Three significant digits for the usual range (0.31, 12.4, 123); shares with two.
-        let digits = match h.scale {
-            Scale::ShareOfMedian => 2,
-            Scale::Gbps if hi < 10.0 => 2,
-            Scale::Gbps => usize::from(hi < 100.0),
-        };
-        chart
-            .draw_series(h.cells.iter().map(|c| {
-                let color = if unrated(c) || level(c.gbps) > 0.6 {
-                    BLACK
-                } else {
-                    WHITE
-                };
-                let flag = if h.flagged.contains(&(c.src, c.dst)) { "!" } else { "" };
-                let text = if unrated(c) {
-                    "x".to_string()
-                } else {
-                    format!("{:.digits$}{flag}", c.gbps)
-                };
-                Text::new(
-                    text,
-                    (f64::from(c.dst) - 0.2, f64::from(c.src) + 0.1),
-                    ("sans-serif", 12).into_font().color(&color),
-                )
-            }))
-            .map_err(draw_err)?;
-    }
-    // Colour bar with its unit and the flagging rule.
-    let mut bar = ChartBuilder::on(&right)
-        .margin_top(40)
-        .margin_bottom(60)
-        .margin_right(10)
-        .y_label_area_size(60)
-        .caption(&unit, ("sans-serif", 12))
-        .build_cartesian_2d(0.0..1.0, lo..(lo + span))
-        .map_err(draw_err)?;
-    bar.configure_mesh()
-        .disable_mesh()
-        .disable_x_axis()
-        .y_labels(6)
-        .y_label_formatter(&|v| format!("{v:.2}"))
-        .draw()
-        .map_err(draw_err)?;
-    let steps = 64;
-    bar.draw_series((0..steps).map(|i| {
-        let a = lo + span * f64::from(i) / f64::from(steps);
-        let b = lo + span * f64::from(i + 1) / f64::from(steps);
-        Rectangle::new(
-            [(0.0, a), (1.0, b)],
-            viridis(f64::from(i) / f64::from(steps - 1)).filled(),
-        )
-    }))
-    .map_err(draw_err)?;
-    let mut notes = Vec::new();
-    if let Some(rule) = &h.flag_rule {
-        notes.push((format!("red: {rule}"), RED));
-    }
-    if !h.unrated.is_empty() {
-        notes.push(("grey x: above its link's rate, no rate".to_string(), BLACK));
-    }
-    for (i, (text, color)) in notes.into_iter().enumerate() {
-        right
-            .draw(&Text::new(
-                text,
-                (10, side as i32 + 80 + 16 * i as i32),
-                ("sans-serif", 12).into_font().color(&color),
-            ))
-            .map_err(draw_err)?;
-    }
-    root.present().map_err(draw_err)?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,6 +289,46 @@ mod tests {
         assert_eq!(fmt_size(1000), "1000 B");
         assert_eq!(size_label(20.0), "1 MiB");
         assert_eq!(size_label(20.5), "");
+    }
+
+    /// Issue 55: a rig's rates (a few Mbit/s: 0.0048 to 0.0052 GB/s) read on the colour bar in
+    /// distinct values (the bar read "0.01, 0.01, 0.01"), and each cell prints its own.
+    #[test]
+    fn colour_bar_ticks_are_distinct_after_rounding() {
+        let dir = std::env::temp_dir().join(format!("tcpx-plot-ticks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cells: Vec<Cell> = (0..4u32)
+            .flat_map(|s| (0..4u32).map(move |d| (s, d)))
+            .filter(|(s, d)| s != d)
+            .map(|(src, dst)| Cell {
+                src,
+                dst,
+                gbps: 0.0048 + 0.0004 * f64::from(src * 4 + dst) / 15.0,
+            })
+            .collect();
+        let h = Heatmap {
+            axis: "rank",
+            cells: &cells,
+            ..Heatmap::default()
+        };
+        let out = dir.join("ticks.svg");
+        heatmap(&out, &h).unwrap();
+        let svg = std::fs::read_to_string(&out).unwrap();
+        let ticks = check::bar_ticks(&svg);
+        let distinct: std::collections::BTreeSet<&String> = ticks.iter().collect();
+        assert!(ticks.len() >= 3 && distinct.len() == ticks.len(), "{ticks:?}");
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let cells_printed: std::collections::BTreeSet<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") != Some("end"))
+            .filter_map(|n| n.text().map(str::trim))
+            .filter(|t| t.contains('.') && t.parse::<f64>().is_ok())
+            .collect();
+        assert!(
+            cells_printed.len() >= 6,
+            "cells print distinct values: {cells_printed:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -556,6 +351,7 @@ mod tests {
             scale: Scale::Gbps,
             groups: Vec::new(),
             unrated: &[],
+            ..Heatmap::default()
         };
         assert!(heatmap(&dir.join("b.svg"), &h).is_err());
         assert!(!dir.join("b.svg").exists());
