@@ -85,7 +85,6 @@ pub fn of_summary(summary: &Value) -> Configuration {
     let mut c = Configuration::new();
     let text = |v: &Value| match v {
         Value::String(s) => Some(s.clone()),
-        Value::Null => None,
         Value::Bool(_) | Value::Number(_) => Some(v.to_string()),
         _ => None,
     };

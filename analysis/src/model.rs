@@ -260,7 +260,7 @@ impl Run {
             labels: BTreeMap::new(),
             unverified: Vec::new(),
             waivers: Vec::new(),
-            config: Default::default(),
+            config: BTreeMap::default(),
         }
     }
 

@@ -257,7 +257,7 @@ fn thirty_runs_on(b: &Backend, dir: &Path, runs: &Path) {
     assert_eq!(html.matches("class=\"cp\"").count(), changes, "the change points drawn");
     // Every run is a link to its directory, relative to the page beside it (issue 55).
     assert!(!html.contains("file://"), "a dead link in an artifact");
-    let rel = std::fs::canonicalize(&runs)
+    let rel = std::fs::canonicalize(runs)
         .unwrap()
         .strip_prefix(std::fs::canonicalize(dir).unwrap())
         .unwrap()

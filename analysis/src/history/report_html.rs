@@ -355,7 +355,7 @@ pub fn html(
             let reg = r.regression && k + 1 == r.changes.len();
             let _ = writeln!(
                 o,
-                r#"<tr{}><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>[{:+.1}%, {:+.1}%]</td><td>{:.3}</td></tr>"#,
+                "<tr{}><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>[{:+.1}%, {:+.1}%]</td><td>{:.3}</td></tr>",
                 if reg { r#" class="reg""# } else { "" },
                 esc(&r.data.config_key),
                 esc(&r.data.label()),
