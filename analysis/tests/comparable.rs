@@ -416,3 +416,53 @@ fn repeat_makes_n_runs_and_keeps_each_exit() {
     assert!(codes.iter().all(|c| *c != "0"), "{exits}");
     assert_eq!(o.status.code().map(|c| c.to_string()).as_deref(), Some(codes[0]));
 }
+
+/// A run made as the recipe says on two 8-GPU nodes (written as tcpx-perf writes one: no A3
+/// here) is accepted by `compare` against the A3 baseline: its mean busbw over the 21 sizes set
+/// beside 19.176 GB/s, nothing refused, and the fields the NCCL figure has no setting for listed
+/// (on c22480e: accepted with nothing of how it was made checked or said).
+#[test]
+fn a_recipe_run_on_two_a3_nodes_is_accepted() {
+    let d = tmpdir("comparable-a3");
+    let run = write_run(
+        &d.join("ring"),
+        &Spec {
+            pattern: "ring",
+            sizes: (10..=30).map(|k| 1u64 << k).collect(),
+            iters: 50,
+            ranks: 16,
+            ..Spec::default()
+        },
+    );
+    // Two nodes: results.csv's `nodes` column and summary.json's settings, as the recipe's run.
+    let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    std::fs::write(
+        run.join("results.csv"),
+        csv.replace(",16,16,1,tcpx-emu,", ",16,16,2,tcpx-emu,"),
+    )
+    .unwrap();
+    edit_summary_json(&run, |v| {
+        for (k, x) in [
+            ("pattern", serde_json::json!("ring")),
+            ("scope", "all".into()),
+            ("dir", "bi".into()),
+            ("mem", "cuda".into()),
+            ("ranks", 16.into()),
+            ("endpoints", 16.into()),
+            ("nodes", 2.into()),
+            ("iters", 50.into()),
+            ("warmup", 50.into()),
+            ("time_reduction", "avg".into()),
+            ("timing", "back-to-back".into()),
+            ("config", serde_json::json!({"warmup_once": true})),
+        ] {
+            v[k] = x;
+        }
+    });
+    let a3 = baselines().join("a3high-nccl-tcpx-allreduce.toml");
+    let (code, out) = run_analyze(&["compare", p(&run), "-B", p(&a3)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("### Refused"), "{out}");
+    assert!(out.contains("mean over 1 KiB..1 GiB (21 sizes)"), "{out}");
+    assert!(out.contains("not applicable, not compared: mem, chunk"), "{out}");
+}
