@@ -76,6 +76,10 @@ struct RawBaseline {
     runs: Option<usize>,
     #[serde(default)]
     shape: Shape,
+    /// The configuration that changes a figure ([`crate::comparable`]); `"n/a"` where the
+    /// figure has no such setting.
+    #[serde(default)]
+    config: BTreeMap<String, toml::Value>,
     #[serde(default)]
     provenance: BTreeMap<String, toml::Value>,
     /// The waivers its runs were admitted under (`make-baseline --allow-forced`: `["FORCED"]`).
@@ -173,6 +177,9 @@ pub struct Baseline {
     /// Runs the values come from (None: unknown).
     pub runs: Option<usize>,
     pub job: Shape,
+    /// The configuration its figures were made with (`[config]`; empty in older files: nothing
+    /// checked, which a comparison says).
+    pub config: crate::comparable::Configuration,
     pub provenance: BTreeMap<String, String>,
     /// The waivers of the runs it was made from (forced, unchecked, ...): every gate against it
     /// needs their flags and names them ([`crate::admit::baseline_policy`]).
@@ -322,7 +329,9 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
         })
         .collect();
     let waivers = waivers_of(file, &raw.waivers, &raw.description)?;
+    let config = config_of(file, &raw.config)?;
     Ok(Baseline {
+        config,
         file: file.to_string(),
         waivers,
         waived: raw.waived,
@@ -336,6 +345,44 @@ pub fn parse(file: &str, text: &str) -> Result<Baseline, ParseError> {
         provenance,
         entries,
     })
+}
+
+/// A baseline's `[config]`: known fields only (the job shape lives in `[shape]`), each a
+/// string, a whole number or a boolean.
+fn config_of(file: &str, raw: &BTreeMap<String, toml::Value>) -> Result<crate::comparable::Configuration, ParseError> {
+    let shape = ["endpoints", "MPI ranks", "nodes"];
+    let mut out = crate::comparable::Configuration::new();
+    for (k, v) in raw {
+        if !crate::comparable::is_field(k) || shape.contains(&k.as_str()) {
+            let known: Vec<&str> = crate::comparable::FIELDS
+                .iter()
+                .map(|f| f.name)
+                .filter(|n| !shape.contains(n))
+                .collect();
+            return Err(ParseError::new(
+                file,
+                None,
+                format!(
+                    "[config] {k:?} is not a configuration field (one of {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+        let text = match v {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ParseError::new(
+                    file,
+                    None,
+                    format!("[config] {k} = {other}: give a string, a whole number or a boolean"),
+                ))
+            }
+        };
+        out.insert(k.clone(), text);
+    }
+    Ok(out)
 }
 
 /// The waivers a baseline records (`waivers`), and those a baseline written before that field
@@ -389,15 +436,21 @@ pub fn from_runs(
         ));
     };
     let shape0 = first.shape();
-    for r in runs {
-        if r.shape() != shape0 {
-            return Err(format!(
-                "{}: another job shape than {} ({:?} vs {shape0:?})",
-                r.source,
-                first.source,
-                r.shape()
-            ));
-        }
+    let sides: Vec<(String, Vec<crate::comparable::Configuration>)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.source.clone(),
+                vec![crate::comparable::with_shape(r.config.clone(), &r.shape())],
+            )
+        })
+        .collect();
+    let found = crate::comparable::check(&sides);
+    if !found.refusals.is_empty() {
+        return Err(format!(
+            "the runs are not one configuration: {}",
+            found.refusals.join("; ")
+        ));
     }
     let series: Vec<&crate::model::Series> = runs
         .iter()
@@ -452,6 +505,16 @@ pub fn from_runs(
     }
     if let Some(p) = first.labels.get("plugin") {
         let _ = writeln!(o, "plugin = {}", q(p));
+    }
+    if !first.config.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n# What changes a figure: gate -B, compare and gate --history refuse a run that differs."
+        );
+        let _ = writeln!(o, "[config]");
+        for (k, v) in &first.config {
+            let _ = writeln!(o, "{k} = {}", q(v));
+        }
     }
     let _ = writeln!(o, "\n[provenance]");
     let _ = writeln!(

@@ -10,6 +10,7 @@ extern crate tcpx_files;
 
 pub mod admit;
 pub mod baseline;
+pub mod comparable;
 pub mod compare;
 pub mod decision;
 pub mod error;

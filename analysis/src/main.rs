@@ -534,6 +534,15 @@ fn run_show(a: &ShowArgs) -> anyhow::Result<i32> {
             if !b.description.is_empty() {
                 println!("  {}", b.description);
             }
+            let config: Vec<String> = b.config.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!(
+                "  config: {}",
+                if config.is_empty() {
+                    "not recorded (nothing of how its runs were made is checked)".to_string()
+                } else {
+                    config.join(" ")
+                }
+            );
             for (k, v) in &b.provenance {
                 println!("  {k}: {v}");
             }

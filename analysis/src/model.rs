@@ -198,6 +198,9 @@ pub struct Run {
     /// below `NCCL_TESTS_MIN_BW`, a results.csv whose completion is unknown), one line each;
     /// [`crate::admit::policy`] refuses or marks them.
     pub waivers: Vec<(Waiver, String)>,
+    /// The configuration that changes a figure, as the run records it (tcpx-perf: summary.json;
+    /// empty where a format records none): [`crate::comparable`].
+    pub config: crate::comparable::Configuration,
 }
 
 /// What a run lacks that only a flag naming it lets the gate, `make-baseline` and `history add`
@@ -262,6 +265,7 @@ impl Run {
             labels: BTreeMap::new(),
             unverified: Vec::new(),
             waivers: Vec::new(),
+            config: BTreeMap::default(),
         }
     }
 

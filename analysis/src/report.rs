@@ -182,6 +182,18 @@ pub fn markdown(r: &Report, title: &str) -> String {
             let _ = writeln!(o, "{}", comparison_row(c));
         }
         o.push('\n');
+        let noise: Vec<String> = r
+            .comparisons
+            .iter()
+            .flat_map(|c| {
+                c.noise
+                    .iter()
+                    .map(move |n| format!("- {} {} {}: {}", c.pattern, c.metric, c.label, text(n)))
+            })
+            .collect();
+        if !noise.is_empty() {
+            let _ = writeln!(o, "### Noise\n\n{}\n", noise.join("\n"));
+        }
     }
     if !r.sizes.is_empty() {
         let _ = writeln!(

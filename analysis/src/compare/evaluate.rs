@@ -144,7 +144,13 @@ pub(super) fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
             });
         }
     }
+    let noise = if used.is_empty() {
+        Vec::new()
+    } else {
+        noise(&cand, &refs, s.threshold)
+    };
     let c = Comparison {
+        noise,
         pattern: g.pattern.clone(),
         label: g.label.clone(),
         reference: g.reference.clone(),
@@ -159,4 +165,47 @@ pub(super) fn evaluate(g: &Group, s: &Settings) -> (Comparison, Vec<SizeRow>) {
         p_adjusted: None,
     };
     (c, rows)
+}
+
+/// What the runs' noise means for the verdict, said even when it passes (issue 54): a reference
+/// whose run-to-run spread exceeds the threshold it is judged against (one of its runs differs
+/// from another by more than the change the gate decides on), and candidate runs outside the
+/// range of the reference runs, in either direction. `cand` and `refs` are log performances.
+fn noise(cand: &[f64], refs: &[f64], threshold: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    if refs.len() < 2 {
+        return out;
+    }
+    let centre = stats::mean(refs);
+    let pct = |l: f64| format!("{:+.1}%", ((l - centre).exp() - 1.0) * 100.0);
+    let spread = stats::var(refs).sqrt();
+    if spread > threshold {
+        out.push(format!(
+            "noisy reference: its {} runs spread {:.1}% run to run, more than the {:.1}% threshold it is judged against (its runs lie at {}..{} of their mean)",
+            refs.len(),
+            spread * 100.0,
+            threshold * 100.0,
+            pct(refs.iter().copied().fold(f64::INFINITY, f64::min)),
+            pct(refs.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+        ));
+    }
+    let (lo, hi) = (
+        refs.iter().copied().fold(f64::INFINITY, f64::min),
+        refs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let below: Vec<String> = cand.iter().filter(|&&c| c < lo).map(|&c| pct(c)).collect();
+    let above: Vec<String> = cand.iter().filter(|&&c| c > hi).map(|&c| pct(c)).collect();
+    for (side, outside) in [("below", below), ("above", above)] {
+        if !outside.is_empty() {
+            out.push(format!(
+                "{} of {} candidate runs {side} the reference runs' range ({}..{} of their mean): {}",
+                outside.len(),
+                cand.len(),
+                pct(lo),
+                pct(hi),
+                outside.join(", ")
+            ));
+        }
+    }
+    out
 }

@@ -369,8 +369,9 @@ pub(super) fn groups_vs_baseline(
                         other_range = true;
                         let (lo, hi) = (have.first().copied().unwrap_or(0), have.last().copied().unwrap_or(0));
                         refusals.push(format!(
-                            "baseline {} {} is a mean over {} sizes {}..{} (step x{}); the candidate covers {}..{} ({} of those sizes present): a mean over a different size range is not comparable",
+                            "different sizes: baseline {} {} is a mean over {} sizes {}..{} (step x{}: tcpx-perf -b {} -e {} -f {}); the candidate covers {}..{} ({} of those sizes present): a mean over a different size range is not comparable",
                             b.name, e.metric, want.len(), format_size_label(e.size_min), format_size_label(e.size_max), e.step_factor,
+                            tcpx_units::format_size(e.size_min), tcpx_units::format_size(e.size_max), e.step_factor,
                             format_size_label(lo), format_size_label(hi), want.iter().filter(|z| present.contains(z)).count()
                         ));
                     }

@@ -6,13 +6,13 @@ mod evaluate;
 mod groups;
 
 use crate::baseline::Baseline;
+use crate::comparable;
 use crate::decision::{Outcome, Verdict};
 use crate::model::{Metric, Run};
 use crate::stats;
 use evaluate::evaluate;
 use groups::{groups_vs_baseline, groups_vs_runs, sources, Group};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
 
 /// GiB/s to GB/s.
 pub const GIB_PER_GB: f64 = 1.073_741_824;
@@ -96,6 +96,9 @@ pub struct Comparison {
     pub outcome: Outcome,
     /// Holm-adjusted p of "regression" over the comparisons of the report.
     pub p_adjusted: Option<f64>,
+    /// What the runs' noise means for the verdict: a noisy reference, candidate runs outside
+    /// the reference runs' range ([`evaluate`]).
+    pub noise: Vec<String>,
 }
 
 impl Comparison {
@@ -160,38 +163,6 @@ pub fn check_runs(runs: &[Run], side: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// Refuses sides whose job shapes differ (a side's runs must agree among themselves too).
-fn check_shapes(
-    sides: &[(String, Vec<BTreeMap<&'static str, String>>)],
-    refusals: &mut Vec<String>,
-    warnings: &mut Vec<String>,
-) {
-    for key in ["endpoints", "MPI ranks", "nodes"] {
-        let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (side, shapes) in sides {
-            for sh in shapes {
-                if let Some(v) = sh.get(key) {
-                    seen.entry(v.clone()).or_default().insert(side.clone());
-                }
-            }
-        }
-        if seen.len() > 1 {
-            let list: Vec<String> = seen
-                .iter()
-                .map(|(v, who)| format!("{v} ({})", who.iter().cloned().collect::<Vec<_>>().join(", ")))
-                .collect();
-            refusals.push(format!("different {key} counts: {}", list.join(" vs ")));
-        }
-    }
-    for (side, shapes) in sides {
-        if shapes.iter().any(|s| !s.contains_key("endpoints")) {
-            warnings.push(format!(
-                "{side} records no endpoint count: the job shape was not checked against it"
-            ));
-        }
-    }
-}
-
 /// Runs the whole analysis against every reference.
 pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report {
     let mut problems = Vec::new();
@@ -205,9 +176,10 @@ pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report 
     if references.is_empty() {
         problems.push("no reference".into());
     }
-    let mut shapes = vec![(
+    let configuration = |r: &Run| comparable::with_shape(r.config.clone(), &r.shape());
+    let mut sides = vec![(
         "candidate".to_string(),
-        cands.iter().map(Run::shape).collect::<Vec<_>>(),
+        cands.iter().map(configuration).collect::<Vec<_>>(),
     )];
     let mut ref_desc = Vec::new();
     for r in references {
@@ -215,19 +187,30 @@ pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report 
             Reference::Runs(refs) => {
                 ref_desc.push(format!("{} run(s): {}", refs.len(), sources(refs)));
                 check_runs(refs, "reference", &mut problems);
-                shapes.push(("reference runs".into(), refs.iter().map(Run::shape).collect()));
+                sides.push(("reference runs".into(), refs.iter().map(configuration).collect()));
                 groups_vs_runs(cands, refs, s, &mut groups, &mut refusals, &mut problems, &mut warnings);
             }
             Reference::Baseline(b) => {
                 ref_desc.push(format!("baseline {} ({})", b.name, b.file));
-                shapes.push((format!("baseline {}", b.name), vec![b.shape()]));
+                sides.push((
+                    format!("baseline {}", b.name),
+                    vec![comparable::with_shape(b.config.clone(), &b.shape())],
+                ));
                 groups_vs_baseline(cands, b, s, &mut groups, &mut refusals, &mut problems, &mut warnings);
             }
         }
     }
-    check_shapes(&shapes, &mut refusals, &mut warnings);
+    // One rule for every comparison (`compare`, `gate -B`, `gate --history`): each field that
+    // changes a figure, the job shape included, the same on every side or refused by name.
+    let found = comparable::check(&sides);
+    refusals.extend(found.refusals.iter().cloned());
+    warnings.extend(found.warnings.iter().cloned());
     refusals.sort();
     refusals.dedup();
+    dedup_unordered(&mut problems);
+    if !refusals.is_empty() {
+        warnings.extend(found.hint());
+    }
     warnings.dedup();
 
     let mut comparisons = Vec::new();
@@ -287,6 +270,12 @@ pub fn analyze(cands: &[Run], references: &[Reference], s: &Settings) -> Report 
         verdict: verdict.to_string(),
         exit_code,
     }
+}
+
+/// Drops repeated lines, keeping the first of each in place.
+fn dedup_unordered(lines: &mut Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    lines.retain(|l| seen.insert(l.clone()));
 }
 
 /// Holm-Bonferroni over the regression p-values of the report's comparisons: a regression

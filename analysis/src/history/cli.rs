@@ -11,7 +11,7 @@ use super::report_html::count;
 use crate::error::{exit, Failure};
 use crate::parse::{ParseOptions, Placement};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
 pub enum HistoryCmd {
@@ -273,7 +273,13 @@ fn report(a: &ReportArgs) -> Result<i32, Failure> {
     tcpx_files::claim_output(&a.out, "-o").map_err(|e| Failure::Input(e.to_string()))?;
     let db = a.db.open(false)?;
     let d = detect(&db, &s)?;
-    let page = super::report_html::html(&d, db.name(), &db.node_verdicts()?);
+    // Run links are relative to the page's directory (they work in a CI artifact).
+    let report_dir = a
+        .out
+        .parent()
+        .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        .and_then(|p| std::fs::canonicalize(p).ok());
+    let page = super::report_html::html(&d, db.name(), &db.node_verdicts()?, report_dir.as_deref());
     // Whole or absent (a full disk leaves no cut-off page), never through a link.
     tcpx_files::write_bytes(&a.out, tcpx_files::Durability::Synced, page.as_bytes())
         .map_err(|e| Failure::Input(e.to_string()))?;

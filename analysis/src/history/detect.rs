@@ -307,7 +307,7 @@ pub fn table(d: &Detection) -> String {
         let _ = writeln!(o, "\nconfiguration {key}");
         let _ = writeln!(
             o,
-            "| size | runs | change at run (#, start, commit) | busbw before -> after (GB/s) | change | {:.0}% CI | p | newest segment |",
+            "| size | runs | change at (history run, start, commit) | busbw before -> after (GB/s) | change | {:.0}% CI | p | newest segment |",
             d.ci_level * 100.0
         );
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
@@ -324,9 +324,9 @@ pub fn table(d: &Detection) -> String {
                 let last = k + 1 == r.changes.len();
                 let _ = writeln!(
                     o,
-                    "| {} | {n} | #{} {} {} | {:.4} -> {:.4} | {} | [{}, {}] | {:.3} | {} |",
+                    "| {} | {n} | run {} {} {} | {:.4} -> {:.4} | {} | [{}, {}] | {:.3} | {} |",
                     r.data.label(),
-                    c.index,
+                    c.run_id,
                     c.start_time,
                     c.git_commit.as_deref().unwrap_or("-"),
                     c.mean_before,

@@ -57,6 +57,41 @@ impl Config {
         }
         parts.join(" ")
     }
+
+    /// The fields it keys on as [`crate::comparable`] names them, the job shape left out
+    /// ([`Config::shape`]): what every comparison checks.
+    pub fn configuration(&self) -> crate::comparable::Configuration {
+        let text = [
+            ("scope", &self.scope),
+            ("dir", &self.dir),
+            ("mem", &self.mem),
+            ("plugin", &self.plugin),
+        ];
+        let nums = [
+            ("chunk", self.chunk),
+            ("channels", self.channels),
+            ("window", self.window),
+        ];
+        text.into_iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+            .chain(
+                nums.into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v.to_string()))),
+            )
+            .collect()
+    }
+
+    /// The job shape in the keys of [`Run::shape`].
+    pub fn shape(&self) -> std::collections::BTreeMap<&'static str, String> {
+        [
+            ("MPI ranks", self.ranks),
+            ("endpoints", self.endpoints),
+            ("nodes", self.nodes),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v.to_string())))
+        .collect()
+    }
 }
 
 /// One size of one series as stored.
@@ -225,6 +260,7 @@ pub(crate) fn as_run(c: &Config, r: &StoredRun) -> Run {
             run.labels.insert(k.into(), v.to_string());
         }
     }
+    run.config = c.configuration();
     run.status = Some("ok".into());
     let variant = c
         .variant

@@ -10,6 +10,7 @@
 use super::axis;
 use super::detect::{Detection, SeriesResult};
 use std::fmt::Write;
+use std::path::Path;
 
 const W: f64 = 640.0;
 const H: f64 = 256.0;
@@ -27,19 +28,29 @@ fn esc(s: &str) -> String {
 }
 
 /// A link to a run's directory (or log).
-fn href(source: &str) -> String {
-    let path = source.split(" (").next().unwrap_or(source);
-    if path.starts_with('/') {
-        let enc: String = path
-            .bytes()
+/// A link to a run that works where the page is read (a CI artifact, a copy beside a shared
+/// database): the run's directory relative to the report's, percent-encoded, where the run lies
+/// under the report's directory; none otherwise (an absolute `file://` path is dead anywhere
+/// but the machine that wrote it; the run is named by its history id instead).
+fn href(source: &str, report_dir: Option<&Path>) -> Option<String> {
+    let path = Path::new(source.split(" (").next().unwrap_or(source));
+    let rel = path.strip_prefix(report_dir?).ok()?;
+    let text = rel.to_str().filter(|t| !t.is_empty())?;
+    Some(
+        text.bytes()
             .map(|b| match b {
                 b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
                 _ => format!("%{b:02X}"),
             })
-            .collect();
-        format!("file://{enc}")
-    } else {
-        path.to_string()
+            .collect(),
+    )
+}
+
+/// `inner` as a link to `href`, or alone where there is none.
+fn linked(href: Option<String>, inner: &str) -> String {
+    match href {
+        Some(h) => format!(r#"<a href="{}">{inner}</a>"#, esc(&h)),
+        None => inner.to_string(),
     }
 }
 
@@ -107,6 +118,23 @@ impl Frame {
     }
 }
 
+/// The widest a character of the axes' 10 px sans-serif font draws (digits, `-`, `:` are
+/// narrower).
+const CHAR_PX: f64 = 6.5;
+
+/// `x` and `text-anchor` attributes that centre a label on `x` where it fits, and keep it
+/// inside the chart where it does not (a tick at either end of the axis).
+fn inside(x: f64, label: &str) -> String {
+    let half = CHAR_PX * label.chars().count() as f64 / 2.0;
+    if x + half > W {
+        format!(r#"x="{:.3}" text-anchor="end""#, W - 1.0)
+    } else if x - half < 0.0 {
+        r#"x="1" text-anchor="start""#.to_string()
+    } else {
+        format!(r#"x="{x:.3}" text-anchor="middle""#)
+    }
+}
+
 /// Grid lines with round busbw ticks, and the date axis.
 fn axes(o: &mut String, f: &Frame, runs: usize) {
     let step = f.yticks.get(1).copied().unwrap_or(f.ymax);
@@ -126,16 +154,18 @@ fn axes(o: &mut String, f: &Frame, runs: usize) {
         let at = super::model::rfc3339(t.at.floor() as i64);
         let _ = write!(
             o,
-            r##"<line x1="{x:.3}" x2="{x:.3}" y1="{}" y2="{}" stroke="#999"/><text class="xtick" data-time="{at}" x="{x:.3}" y="{}" font-size="10" text-anchor="middle">{}</text>"##,
+            r##"<line x1="{x:.3}" x2="{x:.3}" y1="{}" y2="{}" stroke="#999"/><text class="xtick" data-time="{at}" {} y="{}" font-size="10">{}</text>"##,
             TOP + PH,
             TOP + PH + 4.0,
+            inside(x, &t.label),
             TOP + PH + 14.0,
             esc(&t.label)
         );
         if let Some(d) = &t.date {
             let _ = write!(
                 o,
-                r#"<text class="xdate" x="{x:.3}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
+                r#"<text class="xdate" {} y="{}" font-size="10">{}</text>"#,
+                inside(x, d),
                 TOP + PH + 25.0,
                 esc(d)
             );
@@ -182,17 +212,17 @@ fn changes(o: &mut String, f: &Frame, r: &SeriesResult) {
         let xc = f64::midpoint(f.xs[c.index], f.xs[c.index.saturating_sub(1)]);
         let _ = write!(
             o,
-            r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run #{} ({}): {:+.1}%</title></line>"##,
+            r##"<line class="cp" x1="{xc:.3}" x2="{xc:.3}" y1="{TOP}" y2="{}" stroke="#d22" stroke-dasharray="4 3" data-index="{}"><title>change at run {} ({}): {:+.1}%</title></line>"##,
             TOP + PH,
             c.index,
-            c.index,
+            c.run_id,
             esc(&c.start_time),
             c.relative_change * 100.0
         );
     }
 }
 
-fn chart(o: &mut String, r: &SeriesResult) {
+fn chart(o: &mut String, r: &SeriesResult, report_dir: Option<&Path>) {
     let pts = &r.data.points;
     let f = Frame::new(r);
     let _ = write!(
@@ -235,19 +265,19 @@ fn chart(o: &mut String, r: &SeriesResult) {
                 p.run_id
             );
         }
-        let _ = write!(
-            o,
-            r##"<a href="{}"><circle class="pt" cx="{x:.3}" cy="{:.3}" r="3.5" fill="#36c" data-index="{i}" data-run="{}" data-value="{}" data-time="{}"><title>#{i} {} {} commit {}: {:.4} GB/s</title></circle></a>"##,
-            esc(&href(&p.source)),
+        let point = format!(
+            r##"<circle class="pt" cx="{x:.3}" cy="{:.3}" r="3.5" fill="#36c" data-index="{i}" data-run="{}" data-value="{}" data-time="{}"><title>run {} {} {} commit {}: {:.4} GB/s</title></circle>"##,
             f.y(p.value),
             p.run_id,
             p.value,
             esc(&p.start_time),
+            p.run_id,
             esc(&p.source),
             esc(&p.start_time),
             esc(p.git_commit.as_deref().unwrap_or("-")),
             p.value
         );
+        o.push_str(&linked(href(&p.source, report_dir), &point));
     }
     o.push_str("</svg>");
 }
@@ -284,7 +314,13 @@ const CHECK_JS: &str = r"
 ";
 
 /// The whole page.
-pub fn html(d: &Detection, db_name: &str, nodes: &[(i64, String, super::model::NodeVerdict)]) -> String {
+/// The page; `report_dir` (canonical) is where it is written, which run links are relative to.
+pub fn html(
+    d: &Detection,
+    db_name: &str,
+    nodes: &[(i64, String, super::model::NodeVerdict)],
+    report_dir: Option<&Path>,
+) -> String {
     let mut o = String::new();
     let runs: std::collections::BTreeSet<i64> = d
         .series
@@ -319,12 +355,11 @@ pub fn html(d: &Detection, db_name: &str, nodes: &[(i64, String, super::model::N
             let reg = r.regression && k + 1 == r.changes.len();
             let _ = writeln!(
                 o,
-                r#"<tr{}><td><code>{}</code></td><td>{}</td><td><a href="{}">#{}</a></td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>[{:+.1}%, {:+.1}%]</td><td>{:.3}</td></tr>"#,
+                "<tr{}><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>[{:+.1}%, {:+.1}%]</td><td>{:.3}</td></tr>",
                 if reg { r#" class="reg""# } else { "" },
                 esc(&r.data.config_key),
                 esc(&r.data.label()),
-                esc(&href(&c.source)),
-                c.index,
+                linked(href(&c.source, report_dir), &format!("run {}", c.run_id)),
                 esc(&c.start_time),
                 esc(c.git_commit.as_deref().unwrap_or("-")),
                 c.mean_before,
@@ -351,7 +386,7 @@ pub fn html(d: &Detection, db_name: &str, nodes: &[(i64, String, super::model::N
                 o.push_str(" <span class=\"reg\">regression in the newest segment</span>");
             }
             o.push_str("</figcaption>");
-            chart(&mut o, r);
+            chart(&mut o, r, report_dir);
             o.push_str("</figure>\n");
         }
         o.push_str("</section>\n");

@@ -318,6 +318,7 @@ pub fn load_dir(dir: &Path, opts: &ParseOptions) -> Result<Run, Failure> {
         run.labels.insert("git_commit".into(), v.to_string());
     }
     crate::validate::tcpx_dir(dir, &summary, &mut run)?;
+    run.config = crate::comparable::of_summary(&summary);
     Ok(run)
 }
 
