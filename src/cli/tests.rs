@@ -318,3 +318,16 @@ fn the_docs_table_lists_every_nccl_tests_flag_as_the_code_treats_it() {
         }
     }
 }
+
+/// The README lists the refused flags by letter, in the table's order.
+#[test]
+fn the_readme_lists_the_refused_nccl_tests_flags() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let refused: Vec<String> = nccl_tests::FLAGS
+        .iter()
+        .filter(|f| matches!(f.here, nccl_tests::Here::Refused(_)))
+        .map(|f| format!("-{}", f.short))
+        .collect();
+    let want = format!("Every other nccl-tests flag (`{}`) is", refused.join(" "));
+    assert!(readme.contains(&want), "README: {want}");
+}
