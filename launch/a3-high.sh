@@ -8,6 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 HOSTFILE=${HOSTFILE:-hostfiles/tcpx.txt}
 RANKS=${RANKS:-16}
+# Open MPI answers a hostfile that names no node with "No nodes are available for this job":
+# say which file to fill, and how, before it is asked (exit 64, the project's usage status).
+if [ ! -r "$HOSTFILE" ] || ! grep -qv '^[[:space:]]*\(#\|$\)' "$HOSTFILE"; then
+  what="names no node"
+  [ -r "$HOSTFILE" ] || what="cannot be read"
+  echo "a3-high: $HOSTFILE $what: add a line 'HOST slots=8' for each of your nodes (its eth0 address or host name; the commented examples show the form), or set HOSTFILE=FILE" >&2
+  exit 64
+fi
 # shellcheck source=launch/tcpx-env.sh
 source launch/tcpx-env.sh
 exports=(-x PATH -x LD_LIBRARY_PATH="$TCPX_LD_LIBRARY_PATH")

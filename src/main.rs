@@ -23,10 +23,7 @@ fn main() {
             // Every rank parses the same command line: one line for the whole job, from rank 0,
             // and the usage status (2 means wrong data here, not clap's "bad usage").
             if launcher_rank() == 0 {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or("invalid arguments");
-                let first = first.strip_prefix("error: ").unwrap_or(first);
-                eprintln!("tcpx-perf: usage error: {first}; see tcpx-perf --help");
+                eprintln!("tcpx-perf: usage error: {}", tcpx_perf::cli::nccl_tests::usage_line(&e));
             } else {
                 // mpirun ends the job at the first non-zero exit: let rank 0 be first, so that its
                 // line is printed before the launcher kills it.

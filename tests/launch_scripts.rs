@@ -706,3 +706,54 @@ fn vs_nccl_tests_refuses_an_existing_or_linked_out_folder() {
     assert!(!tmp.join("nowhere").exists());
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// `launch/a3-high.sh` with the shipped hostfile (every line a comment) says in one line which
+/// file to fill and how, before mpirun (whose own answer is "No nodes are available for this
+/// job"); a hostfile that names a node goes on to mpirun (a stand-in here, which shows its
+/// arguments).
+#[test]
+fn a3_high_names_the_hostfile_to_fill_before_mpirun() {
+    let stub = std::env::temp_dir().join(format!("tcpx-a3-high-{}", std::process::id()));
+    std::fs::create_dir_all(&stub).expect("stub dir");
+    let mpirun = stub.join("mpirun");
+    std::fs::write(&mpirun, "#!/bin/sh\necho \"mpirun $*\"\n").expect("stub mpirun");
+    std::fs::set_permissions(&mpirun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let path = format!("{}:{}", stub.display(), std::env::var("PATH").unwrap_or_default());
+    let script = Path::new("launch/a3-high.sh");
+    let shipped = bash(script, &["--dry-run"], &[("PATH", &path)], Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&shipped.stderr);
+    assert_eq!(shipped.status.code(), Some(64), "{}", show(&shipped));
+    assert_eq!(stderr.lines().count(), 1, "one line:\n{stderr}");
+    assert!(
+        stderr
+            .starts_with("a3-high: hostfiles/tcpx.txt names no node: add a line 'HOST slots=8' for each of your nodes"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&shipped.stdout).contains("mpirun"),
+        "mpirun was not to run"
+    );
+    let missing = bash(
+        script,
+        &["--dry-run"],
+        &[("PATH", &path), ("HOSTFILE", "/nonexistent/hosts")],
+        Duration::from_secs(30),
+    );
+    assert_eq!(missing.status.code(), Some(64), "{}", show(&missing));
+    assert!(String::from_utf8_lossy(&missing.stderr).starts_with("a3-high: /nonexistent/hosts cannot be read:"));
+    let hosts = stub.join("hosts");
+    std::fs::write(&hosts, "# two nodes\nnode-a slots=8\n  node-b slots=8\n").expect("hostfile");
+    let filled = bash(
+        script,
+        &["--dry-run"],
+        &[("PATH", &path), ("HOSTFILE", &hosts.display().to_string())],
+        Duration::from_secs(30),
+    );
+    assert_eq!(filled.status.code(), Some(0), "{}", show(&filled));
+    let stdout = String::from_utf8_lossy(&filled.stdout);
+    assert!(
+        stdout.contains(&format!("-hostfile {}", hosts.display())) && stdout.trim_end().ends_with("--dry-run"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&stub);
+}

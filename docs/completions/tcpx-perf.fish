@@ -37,7 +37,7 @@ complete -c tcpx-perf -l poll -d 'How each endpoint\'s progress loop waits when 
 spin\t'Test continuously, yielding the core every 64 empty passes'"
 complete -c tcpx-perf -l setup-threads -d 'Most connection-setup threads per endpoint (default: 64 for TCPX and tcpx-emu, 1 for other plugins)' -r
 complete -c tcpx-perf -l connects-in-flight -d 'Most connects under way at once per endpoint: auto, or a count' -r
-complete -c tcpx-perf -l plan -d 'Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin' -r
+complete -c tcpx-perf -l plan -d 'Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin\'s init' -r
 complete -c tcpx-perf -l plan-json -d 'With --plan: also write the plan (needs, limits, verdicts) as JSON to FILE' -r -F
 complete -c tcpx-perf -l out -d 'Result directory; default: results/<UTC timestamp>-<pattern>' -r -F
 complete -c tcpx-perf -l progress -d 'Progress bar: auto (only when stderr is a terminal), always, never' -r -f -a "auto\t'Only when the output is a terminal'
@@ -73,5 +73,5 @@ complete -c tcpx-perf -l no-out -d 'Write no result files (stdout only)'
 complete -c tcpx-perf -s v -l verbose -d 'More of the plugin\'s log: -v at least info, -vv trace (raises --plugin-log, never lowers it)'
 complete -c tcpx-perf -l warmup-once -d 'Warm up as nccl-tests does: -w untimed iterations of every size once, before the first timed iteration, and none between sizes'
 complete -c tcpx-perf -l print-man -d 'Print the man page (roff) generated from these flags, then exit'
+complete -c tcpx-perf -l version -d 'Print version'
 complete -c tcpx-perf -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c tcpx-perf -s V -l version -d 'Print version'

@@ -101,7 +101,8 @@ EXIT STATUS:
 
 /// tcpx-perf: point-to-point benchmarks for NCCL net plugins, launched with mpirun.
 #[derive(Parser, Debug, Clone, Serialize)]
-#[command(name = "tcpx-perf", version, about, after_long_help = PATTERNS_HELP)]
+// -V is nccl-tests' (-D's CTA count), refused as such (nccl_tests.rs); the version is --version.
+#[command(name = "tcpx-perf", version, about, after_long_help = PATTERNS_HELP, disable_version_flag = true)]
 pub struct Cli {
     /// Smallest message size (binary K/M/G suffixes, e.g. 1M)
     #[arg(short = 'b', long = "minbytes", default_value = "1M", value_parser = parse_size)]
@@ -299,11 +300,12 @@ pub struct Cli {
     #[arg(long)]
     pub force: bool,
 
-    /// Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin
+    /// Plan a job of NODESxGPUSxNICS (e.g. 64x8x4) on this machine, without MPI or the plugin's init
     ///
     /// One rank per GPU (-g 1; -g and --ranks-per-node change that), the usual flags for the
-    /// pattern, scope, channels, -e, --mem and --plugin (tcpx, or a path naming GPUDirectTCPX,
-    /// plans TCPX; the default tcpx-emu). Prints what each process and node needs (comms, files,
+    /// pattern, scope, channels, -e, --mem and --plugin (the default tcpx-emu; tcpx plans TCPX;
+    /// another is opened and asked its name: GPUDirectTCPX plans TCPX, tcpx-emu tcpx-emu, any
+    /// other name or a plugin that cannot be opened is planned as unknown, a note says). Prints what each process and node needs (comms, files,
     /// threads, ports, memory) and which of this machine's limits it would cross: exit 0 when
     /// it fits, 1 when it crosses one.
     #[arg(long, value_name = "NODESxGPUSxNICS", value_parser = parse_plan_shape)]
@@ -435,6 +437,11 @@ pub struct Cli {
     /// libnccl.so.2 for --baseline nccl (default: the dynamic loader's search for libnccl.so.2)
     #[arg(long = "nccl-lib")]
     pub nccl_lib: Option<PathBuf>,
+
+    /// Print version
+    #[arg(long = "version", action = clap::ArgAction::Version)]
+    #[serde(skip)]
+    pub version: Option<bool>,
 }
 
 impl Cli {
@@ -615,6 +622,7 @@ impl Cli {
 }
 
 pub mod docs;
+pub mod nccl_tests;
 mod values;
 
 /// Parses `-a` (clap wants a function; the grammar is `TimeReduction`'s).

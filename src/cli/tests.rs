@@ -226,3 +226,108 @@ fn connects_in_flight_takes_auto_as_its_help_says() {
         assert!(e.contains("--connects-in-flight"), "{bad}: {e}");
     }
 }
+
+/// nccl-tests 2.19's getopt string (src/common.cu): every flag it has, none left out of the table.
+const NCCL_TESTS_GETOPT: &str = "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:";
+
+/// A value nccl-tests' flag takes that tcpx-perf's counterpart parses too.
+fn nccl_tests_value(short: char) -> &'static str {
+    match short {
+        'b' | 'e' | 'i' => "2M",
+        'J' => "x.json",
+        // Not the defaults, so that the option is seen to change.
+        'g' => "2",
+        'c' | 'a' => "0",
+        _ => "1",
+    }
+}
+
+#[test]
+fn every_nccl_tests_flag_means_the_same_or_is_refused_in_one_line() {
+    use nccl_tests::{Here, FLAGS};
+    let letters: Vec<char> = NCCL_TESTS_GETOPT.chars().filter(|c| *c != ':').collect();
+    let table: Vec<char> = FLAGS.iter().map(|f| f.short).collect();
+    assert_eq!(table, letters, "the table lists nccl-tests' flags in getopt order");
+    for flag in FLAGS {
+        if flag.short == 'h' {
+            let e = Cli::try_parse_from(["tcpx-perf", "-h"]).expect_err("help");
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+            continue;
+        }
+        let value = nccl_tests_value(flag.short);
+        let spellings = [
+            vec![format!("-{}", flag.short), value.to_string()],
+            vec![format!("-{}{value}", flag.short)],
+            vec![format!("--{}", flag.long), value.to_string()],
+            vec![format!("--{}={value}", flag.long)],
+        ];
+        for args in spellings {
+            let parsed = Cli::try_parse_from(std::iter::once("tcpx-perf".to_string()).chain(args.clone()));
+            match flag.here {
+                Here::Same => {
+                    // The same option as tcpx-perf's own spelling of it.
+                    let c = parsed.unwrap_or_else(|e| panic!("{args:?} refused: {e}"));
+                    let arg = Cli::command()
+                        .get_arguments()
+                        .find(|a| a.get_short() == Some(flag.short))
+                        .cloned()
+                        .unwrap_or_else(|| panic!("-{} is no flag of tcpx-perf", flag.short));
+                    assert_eq!(arg.get_long(), Some(flag.long), "-{}'s long name", flag.short);
+                    let key = arg.get_id().as_str().to_string();
+                    assert_ne!(
+                        c.config_json()[&key],
+                        cli(&[]).config_json()[&key],
+                        "{args:?} changed nothing"
+                    );
+                }
+                Here::Refused(instead) => {
+                    let e = parsed.expect_err("refused");
+                    let line = nccl_tests::usage_line(&e);
+                    assert!(!line.contains('\n'), "{line}");
+                    assert!(
+                        line.starts_with(&format!("nccl-tests' -{} (--{})", flag.short, flag.long))
+                            && line.contains(instead),
+                        "{args:?}: {line}"
+                    );
+                }
+            }
+        }
+    }
+    let line = nccl_tests::usage_line(&Cli::try_parse_from(["tcpx-perf", "-N", "3"]).expect_err("refused"));
+    assert!(line.contains("launch/repeat.sh N OUT -- FLAGS..."), "{line}");
+    // Its own flags keep clap's message; --version stays.
+    let e = Cli::try_parse_from(["tcpx-perf", "--bogus"]).expect_err("unknown");
+    assert!(nccl_tests::usage_line(&e).starts_with("unexpected argument '--bogus'"));
+    let e = Cli::try_parse_from(["tcpx-perf", "--version"]).expect_err("version");
+    assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+}
+
+/// docs/nccl-tests.md's flag table has a row per nccl-tests flag, saying what the code does.
+#[test]
+fn the_docs_table_lists_every_nccl_tests_flag_as_the_code_treats_it() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/nccl-tests.md")).expect("doc");
+    for flag in nccl_tests::FLAGS {
+        let row = format!("| `-{}` | `--{}` |", flag.short, flag.long);
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with(&row))
+            .unwrap_or_else(|| panic!("docs/nccl-tests.md has no row {row}"));
+        match flag.here {
+            nccl_tests::Here::Same => assert!(line.contains("| accepted |"), "{line}"),
+            nccl_tests::Here::Refused(instead) => assert!(line.contains(&format!("| refused: {instead} |")), "{line}"),
+        }
+    }
+}
+
+/// The README lists the refused flags by letter, in the table's order.
+#[test]
+fn the_readme_lists_the_refused_nccl_tests_flags() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    let refused: Vec<String> = nccl_tests::FLAGS
+        .iter()
+        .filter(|f| matches!(f.here, nccl_tests::Here::Refused(_)))
+        .map(|f| format!("-{}", f.short))
+        .collect();
+    let want = format!("Every other nccl-tests flag (`{}`) is", refused.join(" "));
+    assert!(readme.contains(&want), "README: {want}");
+}

@@ -167,6 +167,10 @@ pub struct PlacementReport {
     pub setup: Option<SetupReport>,
     #[serde(skip)]
     pub sockets_per_node: BTreeMap<String, usize>,
+    /// The summary.json the run will write the findings to in full, where a long finding's line
+    /// is cut; None (a dry run, `--no-out`): no file holds them, so every line is printed whole.
+    #[serde(skip)]
+    pub findings_file: Option<std::path::PathBuf>,
 }
 
 impl PlacementReport {
@@ -270,11 +274,12 @@ impl PlacementReport {
         s
     }
 
-    /// One line per finding at `min` level or worse ([`finding_line`]).
+    /// One line per finding at `min` level or worse ([`finding_line`], cut only where
+    /// [`PlacementReport::findings_file`] holds the whole text).
     pub fn finding_lines(&self, min: Level) -> String {
         let mut s = String::new();
         for f in self.findings.iter().filter(|f| f.level <= min) {
-            let _ = writeln!(s, "{}", finding_line(f));
+            let _ = writeln!(s, "{}", finding_line(f, self.findings_file.as_deref()));
         }
         s
     }
@@ -319,9 +324,10 @@ pub fn rail_mtu_findings(rows: &[Row]) -> Vec<NodeFinding> {
 /// summary.json (`placement.findings`; a slow NIC's every flow in `slow_nics`).
 pub const FINDING_LINE_MAX: usize = 200;
 
-/// `# LEVEL: TEXT [HOSTS]` in at most [`FINDING_LINE_MAX`] characters: a longer text is cut and
-/// says where the rest is.
-pub fn finding_line(f: &NodeFinding) -> String {
+/// `# LEVEL: TEXT [HOSTS]`. With `full_in` (the summary.json that will hold the whole text), in
+/// at most [`FINDING_LINE_MAX`] characters: a longer text is cut and names that file. Without
+/// (no file will hold it: a dry run, `--no-out`), the whole text, however long.
+pub fn finding_line(f: &NodeFinding, full_in: Option<&std::path::Path>) -> String {
     let level = match f.level {
         Level::Error => "error",
         Level::Warning => "warning",
@@ -330,12 +336,12 @@ pub fn finding_line(f: &NodeFinding) -> String {
     let head = format!("# {level}: ");
     let tail = format!(" [{}]", hosts(&f.hosts));
     let room = FINDING_LINE_MAX.saturating_sub(head.chars().count() + tail.chars().count());
-    if f.text.chars().count() <= room {
+    let Some(file) = full_in.filter(|_| f.text.chars().count() > room) else {
         return format!("{head}{}{tail}", f.text);
-    }
-    const CUT: &str = "... (in full: summary.json)";
-    let text: String = f.text.chars().take(room.saturating_sub(CUT.len())).collect();
-    format!("{head}{}{CUT}{tail}", text.trim_end())
+    };
+    let cut = format!("... (in full: {})", file.display());
+    let text: String = f.text.chars().take(room.saturating_sub(cut.chars().count())).collect();
+    format!("{head}{}{cut}{tail}", text.trim_end())
 }
 
 fn hosts(list: &[String]) -> String {
@@ -520,5 +526,27 @@ mod tests {
         assert_eq!((merged.comms, merged.sockets_per_node["a"]), (9, 6));
         let same = PlacementReport::merge(vec![report(0, "a", "x", &env), report(1, "b", "x", &env)]);
         assert_eq!(same.errors(), 0);
+    }
+
+    /// A finding's line is cut only where a file will hold its whole text, and then names that
+    /// file; a dry run (no file) prints it whole (issue 55: "... (in full: summary.json)" pointed
+    /// at a file a dry run never writes).
+    #[test]
+    fn a_line_is_cut_only_where_a_file_holds_the_rest() {
+        let long = NodeFinding {
+            level: Level::Warning,
+            text: format!("{} end", "word ".repeat(100)),
+            hosts: vec!["a".into()],
+        };
+        let mut report = PlacementReport {
+            findings: vec![long.clone()],
+            ..PlacementReport::default()
+        };
+        let whole = report.finding_lines(Level::Ok);
+        assert_eq!(whole, format!("# warning: {} [a]\n", long.text));
+        report.findings_file = Some(std::path::PathBuf::from("results/r1/summary.json"));
+        let cut = report.finding_lines(Level::Ok);
+        assert!(cut.chars().count() <= FINDING_LINE_MAX + 1, "{cut}");
+        assert!(cut.ends_with("... (in full: results/r1/summary.json) [a]\n"), "{cut}");
     }
 }

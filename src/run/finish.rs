@@ -291,7 +291,10 @@ pub(super) fn add_link_findings(
         .chain(crate::cost::finding(&info.placement.rows, results))
         .collect();
     for f in measured {
-        lines.push_str(&crate::placement::dry_run::finding_line(&f));
+        lines.push_str(&crate::placement::dry_run::finding_line(
+            &f,
+            info.placement.findings_file.as_deref(),
+        ));
         lines.push('\n');
         info.placement.findings.push(f);
     }

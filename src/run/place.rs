@@ -100,6 +100,8 @@ pub(super) fn place(
     let mut info = run_info(settings, job, vetted, start_time);
     info.notes = notes;
     info.placement = placement;
+    // The run writes summary.json there at its end (a dry run returned above: no file).
+    info.placement.findings_file = settings.output.dir.as_ref().map(|d| d.join(export::json::SUMMARY_JSON));
     info.nccl = vetted.resources.nccl.as_ref().map(|p| p.info().clone());
     claim_out_dir(settings, mpi, &mut info)?;
     refuse_error_findings(settings, mpi, &mut info, job.plans.len())?;
@@ -147,17 +149,18 @@ fn refuse_error_findings(
         "preflight found {errors} error finding(s) (listed above); no data moved. Fix them, or pass --force to run anyway"
     );
     if mpi.rank() == 0 {
-        print!("{}", info.placement.finding_lines(placement::preflight::Level::Warning));
-        if let Some(dir) = &settings.output.dir {
-            match export::prepare_out_dir(dir)
+        // Written first: a line cut short names summary.json only where it was written.
+        let written = settings.output.dir.as_ref().and_then(|dir| {
+            export::prepare_out_dir(dir)
                 .and_then(|()| export::write_results(dir, info, &[], sizes_planned, &RunStatus::Refused(msg.clone())))
-            {
-                Ok(()) => println!(
-                    "# Findings written to {}",
-                    dir.join(export::json::SUMMARY_JSON).display()
-                ),
-                Err(e) => eprintln!("tcpx-perf: warning: summary.json not written: {e}"),
-            }
+                .map_err(|e| eprintln!("tcpx-perf: warning: summary.json not written: {e}"))
+                .ok()
+                .map(|()| dir.join(export::json::SUMMARY_JSON))
+        });
+        info.placement.findings_file.clone_from(&written);
+        print!("{}", info.placement.finding_lines(placement::preflight::Level::Warning));
+        if let Some(file) = written {
+            println!("# Findings written to {}", file.display());
         }
     }
     Err(Fatal::Everywhere(msg))

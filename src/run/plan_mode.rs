@@ -3,7 +3,7 @@
 //! need not have MPI peers, the plugin, or a GPU). The same model and verdicts as every run's
 //! preflight ([`crate::placement::resources`]), fed from the flags instead of a live job.
 
-use super::settings::Settings;
+use super::settings::{PluginSettings, Settings};
 use super::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 use crate::cli::ConnectMode;
 use crate::cli::{Cli, Mem};
@@ -11,10 +11,11 @@ use crate::placement::arithmetic_nic;
 use crate::placement::finding::Level;
 use crate::placement::resources::check::{self, Needs, Verdict};
 use crate::placement::resources::limits::Limits;
-use crate::placement::resources::plugin::Kind;
+use crate::placement::resources::plugin::{is_real_tcpx, Kind};
 use crate::placement::resources::shape::{active_channels, ShapePeers, Uniform};
 use crate::placement::resources::{JobShape, Memory, Model, NodeNeed, PlanShape, PluginModel, ProcessNeed};
 use crate::plan::{Pattern, Plan, Scope};
+use nccl_net::Plugin;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -102,13 +103,51 @@ pub fn plan(cli: &Cli) -> i32 {
     }
 }
 
-/// The plugin `--plugin` names, without loading it: `tcpx` or a name with GPUDirectTCPX in it
-/// is TCPX, anything else is modelled as tcpx-emu.
-fn plugin_name(spec: Option<&str>) -> &str {
-    match spec {
-        Some(s) if s.eq_ignore_ascii_case("tcpx") => "GPUDirectTCPX",
-        Some(s) => s,
-        None => "tcpx-emu",
+/// Which plugin's figures the plan uses, and why (a note). The built-in tcpx-emu without
+/// `--plugin`, and GPUDirect-TCPX for `--plugin tcpx`; any other `--plugin` is opened as a run
+/// opens it and asked its name (`ncclNetPlugin_vN.name`, without `init`): GPUDirectTCPX's is
+/// TCPX, tcpx-emu's is tcpx-emu, and a name that is neither, or a plugin that cannot be opened or
+/// named, is planned as unknown, never as a plugin it is not.
+fn plugin_kind(settings: &PluginSettings) -> (Kind, Option<String>) {
+    let Some(spec) = settings.spec.as_deref() else {
+        return (Kind::TcpxEmu, None);
+    };
+    if spec.eq_ignore_ascii_case("tcpx") {
+        return (
+            Kind::Tcpx,
+            Some("--plugin tcpx: planned as GPUDirect-TCPX (by the word; no file opened)".into()),
+        );
+    }
+    let unknown = "planned as unknown: tcpx-perf's own needs, none of the plugin's (its threads, \
+                   sockets past one per comm, memory); --plugin tcpx plans GPUDirect-TCPX";
+    let named = super::vet::plugin_source(settings)
+        .and_then(|src| Plugin::identify(&src, &super::vet::open_options(settings)).map_err(|e| e.to_string()));
+    match named {
+        Ok(id) => {
+            let file = if id.path == std::path::Path::new(spec) {
+                String::new()
+            } else {
+                format!(" ({})", id.path.display())
+            };
+            let said = format!(
+                "--plugin {spec}{file} names itself '{}' (ncclNetPlugin_v{})",
+                id.name, id.abi
+            );
+            if is_real_tcpx(&id.name) {
+                (Kind::Tcpx, Some(format!("{said}: planned as GPUDirect-TCPX")))
+            } else if id.name.starts_with("tcpx-emu") {
+                (Kind::TcpxEmu, Some(format!("{said}: planned as tcpx-emu")))
+            } else {
+                (
+                    Kind::Unknown,
+                    Some(format!("{said}, neither GPUDirectTCPX nor tcpx-emu: {unknown}")),
+                )
+            }
+        }
+        Err(e) => (
+            Kind::Unknown,
+            Some(format!("--plugin {spec} not opened ({e}): {unknown}")),
+        ),
     }
 }
 
@@ -160,10 +199,12 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
             "every size is smaller than the {n} endpoints it must be split over; raise -e"
         ));
     }
-    let name = plugin_name(settings.plugin.spec.as_deref());
+    let (kind, plugin_note) = plugin_kind(&settings.plugin);
     let env = |k: &str| std::env::var(k).ok();
-    let plugin = PluginModel::from_env(name, &env)?;
-    let (memory, mut notes) = memory_of(&settings, &plugin, name);
+    let mut plugin = PluginModel::from_env("", &env)?;
+    plugin.kind = kind;
+    let (memory, mut notes) = memory_of(&settings, &plugin);
+    notes.splice(0..0, plugin_note);
     let nic_of = |e: usize| arithmetic_nic(layout.gpu_of(e), shape.gpus, shape.nics);
     let nic_names: Vec<String> = (0..shape.nics).map(|n| format!("nic{n}")).collect();
     let tr = &settings.transport;
@@ -235,7 +276,7 @@ fn build(cli: &Cli) -> Result<PlanReport, String> {
 
 /// Where buffers live (`--mem auto` plans GPU memory: the shape's nodes have GPUs), and the
 /// notes that say what was assumed.
-fn memory_of(settings: &Settings, plugin: &PluginModel, name: &str) -> (Memory, Vec<String>) {
+fn memory_of(settings: &Settings, plugin: &PluginModel) -> (Memory, Vec<String>) {
     let mut notes = Vec::new();
     let memory = match settings.transport.mem {
         Mem::Host => Memory::Host,
@@ -245,11 +286,6 @@ fn memory_of(settings: &Settings, plugin: &PluginModel, name: &str) -> (Memory, 
             Memory::Cuda
         }
     };
-    if settings.plugin.spec.is_some() && plugin.kind == Kind::TcpxEmu {
-        notes.push(format!(
-            "--plugin {name}: modelled as tcpx-emu (only tcpx or a name with GPUDirectTCPX plans TCPX)"
-        ));
-    }
     if memory != Memory::Host && plugin.kind == Kind::Tcpx {
         notes.push("TCPX's bounce buffer is RxDM's GPU memory, outside this process's figures".to_string());
     }

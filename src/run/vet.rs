@@ -165,8 +165,10 @@ pub(super) fn plugin_source(settings: &PluginSettings) -> Result<PluginSource, S
         })
 }
 
-pub(super) fn open_plugin(settings: &PluginSettings) -> Result<Arc<Plugin>, String> {
-    let options = OpenOptions {
+/// How `--plugin`, `--abi` and `--plugin-log` open a plugin: names are looked up next to the
+/// binary first.
+pub(super) fn open_options(settings: &PluginSettings) -> OpenOptions {
+    OpenOptions {
         force_abi: settings.force_abi,
         log_level: settings.log_level,
         search_dirs: std::env::current_exe()
@@ -174,8 +176,11 @@ pub(super) fn open_plugin(settings: &PluginSettings) -> Result<Arc<Plugin>, Stri
             .and_then(|e| e.parent().map(Path::to_path_buf))
             .into_iter()
             .collect(),
-    };
-    Plugin::open(&plugin_source(settings)?, &options).map_err(|e| e.to_string())
+    }
+}
+
+pub(super) fn open_plugin(settings: &PluginSettings) -> Result<Arc<Plugin>, String> {
+    Plugin::open(&plugin_source(settings)?, &open_options(settings)).map_err(|e| e.to_string())
 }
 
 pub(super) fn ptr_support_str(bits: i32) -> String {

@@ -229,7 +229,7 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
     assert_eq!(slow.flows.len(), 8 * 2 * 7, "every flow stays in the evidence");
     let f = slow.finding();
     assert!(f.text.contains("112 flows from ranks 40-47"), "{}", f.text);
-    let line = crate::placement::dry_run::finding_line(&f);
+    let line = crate::placement::dry_run::finding_line(&f, Some(std::path::Path::new("summary.json")));
     assert!(
         line.chars().count() <= 200,
         "{} characters: {line}",
@@ -246,7 +246,7 @@ fn a_slow_nic_among_32_is_one_short_line_with_every_flow_in_the_evidence() {
         text: "x ".repeat(500),
         hosts: (0..32).map(host).collect(),
     };
-    let line = crate::placement::dry_run::finding_line(&long);
+    let line = crate::placement::dry_run::finding_line(&long, Some(std::path::Path::new("summary.json")));
     assert!(line.chars().count() <= 200, "{line}");
     assert!(
         line.contains("... (in full: summary.json)") && line.ends_with("(32 hosts)]"),

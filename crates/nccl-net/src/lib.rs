@@ -84,7 +84,7 @@ pub use comm::{
     SendComm,
 };
 pub use error::NetError;
-pub use loader::{OpenOptions, Plugin, PluginSource};
+pub use loader::{Identity, OpenOptions, Plugin, PluginSource};
 pub use logger::LogLevel;
 pub use props::Properties;
 

@@ -201,63 +201,120 @@ fn file_of(addr: *const c_void) -> Option<PathBuf> {
     Some(std::fs::canonicalize(&p).unwrap_or(p))
 }
 
+/// A plugin library loaded and its table chosen and read, not initialised.
+struct Located {
+    lib: libloading::Library,
+    path: PathBuf,
+    version: u32,
+    sym: *const c_void,
+    table: Table,
+    name: String,
+}
+
+/// Finds and loads the library of `src` and reads its table (the rules of [`Plugin::open`]), without
+/// calling into the plugin.
+fn locate(src: &PluginSource, opts: &OpenOptions) -> Result<Located, NetError> {
+    if let Some(v) = opts.force_abi {
+        if !(7..=12).contains(&v) {
+            return Err(NetError::Usage(format!(
+                "force_abi = {v}: supported net ABI versions are 7..=12"
+            )));
+        }
+    }
+    let (shown, cands) = candidates(src, opts);
+    if matches!(src, PluginSource::Env) && shown.eq_ignore_ascii_case("none") {
+        // NCCL >= 2.28: "none" disables external net plugins; there is nothing to drive then.
+        return Err(NetError::Usage(
+            "NCCL_NET_PLUGIN=none disables net plugins; name one with --plugin".into(),
+        ));
+    }
+    let (lib, loaded_as) = load(&shown, &cands, opts)?;
+
+    let exported: Vec<(u32, *const c_void)> = abi::PLUGIN_SYMBOLS
+        .iter()
+        .filter_map(|&(v, name)| symbol(&lib, name).map(|p| (v, p)))
+        .collect();
+    let path = exported.first().and_then(|&(_, p)| file_of(p)).unwrap_or(loaded_as);
+    let chosen = match opts.force_abi {
+        Some(v) => exported.iter().find(|&&(ev, _)| ev == v).copied(),
+        None => exported.first().copied(),
+    };
+    let Some((version, sym)) = chosen else {
+        return Err(NetError::MissingSymbol {
+            path,
+            wanted: opts.force_abi,
+            found: exported.iter().map(|&(v, _)| v).collect(),
+        });
+    };
+
+    // SAFETY: `sym` is the non-NULL address of `ncclNetPlugin_v{version}`, which by the ABI has
+    // that version's layout.
+    let table = unsafe { Table::read(version, sym) }
+        .ok_or_else(|| NetError::Usage(format!("unsupported net ABI version {version}")))?;
+    let missing = table.missing_entries();
+    if !missing.is_empty() {
+        return Err(NetError::Open {
+            path,
+            reason: format!("ncclNetPlugin_v{version} has NULL entries: {}", missing.join(", ")),
+        });
+    }
+    let name = {
+        let p = table.name_ptr();
+        if p.is_null() {
+            "<unnamed>".to_owned()
+        } else {
+            // SAFETY: the table's name is a NUL-terminated static string of the plugin.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+
+    Ok(Located {
+        lib,
+        path,
+        version,
+        sym,
+        table,
+        name,
+    })
+}
+
+/// What a plugin library says it is, read without initialising it: [`Plugin::identify`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The library file (as resolved by the dynamic loader).
+    pub path: PathBuf,
+    /// The table's `name` (`<unnamed>` when NULL).
+    pub name: String,
+    /// The ABI version of the table read (the newest exported, or the one forced).
+    pub abi: u32,
+}
+
 impl Plugin {
+    /// Loads a plugin's library and reads its table's name and version without calling `init`
+    /// (nor any other entry point): what a plan needs to know which plugin it plans for. The
+    /// library stays loaded (never `dlclose`d, as [`Plugin::open`]'s); loading runs its
+    /// initialisers.
+    pub fn identify(src: &PluginSource, opts: &OpenOptions) -> Result<Identity, NetError> {
+        let found = locate(src, opts)?;
+        // Never unloaded: see the module documentation.
+        let _lib = ManuallyDrop::new(found.lib);
+        Ok(Identity {
+            path: found.path,
+            name: found.name,
+            abi: found.version,
+        })
+    }
+
     /// Loads, probes and initialises a plugin. See the module documentation for the rules.
     pub fn open(src: &PluginSource, opts: &OpenOptions) -> Result<Arc<Plugin>, NetError> {
-        if let Some(v) = opts.force_abi {
-            if !(7..=12).contains(&v) {
-                return Err(NetError::Usage(format!(
-                    "force_abi = {v}: supported net ABI versions are 7..=12"
-                )));
-            }
-        }
-        let (shown, cands) = candidates(src, opts);
-        if matches!(src, PluginSource::Env) && shown.eq_ignore_ascii_case("none") {
-            // NCCL >= 2.28: "none" disables external net plugins; there is nothing to drive then.
-            return Err(NetError::Usage(
-                "NCCL_NET_PLUGIN=none disables net plugins; name one with --plugin".into(),
-            ));
-        }
-        let (lib, loaded_as) = load(&shown, &cands, opts)?;
-
-        let exported: Vec<(u32, *const c_void)> = abi::PLUGIN_SYMBOLS
-            .iter()
-            .filter_map(|&(v, name)| symbol(&lib, name).map(|p| (v, p)))
-            .collect();
-        let path = exported.first().and_then(|&(_, p)| file_of(p)).unwrap_or(loaded_as);
-        let chosen = match opts.force_abi {
-            Some(v) => exported.iter().find(|&&(ev, _)| ev == v).copied(),
-            None => exported.first().copied(),
-        };
-        let Some((version, sym)) = chosen else {
-            return Err(NetError::MissingSymbol {
-                path,
-                wanted: opts.force_abi,
-                found: exported.iter().map(|&(v, _)| v).collect(),
-            });
-        };
-
-        // SAFETY: `sym` is the non-NULL address of `ncclNetPlugin_v{version}`, which by the ABI has
-        // that version's layout.
-        let table = unsafe { Table::read(version, sym) }
-            .ok_or_else(|| NetError::Usage(format!("unsupported net ABI version {version}")))?;
-        let missing = table.missing_entries();
-        if !missing.is_empty() {
-            return Err(NetError::Open {
-                path,
-                reason: format!("ncclNetPlugin_v{version} has NULL entries: {}", missing.join(", ")),
-            });
-        }
-        let name = {
-            let p = table.name_ptr();
-            if p.is_null() {
-                "<unnamed>".to_owned()
-            } else {
-                // SAFETY: the table's name is a NUL-terminated static string of the plugin.
-                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-            }
-        };
-
+        let Located {
+            lib,
+            path,
+            version,
+            sym,
+            table,
+            name,
+        } = locate(src, opts)?;
         let logger = logger::logger_for(opts.log_level);
         let mut init_config = Box::new(abi::CommConfigV10 {
             traffic_class: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF,

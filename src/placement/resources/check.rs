@@ -164,6 +164,7 @@ fn threads(n: &Needs, node: &NodeNeed, l: &Limits, out: &mut Vec<Verdict>) {
             match n.plugin.kind {
                 Kind::TcpxEmu => "TCPXEMU_THREADS=shared",
                 Kind::Tcpx => "lower NCCL_SOCKET_NTHREADS",
+                Kind::Unknown => "fewer comms",
             }
         ),
     };

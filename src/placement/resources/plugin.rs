@@ -87,6 +87,9 @@ const PAGE: u64 = 4096;
 pub enum Kind {
     TcpxEmu,
     Tcpx,
+    /// A plugin that could not be opened or named, or names itself neither: `--plan` counts
+    /// tcpx-perf's own needs and none of the plugin's (its threads, extra sockets, memory).
+    Unknown,
 }
 
 /// One plugin's per-comm figures under the current environment.
@@ -168,6 +171,7 @@ impl PluginModel {
         match self.kind {
             Kind::TcpxEmu => "tcpx-emu",
             Kind::Tcpx => "GPUDirect-TCPX",
+            Kind::Unknown => "unknown",
         }
     }
 
@@ -188,6 +192,7 @@ impl PluginModel {
             Kind::TcpxEmu if active == 0 => 0,
             Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => active * self.data_sockets,
             Kind::TcpxEmu => self.emu_shared_threads,
+            Kind::Unknown => 0,
         }
     }
 
@@ -231,6 +236,7 @@ impl PluginModel {
             Kind::TcpxEmu if cuda => "per-socket (CUDA comms)".into(),
             Kind::TcpxEmu if self.emu_per_socket(comms, cuda) => format!("per-socket{auto}"),
             Kind::TcpxEmu => format!("shared: {}{auto}", self.emu_shared_threads),
+            Kind::Unknown => "not counted: unknown plugin".into(),
         }
     }
 
@@ -241,6 +247,7 @@ impl PluginModel {
         match self.kind {
             Kind::Tcpx => connects + accepts,
             Kind::TcpxEmu => usize::from(accepts > 0),
+            Kind::Unknown => 0,
         }
     }
 
@@ -249,7 +256,7 @@ impl PluginModel {
     pub fn listen_sockets(&self) -> usize {
         match self.kind {
             Kind::Tcpx => 2,
-            Kind::TcpxEmu => 1,
+            Kind::TcpxEmu | Kind::Unknown => 1,
         }
     }
 
@@ -262,7 +269,7 @@ impl PluginModel {
         }
         let staging = match self.kind {
             Kind::TcpxEmu => self.data_sockets as u64 * 2 * self.chunk.min(MAX_RECV),
-            Kind::Tcpx => 0,
+            Kind::Tcpx | Kind::Unknown => 0,
         };
         let meta = if receive {
             std::mem::size_of::<nccl_net::abi::NetUnpackMeta>() as u64
@@ -276,7 +283,7 @@ impl PluginModel {
     /// 16 slots of `ceil_page(min(chunk, 4 MiB))` x `ceil(4 MiB / min(chunk, 4 MiB))` windows,
     /// aligned to 2 MiB (64 MiB at the default chunk).
     pub fn bounce_region(&self) -> u64 {
-        if self.kind == Kind::Tcpx {
+        if self.kind != Kind::TcpxEmu {
             return 0;
         }
         let span = self.chunk.clamp(1, MAX_RECV);
