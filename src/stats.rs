@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use tcpx_units::{median_sorted, nearest_rank};
 
+/// The fewest samples whose nearest-rank p99 is not their largest: below it `t_p99` is `t_max`.
+pub const P99_SAMPLES: usize = 100;
+
 /// Summary of a set of samples (microseconds in practice, but unit-agnostic).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SampleStats {
@@ -110,6 +113,15 @@ mod tests {
         assert_eq!(s.p99, 9.0);
         let odd = summarize(&[3.0, 1.0, 2.0]);
         assert_eq!(odd.median, 2.0);
+    }
+
+    #[test]
+    fn p99_is_the_largest_below_p99_samples_only() {
+        for n in [20, P99_SAMPLES - 1, P99_SAMPLES, 1000] {
+            let v: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+            let s = summarize(&v);
+            assert_eq!(s.p99 == s.max, n < P99_SAMPLES, "{n} samples: p99 {}", s.p99);
+        }
     }
 
     #[test]

@@ -64,6 +64,10 @@ const SKIPPED: &[(&str, &str)] = &[
         "tcpx-analyze gate results/<run>",
         "reads a --baseline nccl run (GPUs and libnccl.so.2)",
     ),
+    (
+        "compare results/<run> -B analysis/baselines/a3high-nccl-tcpx-allreduce.toml",
+        "the 19.2 GB/s recipe's compare: analysis/tests/comparable.rs runs it on the recipe's own run (the_recipe_on_the_vm_differs_from_the_a3_baseline_only_in_sizes_and_shape)",
+    ),
     ("salloc ", "needs a Slurm cluster"),
     ("srun ", "needs a Slurm cluster"),
     ("sbatch ", "needs a Slurm cluster"),
@@ -174,7 +178,7 @@ fn commands(text: &str) -> Vec<String> {
 }
 
 /// The command made small: a loop of runs 3 rounds, each tcpx-perf run `-b 64K -e 256K -n 3 -w 1`
-/// (its own -b/-e replaced; not `--plan`, which moves no data), and `[optional]` parts dropped.
+/// (its own -b/-e/-n/-w replaced; not `--plan`, which moves no data), and `[optional]` parts dropped.
 fn small(cmd: &str) -> String {
     let mut s = cmd
         .replace("for i in 1 2 3 4 5;", "for i in 1 2 3;")
@@ -192,13 +196,21 @@ fn small(cmd: &str) -> String {
     if !s.contains("--plan") {
         let words: Vec<String> = s.split(' ').map(String::from).collect();
         let sized = words.iter().any(|w| w == "-b");
+        let has = |flag: &str| words.iter().any(|w| w == flag);
+        let (iterated, warmed) = (has("-n"), has("-w"));
         let mut out = Vec::new();
         let mut i = 0;
         while i < words.len() {
             match words[i].as_str() {
-                "-b" | "-e" if i + 1 < words.len() => {
+                "-b" | "-e" | "-n" | "-w" if i + 1 < words.len() => {
+                    let small = match words[i].as_str() {
+                        "-b" => "64K",
+                        "-e" => "256K",
+                        "-n" => "3",
+                        _ => "1",
+                    };
                     out.push(words[i].clone());
-                    out.push(if words[i] == "-b" { "64K" } else { "256K" }.to_string());
+                    out.push(small.to_string());
                     i += 2;
                     continue;
                 }
@@ -208,7 +220,13 @@ fn small(cmd: &str) -> String {
                         i += 1;
                         out.push(words[i].clone());
                     }
-                    out.extend(["-n", "3", "-w", "1", "--progress", "never"].map(String::from));
+                    if !iterated {
+                        out.extend(["-n", "3"].map(String::from));
+                    }
+                    if !warmed {
+                        out.extend(["-w", "1"].map(String::from));
+                    }
+                    out.extend(["--progress", "never"].map(String::from));
                     if !sized {
                         out.extend(["-b", "64K", "-e", "256K"].map(String::from));
                     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 use tcpx_schema::{NcclSampleRow, PairRow, RankSampleRow, ResultRow, SampleRow, SCHEMA_VERSION, UNVERIFIED};
 
-use super::row::SizeRow;
+use super::row::{significant, whole_ns, SizeRow, RATE_DIGITS};
 use crate::report::{RunInfo, SizeResult};
 
 /// File names in the result directory.
@@ -133,11 +133,12 @@ fn result_row<'a>(info: &'a RunInfo, row: &SizeRow<'_>) -> ResultRow<'a> {
         nodes: info.settings.nodes,
         plugin: &info.plugin.name,
         abi: info.plugin.abi,
-        cpu_user_s: row.cpu.user_s,
-        cpu_sys_s: row.cpu.sys_s,
-        cpu_max_rank_s: row.cpu.max_rank_s,
-        cpu_cores_per_rank: row.cpu.cores_per_rank,
-        cpu_s_per_gb: row.cpu.cpu_s_per_gb,
+        // CPU times are read in microseconds (getrusage, clock_gettime's thread clocks).
+        cpu_user_s: whole_us_in_s(row.cpu.user_s),
+        cpu_sys_s: whole_us_in_s(row.cpu.sys_s),
+        cpu_max_rank_s: whole_us_in_s(row.cpu.max_rank_s),
+        cpu_cores_per_rank: significant(row.cpu.cores_per_rank, RATE_DIGITS),
+        cpu_s_per_gb: row.cpu.cpu_s_per_gb.map(|c| significant(c, RATE_DIGITS)),
         nccl_time_us: nccl.map(|n| n.time_us),
         nccl_algbw_gbps: nccl.map(|n| n.algbw_gbps),
         nccl_busbw_gbps: nccl.map(|n| n.busbw_gbps),
@@ -151,6 +152,11 @@ fn result_row<'a>(info: &'a RunInfo, row: &SizeRow<'_>) -> ResultRow<'a> {
     }
 }
 
+/// Seconds read at a microsecond's resolution, written at it.
+fn whole_us_in_s(s: f64) -> f64 {
+    (s * 1e6).round() / 1e6
+}
+
 fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
     let rows = results.iter().flat_map(|r| {
         r.samples_us.iter().enumerate().map(move |(iter, &t)| {
@@ -160,9 +166,9 @@ fn write_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::
                 pattern: &info.settings.pattern,
                 size_bytes: r.size_bytes,
                 iter,
-                time_us: t,
-                algbw_gbps: algbw,
-                busbw_gbps: algbw * r.busbw_factor,
+                time_us: whole_ns(t),
+                algbw_gbps: significant(algbw, RATE_DIGITS),
+                busbw_gbps: significant(algbw * r.busbw_factor, RATE_DIGITS),
             }
         })
     });
@@ -178,7 +184,7 @@ fn write_rank_samples_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) ->
             size_bytes: r.size_bytes,
             iter: i % iters,
             rank: i / iters,
-            time_us: t,
+            time_us: whole_ns(t),
         })
     });
     write_rows(&dir.join(RANK_SAMPLES_CSV), rows)
@@ -210,15 +216,6 @@ pub fn pairs_sizes(results: &[SizeResult]) -> Vec<usize> {
     kept
 }
 
-/// `v` to `digits` significant digits (a figure written at its precision, not at f64's).
-fn significant(v: f64, digits: i32) -> f64 {
-    if v == 0.0 || !v.is_finite() {
-        return v;
-    }
-    let scale = 10f64.powi(digits - 1 - v.abs().log10().floor() as i32);
-    (v * scale).round() / scale
-}
-
 fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Result<()> {
     let rows = pairs_sizes(results).into_iter().map(|i| &results[i]).flat_map(|r| {
         r.pairs.iter().map(move |p| PairRow {
@@ -234,8 +231,8 @@ fn write_pairs_csv(dir: &Path, info: &RunInfo, results: &[SizeResult]) -> io::Re
             bytes: p.bytes,
             // The clocks read nanoseconds; a rate is known to 6 digits at most.
             time_us: (p.time_us * 1e3).round() / 1e3,
-            gbps: (!p.above_link).then_some(significant(p.gbps, 6)),
-            link_gbps: p.link_gbps.map(|g| significant(g, 6)),
+            gbps: (!p.above_link).then_some(significant(p.gbps, RATE_DIGITS)),
+            link_gbps: p.link_gbps.map(|g| significant(g, RATE_DIGITS)),
             above_link: p.above_link,
             level: p.level().name(),
             rail: p.rail.as_deref().unwrap_or(""),
@@ -308,9 +305,9 @@ mod tests {
         let ratio: f64 = get("wire_payload_ratio").parse().expect("float");
         assert!((ratio - 612.0 / 512.0).abs() < 1e-9);
         let busbw: f64 = get("busbw_gbps").parse().expect("float");
-        assert_eq!(busbw, results[0].busbw_gbps);
+        assert_eq!(busbw, significant(results[0].busbw_gbps, RATE_DIGITS));
         let p99: f64 = get("time_p99_us").parse().expect("float");
-        assert_eq!(p99, results[0].stats.p99);
+        assert_eq!(p99, whole_ns(results[0].stats.p99));
         // Unchecked: empty cell.
         assert_eq!(&rows[1][h.iter().position(|c| c == "wrong").expect("wrong")], "");
 
@@ -322,7 +319,7 @@ mod tests {
         let t: f64 = rows[4][4].parse().expect("float");
         let algbw: f64 = rows[4][5].parse().expect("float");
         assert_eq!(t, 100.0);
-        assert!((algbw - 1048576.0 / 100.0 / 1e3).abs() < 1e-12);
+        assert_eq!(algbw, significant(1048576.0 / 100.0 / 1e3, RATE_DIGITS));
 
         let (h, rows) = read(&tmp.path().join(PAIRS_CSV));
         assert_eq!(h, columns::<PairRow>());
@@ -330,6 +327,39 @@ mod tests {
         // Hostnames with commas and quotes survive the round trip.
         assert_eq!(&rows[0][8], "b, \"quoted\"");
         assert_eq!(&rows[1][5], "b, \"quoted\"");
+    }
+
+    /// Figures at their precision (issue 55): a time at the nanosecond, a rate or ratio at 6
+    /// significant digits, CPU seconds at the microsecond; never f64's rounding noise
+    /// (`1632.1661499999998`, `0.17569327882595198`, seen in results.csv on c22480e).
+    #[test]
+    fn figures_are_written_at_their_precision() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut results = fixtures::results();
+        let r = &mut results[0];
+        r.time_us = 1632.1661499999998;
+        r.stats.min = 49.016000000000005;
+        r.algbw_gbps = 0.17569327882595198;
+        r.busbw_gbps = 0.17569327882595198;
+        r.cpu.user_s = 0.0018115000000000006;
+        r.cpu.cores_per_rank = 0.9649912982981744;
+        r.samples_us[0] = 49.016000000000005;
+        write_all(tmp.path(), &fixtures::info(), &results).expect("write");
+        let (h, rows) = read(&tmp.path().join(RESULTS_CSV));
+        let get = |name: &str| {
+            rows[0]
+                .get(h.iter().position(|c| c == name).expect(name))
+                .expect(name)
+                .to_string()
+        };
+        assert_eq!(get("time_us"), "1632.166");
+        assert_eq!(get("time_min_us"), "49.016");
+        assert_eq!(get("algbw_gbps"), "0.175693");
+        assert_eq!(get("busbw_gbps"), "0.175693");
+        assert_eq!(get("cpu_user_s"), "0.001812");
+        assert_eq!(get("cpu_cores_per_rank"), "0.964991");
+        let (_, rows) = read(&tmp.path().join(SAMPLES_CSV));
+        assert_eq!(&rows[0][4], "49.016");
     }
 
     #[test]

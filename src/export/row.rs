@@ -53,6 +53,29 @@ pub struct SizeRow<'a> {
     pub nccl: Option<&'a NcclFigures>,
 }
 
+/// Significant digits of a rate or ratio: a time read to the nanosecond over tens of
+/// microseconds or more resolves 1 in 10^4 at worst; 6 keep every digit a rate can carry.
+pub const RATE_DIGITS: i32 = 6;
+
+/// `v` to `digits` significant digits (a figure written at its precision, not at f64's:
+/// `1632.1661499999998` is a sum's rounding error, not a measurement).
+pub fn significant(v: f64, digits: i32) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let scale = 10f64.powi(digits - 1 - v.abs().log10().floor() as i32);
+    (v * scale).round() / scale
+}
+
+/// Microseconds at the clock's resolution, the nanosecond.
+pub fn whole_ns(us: f64) -> f64 {
+    if us.is_finite() {
+        (us * 1e3).round() / 1e3
+    } else {
+        us
+    }
+}
+
 impl<'a> SizeRow<'a> {
     /// The row of one measured size.
     pub fn of(r: &'a SizeResult) -> Self {
@@ -61,19 +84,19 @@ impl<'a> SizeRow<'a> {
             count: r.count,
             type_: DTYPE,
             iters: r.iters,
-            time_us: r.time_us,
-            algbw_gbps: r.algbw_gbps,
-            busbw_gbps: r.busbw_gbps,
+            time_us: whole_ns(r.time_us),
+            algbw_gbps: significant(r.algbw_gbps, RATE_DIGITS),
+            busbw_gbps: significant(r.busbw_gbps, RATE_DIGITS),
             busbw_factor: r.busbw_factor,
-            netbw_gbps: r.netbw_gbps,
+            netbw_gbps: significant(r.netbw_gbps, RATE_DIGITS),
             peers_in_flight: [r.peers_in_flight.0, r.peers_in_flight.1],
             wrong: r.wrong,
-            time_min_us: r.stats.min,
-            time_median_us: r.stats.median,
-            time_p99_us: r.stats.p99,
-            time_max_us: r.stats.max,
-            time_stdev_us: r.stats.stdev,
-            time_cv_pct: r.stats.cv_pct,
+            time_min_us: whole_ns(r.stats.min),
+            time_median_us: whole_ns(r.stats.median),
+            time_p99_us: whole_ns(r.stats.p99),
+            time_max_us: whole_ns(r.stats.max),
+            time_stdev_us: whole_ns(r.stats.stdev),
+            time_cv_pct: significant(r.stats.cv_pct, RATE_DIGITS),
             bytes_planned: r.bytes_planned,
             bytes_moved: r.bytes.measured,
             verified: r.verified(),

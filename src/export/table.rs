@@ -157,6 +157,17 @@ pub fn header(info: &RunInfo) -> String {
             _ => "per-iteration (each after a barrier, timed alone)",
         }
     );
+    if info.settings.iters < crate::stats::P99_SAMPLES {
+        // The nearest rank of fewer than 100 samples is the largest: said, not left to be read
+        // as a tail figure.
+        let _ = writeln!(
+            s,
+            "# note: t_p99 is the largest of {} timed iterations (a 99th percentile needs at least {}: -n {})",
+            info.settings.iters,
+            crate::stats::P99_SAMPLES,
+            crate::stats::P99_SAMPLES
+        );
+    }
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");
     }
@@ -592,7 +603,14 @@ mod tests {
         two.settings.channels = 2;
         assert!(header(&two)
             .contains("# chunk: 512K channels: 2 window: 8 (channels: 2, as NCCL 2.28 chose for tcpx-emu)\n"));
-        assert!(h.contains("# iters: 3 warmup: 1 check: on -a: avg"));
+        assert!(h.contains("# iters: 3 warmup: 1 check: on -a: avg timing: per-iteration"));
+        // 3 samples: their p99 is their largest, and the header says so; 100 have a p99.
+        assert!(h.contains(
+            "# note: t_p99 is the largest of 3 timed iterations (a 99th percentile needs at least 100: -n 100)\n"
+        ));
+        let mut many = fixtures::info();
+        many.settings.iters = 100;
+        assert!(!header(&many).contains("t_p99 is the largest"));
         assert!(h.ends_with(&format!("{}\n{}\n", COLUMNS[0], COLUMNS[1])));
     }
 }

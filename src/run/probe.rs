@@ -62,10 +62,16 @@ pub fn probe_size(plans: &[Arc<Plan>]) -> u64 {
     plans.last().map_or(0, |p| p.requested).min(PROBE_SIZE_MAX)
 }
 
-/// Why the job runs no probe, or None when it runs one of `rounds` rounds at `size`.
-pub fn skipped(nodes: usize, rounds: usize, size: u64) -> Option<String> {
+/// Why the job runs no probe, or None when it runs one of `rounds` rounds at `size`. Verdicts
+/// judge hosts: `nodes` (--ranks-per-node's) on fewer than 2 distinct `hosts` have no flow
+/// between hosts to judge by, and the probe would move its bytes for nothing.
+pub fn skipped(nodes: usize, hosts: usize, rounds: usize, size: u64) -> Option<String> {
     if nodes < 2 {
         Some("one node: no flow between nodes".into())
+    } else if hosts < 2 {
+        Some(format!(
+            "the {nodes} nodes are one host (--ranks-per-node): verdicts judge hosts, and no flow leaves it"
+        ))
     } else if size < crate::slow_nic::MIN_SIZE {
         Some(format!(
             "the largest size, {}, is below {}, where flows say little of a NIC's rate: use -e 1M or more",
@@ -77,6 +83,11 @@ pub fn skipped(nodes: usize, rounds: usize, size: u64) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The distinct hostnames of the job's ranks.
+pub fn distinct_hosts(topo: &crate::topology::Topology) -> usize {
+    topo.hostnames.iter().collect::<std::collections::BTreeSet<_>>().len()
 }
 
 /// Runs the probe (every rank calls it after a sweep that ended well): its rounds one after
@@ -92,7 +103,7 @@ pub(super) fn run(
 ) -> Result<ProbeRun, Fatal> {
     let topo = &job.topo;
     let size = probe_size(&job.plans);
-    if let Some(why) = skipped(topo.nodes, settings.probe_rounds, size) {
+    if let Some(why) = skipped(topo.nodes, distinct_hosts(topo), settings.probe_rounds, size) {
         return Ok(ProbeRun {
             skipped: Some(why),
             ..ProbeRun::default()
@@ -204,13 +215,19 @@ mod tests {
 
     #[test]
     fn a_probe_is_skipped_saying_why() {
-        assert!(skipped(1, 3, 1 << 20).unwrap().contains("one node"));
-        assert!(skipped(4, 0, 1 << 20).unwrap().contains("--probe-rounds 0"));
-        let small = skipped(16, 3, 512 << 10).unwrap();
+        assert!(skipped(1, 1, 3, 1 << 20).unwrap().contains("one node"));
+        assert!(skipped(4, 4, 0, 1 << 20).unwrap().contains("--probe-rounds 0"));
+        let one_host = skipped(2, 1, 3, 1 << 20).unwrap();
+        assert!(
+            one_host.contains("the 2 nodes are one host (--ranks-per-node)"),
+            "{one_host}"
+        );
+        let small = skipped(16, 16, 3, 512 << 10).unwrap();
         assert!(
             small.contains("512 KiB, is below 1 MiB") && small.contains("-e 1M"),
             "{small}"
         );
-        assert_eq!(skipped(16, 3, 1 << 20), None);
+        assert_eq!(skipped(16, 16, 3, 1 << 20), None);
+        assert_eq!(skipped(4, 2, 3, 1 << 20), None, "2 hosts of 2 nodes each");
     }
 }

@@ -433,7 +433,12 @@ fn probe(settings: &Settings, rig: &Rig, results: &[SizeResult]) -> ProbeRun {
         .last()
         .map_or(0, |r| r.size_bytes)
         .min(super::probe::PROBE_SIZE_MAX);
-    if let Some(why) = super::probe::skipped(topo.nodes, settings.probe_rounds, size) {
+    if let Some(why) = super::probe::skipped(
+        topo.nodes,
+        super::probe::distinct_hosts(topo),
+        settings.probe_rounds,
+        size,
+    ) {
         return ProbeRun {
             skipped: Some(why),
             ..ProbeRun::default()
