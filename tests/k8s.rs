@@ -110,9 +110,13 @@ fn tcpx_env(env: &[(&str, &str)]) -> (String, Vec<(String, String)>) {
 }
 
 /// The argument vector launch/a3-high.sh hands mpirun for `ranks` ranks and `hostfile` (a stand-in
-/// mpirun on PATH prints it).
+/// mpirun on PATH prints it). The script reads the hostfile first (a file naming no node is
+/// refused): a stand-in naming one node is read, and its path is given back as `hostfile`.
 fn a3_high_argv(ranks: usize, hostfile: &str, args: &[&str], env: &[(&str, &str)]) -> Vec<String> {
     let bin = tempfile::tempdir().expect("temp dir");
+    let stand_in = bin.path().join("hostfile");
+    std::fs::write(&stand_in, "node-0 slots=8\n").expect("write the stand-in hostfile");
+    let stand_in = stand_in.display().to_string();
     let shim = bin.path().join("mpirun");
     std::fs::write(&shim, "#!/usr/bin/env bash\nprintf '%s\\0' mpirun \"$@\"\n").expect("write shim");
     let status = Command::new("chmod").arg("+x").arg(&shim).status().expect("chmod");
@@ -121,7 +125,7 @@ fn a3_high_argv(ranks: usize, hostfile: &str, args: &[&str], env: &[(&str, &str)
     let ranks = ranks.to_string();
     let mut all = vec![
         ("PATH", path.as_str()),
-        ("HOSTFILE", hostfile),
+        ("HOSTFILE", stand_in.as_str()),
         ("RANKS", ranks.as_str()),
     ];
     all.extend_from_slice(env);
@@ -130,7 +134,13 @@ fn a3_high_argv(ranks: usize, hostfile: &str, args: &[&str], env: &[(&str, &str)
     String::from_utf8(out.stdout)
         .expect("utf-8")
         .split_terminator('\0')
-        .map(String::from)
+        .map(|a| {
+            if a == stand_in {
+                hostfile.to_string()
+            } else {
+                a.to_string()
+            }
+        })
         .collect()
 }
 

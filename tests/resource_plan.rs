@@ -409,6 +409,12 @@ fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
         eprintln!("skipped: no cluster rig on this machine: {}", show(&up));
         return;
     }
+    // Down however the test ends: a failed assertion must not leave the rig, and with it the
+    // host-wide settings it raised, to the rest of the suite.
+    let _down = OnDrop(|| {
+        let _ = output_within(&mut rig("down"), Duration::from_secs(60), "cluster.sh down");
+        let _ = std::fs::remove_dir_all(&state);
+    });
     assert!(up.status.success(), "{}", show(&up));
     let mut measured = Vec::new();
     let mut swept = Vec::new();
@@ -443,8 +449,6 @@ fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
         swept[1],
         swept[0]
     );
-    let _ = output_within(&mut rig("down"), Duration::from_secs(60), "cluster.sh down");
-    let _ = std::fs::remove_dir_all(&state);
     let fds = |peaks: &HashMap<u32, (usize, usize)>| peaks.values().map(|p| p.1).max().unwrap_or(0);
     assert!(
         fds(&measured[2].2) < fds(&measured[0].2),
@@ -453,6 +457,15 @@ fn the_plan_of_the_8x2x2_rig_is_within_a_tenth_of_its_peaks() {
     for (connect, flags, peaks) in &measured {
         let (threads, files) = planned("8x2x2", flags);
         within_a_tenth(peaks, threads, files, &format!("8x2x2 rig, --connect {connect}"));
+    }
+}
+
+/// Runs its closure when dropped (at the end of a test, or while a failed assertion unwinds).
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
     }
 }
 
@@ -481,6 +494,7 @@ fn whole_console_line(line: &str) -> bool {
             && secs.is_some_and(|s| s.parse::<f64>().is_ok())
             && (events.contains(&what)
                 || (what.starts_with("size ") && what.ends_with(" done"))
+                || (what.starts_with("size ") && what.contains(" iterations done: ") && what.ends_with(" s"))
                 || (what.starts_with("memory after ") && what.ends_with(" MB")));
     }
     if line.contains("trace ") {

@@ -309,8 +309,9 @@ fn nccl_tests_readers_read_tcpx_perfs_table_and_json() {
             assert_eq!((s.pattern.as_str(), s.family), (pattern, Some(family)), "{what}");
             assert_eq!(s.rows.len(), want.len(), "{what}");
             for (size, row) in &s.rows {
+                // results.csv's busbw has 6 significant digits; -J keeps the full figure.
                 let tolerance = if what == "-J" {
-                    1e-9 * want[size]
+                    1e-5 * want[size]
                 } else {
                     0.0051 + want[size] * 1e-3
                 };

@@ -23,7 +23,7 @@ _tcpx__perf() {
 
     case "${cmd}" in
         tcpx__perf)
-            opts="-b -e -f -i -n -w -c -a -T -g -v -J -h --minbytes --maxbytes --stepfactor --stepbytes --iters --warmup-iters --warmup_iters --check --average --timeout --ngpus --pattern --scope --dir --mem --ranks-per-node --max-peers --connect --connect-peers --chunk --max-reg --channels --window --plugin --abi --net-dev --spread-channels --cpu-bind --poll --setup-threads --connects-in-flight --dry-run --force --plan --plan-json --simulate --out --no-out --progress --plugin-log --verbose --output-file --output_file --healthy-hostfile --drain-list --suspect-share --bad-share --probe-rounds --probe-pairs --warmup-once --iter-time --print-man --completions --baseline --nccl-lib --version --help"
+            opts="-b -e -f -i -n -w -c -a -T -g -v -J -h --minbytes --maxbytes --stepfactor --stepbytes --iters --warmup-iters --warmup_iters --check --average --timeout --ngpus --pattern --scope --dir --mem --ranks-per-node --max-peers --connect --connect-peers --chunk --max-reg --channels --window --plugin --abi --net-dev --spread-channels --cpu-bind --poll --setup-threads --connects-in-flight --dry-run --force --plan --plan-json --simulate --out --no-out --progress --plugin-log --verbose --output-file --output_file --healthy-hostfile --drain-list --suspect-share --bad-share --probe-rounds --probe-pairs --warmup-once --iter-time --timing --print-man --completions --baseline --nccl-lib --version --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,6 +247,10 @@ _tcpx__perf() {
                     ;;
                 --iter-time)
                     COMPREPLY=($(compgen -W "reduced max" -- "${cur}"))
+                    return 0
+                    ;;
+                --timing)
+                    COMPREPLY=($(compgen -W "per-iteration back-to-back" -- "${cur}"))
                     return 0
                     ;;
                 --completions)

@@ -52,7 +52,7 @@ complete -c tcpx-perf -l healthy-hostfile -d 'Write the healthy nodes of a multi
 complete -c tcpx-perf -l drain-list -d 'Write the bad nodes of a multi-node run to PATH, one a line: the node, a space, the reason' -r -F
 complete -c tcpx-perf -l suspect-share -d 'A NIC side whose flows ran below this share of the median side is suspect (node verdicts)' -r
 complete -c tcpx-perf -l bad-share -d 'A NIC side below this share of the median side, its partners fast with everyone else, makes its node bad (exit 5)' -r
-complete -c tcpx-perf -l probe-rounds -d 'Rounds of node pairs after the sweep that judge the nodes (each node with a new partner per round, the largest size both ways; 0: none, the sweep\'s flows judge)' -r
+complete -c tcpx-perf -l probe-rounds -d 'Rounds of node pairs after the sweep that judge the nodes (each node with a new partner per round, the largest size one way then the other; 0: none, the sweep\'s flows judge)' -r
 complete -c tcpx-perf -l probe-pairs -d 'Node pairs of a probe round that run at once, the others after them (0: all at once)' -r
 complete -c tcpx-perf -l iter-time -d 'Which rank\'s time each timed iteration gets in t_min t_max t_p99 cv% t_med and samples.csv: reduced (with -a, the default) or max (the slowest rank, as nccl-tests -I 1)' -r -f -a "reduced\t'Reduced over ranks as -a says'
 max\t'The slowest rank\'s (nccl-tests -I 1: "i_* uses max over process rows")'"

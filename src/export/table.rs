@@ -144,30 +144,7 @@ pub fn header(info: &RunInfo) -> String {
     if info.settings.connect == "rounds" {
         s.push_str("# connect: rounds (a size runs round by round, each --max-peers round on its own comms, connected before its warm-up)\n");
     }
-    let _ = writeln!(
-        s,
-        "# iters: {} warmup: {} check: {} -a: {} timing: {}",
-        info.settings.iters,
-        info.settings.warmup,
-        if info.settings.check { "on" } else { "off" },
-        info.settings.time_reduction,
-        match info.settings.timing.as_str() {
-            "back-to-back" =>
-                "back-to-back (as nccl-tests: one start, time = total / iterations; -c checks the last iteration)",
-            _ => "per-iteration (each after a barrier, timed alone)",
-        }
-    );
-    if info.settings.iters < crate::stats::P99_SAMPLES {
-        // The nearest rank of fewer than 100 samples is the largest: said, not left to be read
-        // as a tail figure.
-        let _ = writeln!(
-            s,
-            "# note: t_p99 is the largest of {} timed iterations (a 99th percentile needs at least {}: -n {})",
-            info.settings.iters,
-            crate::stats::P99_SAMPLES,
-            crate::stats::P99_SAMPLES
-        );
-    }
+    s.push_str(&iterations_lines(&info.settings));
     for note in &info.notes {
         let _ = writeln!(s, "# note: {note}");
     }
@@ -195,6 +172,37 @@ pub fn header(info: &RunInfo) -> String {
             s.push_str(&nccl_cells(NCCL_COLUMNS[i].map(String::from)));
         }
         s.push('\n');
+    }
+    s
+}
+
+/// The header's account of the iterations: their counts, the check, `-a`, the timing mode,
+/// and what t_p99 is when there are too few of them for a 99th percentile.
+fn iterations_lines(settings: &crate::report::RunSettings) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# iters: {} warmup: {} check: {} -a: {} timing: {}",
+        settings.iters,
+        settings.warmup,
+        if settings.check { "on" } else { "off" },
+        settings.time_reduction,
+        match settings.timing.as_str() {
+            "back-to-back" =>
+                "back-to-back (as nccl-tests: one start, time = total / iterations; -c checks the last iteration)",
+            _ => "per-iteration (each after a barrier, timed alone)",
+        }
+    );
+    if settings.iters < crate::stats::P99_SAMPLES {
+        // The nearest rank of fewer than 100 samples is the largest: said, not left to be read
+        // as a tail figure.
+        let _ = writeln!(
+            s,
+            "# note: t_p99 is the largest of {} timed iterations (a 99th percentile needs at least {}: -n {})",
+            settings.iters,
+            crate::stats::P99_SAMPLES,
+            crate::stats::P99_SAMPLES
+        );
     }
     s
 }

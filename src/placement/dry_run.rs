@@ -324,6 +324,9 @@ pub fn rail_mtu_findings(rows: &[Row]) -> Vec<NodeFinding> {
 /// summary.json (`placement.findings`; a slow NIC's every flow in `slow_nics`).
 pub const FINDING_LINE_MAX: usize = 200;
 
+/// The fewest characters of a cut finding its line keeps, however long the file's path.
+pub const FINDING_KEPT_MIN: usize = 80;
+
 /// `# LEVEL: TEXT [HOSTS]`. With `full_in` (the summary.json that will hold the whole text), in
 /// at most [`FINDING_LINE_MAX`] characters: a longer text is cut and names that file. Without
 /// (no file will hold it: a dry run, `--no-out`), the whole text, however long.
@@ -340,7 +343,9 @@ pub fn finding_line(f: &NodeFinding, full_in: Option<&std::path::Path>) -> Strin
         return format!("{head}{}{tail}", f.text);
     };
     let cut = format!("... (in full: {})", file.display());
-    let text: String = f.text.chars().take(room.saturating_sub(cut.chars().count())).collect();
+    // A long --out path takes the room, but never the whole finding: its first words stay.
+    let kept = room.saturating_sub(cut.chars().count()).max(FINDING_KEPT_MIN);
+    let text: String = f.text.chars().take(kept).collect();
     format!("{head}{}{cut}{tail}", text.trim_end())
 }
 
