@@ -66,7 +66,7 @@ const SKIPPED: &[(&str, &str)] = &[
     ),
     (
         "compare results/<run> -B analysis/baselines/a3high-nccl-tcpx-allreduce.toml",
-        "the 19.2 GB/s recipe's compare: analysis/tests/comparable.rs runs it on the recipe's own run (the_recipe_on_the_vm_differs_from_the_a3_baseline_only_in_sizes_and_shape)",
+        "the 19.2 GB/s recipe's compare: analysis/tests/comparable.rs runs it on the recipe's own run (the_recipe_on_the_vm_differs_from_the_a3_baseline_only_in_sizes_and_ranks)",
     ),
     ("salloc ", "needs a Slurm cluster"),
     ("srun ", "needs a Slurm cluster"),

@@ -684,10 +684,20 @@ fn stalling_plugin_hits_the_timeout_with_a_state_dump() {
 /// requests steadily is not a stall.
 #[test]
 fn slow_but_steady_iterations_are_not_stalls() {
-    let dir = scratch("slow-steady");
+    let time_us = slow_but_steady_run("slow-steady", "-n 1 -w 0");
+    assert!(
+        time_us > 1.0e6,
+        "the iteration must outlast -T 1 to test anything: {time_us} us"
+    );
+}
+
+/// 2 ranks, one 8 MiB sendrecv in 64 KiB chunks whose every request tcpx-emu's `slow` fault
+/// delays (over a second an iteration), -T 1, with `flags`: a clean run's time per iteration.
+fn slow_but_steady_run(name: &str, flags: &str) -> f64 {
+    let dir = scratch(name);
     let o = run(
         2,
-        "--pattern sendrecv -b 8M -e 8M --chunk 64K -n 1 -w 0 -T 1 --progress never",
+        &format!("--pattern sendrecv -b 8M -e 8M --chunk 64K -T 1 --progress never {flags}"),
         &dir,
         &[
             ("TCPXEMU_FAULT", "slow"),
@@ -696,12 +706,9 @@ fn slow_but_steady_iterations_are_not_stalls() {
         ],
     );
     assert_clean(&o, &dir, 1, 2);
-    let time_us: f64 = csv_rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
-    assert!(
-        time_us > 1.0e6,
-        "the iteration must outlast -T 1 to test anything: {time_us} us"
-    );
+    let time_us = csv_rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    time_us
 }
 
 /// `--timing back-to-back` (issue 54) is nccl-tests' pace: one start signal for a size's timed
@@ -752,24 +759,11 @@ fn back_to_back_timing_is_one_start_and_the_total_over_iterations() {
 /// each outlast -T 1 plus the watchdog's 10 s; before, the watchdog fired at 11 s.
 #[test]
 fn back_to_back_iterations_outlast_one_iterations_watchdog() {
-    let dir = scratch("back-to-back-slow");
-    let o = run(
-        2,
-        "--pattern sendrecv -b 8M -e 8M --chunk 64K -n 12 -w 0 -T 1 --timing back-to-back --progress never",
-        &dir,
-        &[
-            ("TCPXEMU_FAULT", "slow"),
-            ("NCCL_DYNAMIC_CHUNK_SIZE", "4096"),
-            ("NCCL_NSOCKS_PERTHREAD", "1"),
-        ],
-    );
-    assert_clean(&o, &dir, 1, 2);
-    let time_us: f64 = csv_rows(&dir, "results.csv")[0]["time_us"].parse().unwrap();
+    let time_us = slow_but_steady_run("back-to-back-slow", "-n 12 -w 0 --timing back-to-back");
     assert!(
         time_us * 12.0 > 11.0e6,
         "the iterations must outlast the watchdog of one to test anything: {time_us} us each"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A rank whose requests are in flight but whose peer is slow waits without spinning: with

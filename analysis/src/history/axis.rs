@@ -3,18 +3,9 @@
 //! above the data, and a time axis whose ticks fall on round instants (whole seconds, minutes,
 //! hours, days, weeks starting on Monday, months or years, UTC) labelled as dates.
 
-/// The smallest step of 1, 2 or 5 times a power of ten that is at least `raw` (> 0).
-pub fn round_step(raw: f64) -> f64 {
-    if !(raw.is_finite() && raw > 0.0) {
-        return 1.0;
-    }
-    let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw * (1.0 - 1e-12))
-        .unwrap_or(10.0 * p)
-}
+/// The smallest step of 1, 2 or 5 times a power of ten that is at least `raw` (> 0): the
+/// pictures' rule, one for every chart.
+pub use tcpx_plot::nice_step as round_step;
 
 /// A value axis from 0: its top (a tick, above `top` by at least 5%) and its ticks, about
 /// `target` steps of a round size.

@@ -124,8 +124,8 @@ impl ColourScale {
     }
 }
 
-/// The round step (1, 2 or 5 x 10^k) at or above `raw`. (analysis/src/history/axis.rs has
-/// its own `round_step`, the same rule, from before this one.)
+/// The round step (1, 2 or 5 x 10^k) at or above `raw`, for every chart (the history report's
+/// axes too).
 pub fn nice_step(raw: f64) -> f64 {
     if !(raw.is_finite() && raw > 0.0) {
         return 1.0;
